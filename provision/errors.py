@@ -1,0 +1,114 @@
+"""The error tree of provision.
+
+Every error a user can see is one of these; foreign exceptions (paramiko, socket, yaml, jinja2) are mapped
+at the boundary that meets them (``raise XError(...) from exc``), so none of them reaches the CLI.
+
+    ProvisionError                  base: one clear line via ``str()``; ``exit_code`` for the CLI
+    ├── InputError                  exit 5: bad input found before any host was touched
+    │   ├── InventoryError          inventory files, group_vars/host_vars, limit patterns
+    │   ├── PlaybookError           playbook YAML, unknown keys/modules, bad module arguments
+    │   └── TemplateError           Jinja2 syntax or an undefined variable
+    ├── UsageError                  exit 3: bad flag combination
+    ├── HostError                   something went wrong on one host (carries ``host``)
+    │   ├── UnreachableError        the host could not be reached (connect, auth, host key, lost session)
+    │   │   ├── HostKeyUnknown      host key not in known_hosts and accept-new was not asked for
+    │   │   └── HostKeyChanged      host key differs from known_hosts: always refused
+    │   ├── CommandTimeout          a remote command outlived its timeout (its process group was killed)
+    │   └── ModuleError             a module could not do its job (task fails with this message)
+    └── Interrupted                 exit 130
+
+Exit codes follow the contract in ``interface.md``: 0 ok, 2 failed hosts, 3 usage, 4 unreachable,
+5 invalid input, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 2
+EXIT_USAGE = 3
+EXIT_UNREACHABLE = 4
+EXIT_INPUT = 5
+EXIT_INTERRUPTED = 130
+
+
+class ProvisionError(Exception):
+    """Base of every error provision raises on purpose."""
+
+    exit_code = EXIT_FAILED
+
+
+class InputError(ProvisionError):
+    """Invalid input, detected before any host is contacted. Names the file and line when known."""
+
+    exit_code = EXIT_INPUT
+
+    def __init__(self, msg: str, *, file: str | None = None, line: int | None = None) -> None:
+        self.msg = msg
+        self.file = file
+        self.line = line
+        super().__init__(self.__str__())
+
+    def where(self) -> str:
+        if self.file and self.line:
+            return f"{self.file}:{self.line}"
+        return self.file or ""
+
+    def __str__(self) -> str:
+        where = self.where()
+        return f"{where}: {self.msg}" if where else self.msg
+
+
+class InventoryError(InputError):
+    pass
+
+
+class PlaybookError(InputError):
+    pass
+
+
+class TemplateError(InputError):
+    pass
+
+
+class UsageError(ProvisionError):
+    exit_code = EXIT_USAGE
+
+
+class Interrupted(ProvisionError):
+    exit_code = EXIT_INTERRUPTED
+
+
+class HostError(ProvisionError):
+    """Something went wrong on one host."""
+
+    def __init__(self, host: str, msg: str) -> None:
+        self.host = host
+        self.msg = msg
+        super().__init__(f"{host}: {msg}")
+
+
+class UnreachableError(HostError):
+    exit_code = EXIT_UNREACHABLE
+
+
+class HostKeyUnknown(UnreachableError):
+    pass
+
+
+class HostKeyChanged(UnreachableError):
+    pass
+
+
+class CommandTimeout(HostError):
+    def __init__(self, host: str, command: str, timeout: float) -> None:
+        self.command = command
+        self.timeout = timeout
+        super().__init__(host, f"command timed out after {timeout:g}s (its processes were killed): {command}")
+
+
+class ModuleError(HostError):
+    """A module failed; ``data`` holds what it returned so far (rc, stdout, stderr...)."""
+
+    def __init__(self, host: str, msg: str, **data: object) -> None:
+        self.data = data
+        super().__init__(host, msg)

@@ -1,0 +1,309 @@
+"""Execution: plays over hosts, in parallel, Ansible's linear order.
+
+For each play: select hosts (play pattern ∩ ``--limit``), cut them into ``serial`` batches, and for each
+batch run task after task on every active host at once (a thread pool of ``forks`` workers; each host has
+ONE connection reused by every task). A failed host stops while the others go on; an unreachable host is
+distinct from a failed one. After the tasks, notified handlers run once per host. A notification is
+persisted on the host (``~/.provision/pending_handlers.json``) until its handler has run, so a handler
+notified by a run that then failed still runs on the next run.
+
+The per-task logic (when, loop, until, changed_when/failed_when, register, notify) lives in
+:mod:`provision.taskrun`; this module orders the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .commands import MASKER, Command
+from .connection import ConnectOptions, Connection, LocalConnection, open_connection
+from .errors import HostError, Interrupted, UnreachableError
+from .inventory import Inventory
+from .playbook import Play, Task
+from .report import Reporter
+from .results import RunSummary, Status, TaskResult
+
+PENDING_HANDLERS = "~/.provision/pending_handlers.json"
+
+
+@dataclass
+class RunOptions:
+    forks: int = 20
+    check: bool = False
+    diff: bool = False
+    tags: set[str] = field(default_factory=set)
+    skip_tags: set[str] = field(default_factory=set)
+    start_at_task: str | None = None
+    limit: str | None = None
+    extra_vars: dict[str, Any] = field(default_factory=dict)
+    connect: ConnectOptions = field(default_factory=ConnectOptions)
+    verbosity: int = 0
+    command_timeout: float = 1800.0
+
+
+@dataclass
+class HostState:
+    name: str
+    facts: dict[str, Any] = field(default_factory=dict)  # gathered facts (ansible_facts)
+    set_vars: dict[str, Any] = field(default_factory=dict)  # register + set_fact, kept across plays
+    failed: bool = False
+    unreachable: bool = False
+    notified: list[str] = field(default_factory=list)
+    pending_loaded: bool = False
+    provision_dir_ready: bool = False
+
+    @property
+    def active(self) -> bool:
+        return not (self.failed or self.unreachable)
+
+
+def task_selected(task: Task, tags: set[str], skip_tags: set[str]) -> bool:
+    """Ansible's tag rules: ``always`` runs unless skipped by name, ``never`` only when asked for."""
+    if task.tags & skip_tags:
+        return False
+    if "always" in task.tags and "always" not in skip_tags:
+        return True
+    if not tags or "all" in tags:
+        return "never" not in task.tags
+    if "tagged" in tags and task.tags:
+        return True
+    if "untagged" in tags and not task.tags:
+        return True
+    return bool(task.tags & tags)
+
+
+class Executor:
+    def __init__(self, inventory: Inventory, options: RunOptions, reporter: Reporter, playbook_dir: str = ".") -> None:
+        self.inventory = inventory
+        self.options = options
+        self.reporter = reporter
+        self.playbook_dir = playbook_dir
+        self.summary = RunSummary()
+        self.state: dict[str, HostState] = {}
+        self._conns: dict[str, Connection] = {}
+        self._conn_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, options.forks), thread_name_prefix="provision")
+        self._started = options.start_at_task is None
+        for name, host in inventory.hosts.items():
+            MASKER.add_vars(host.vars)
+        MASKER.add_vars(options.extra_vars)
+
+    # ------------------------------------------------------------------ connections
+    def connection(self, host: str) -> Connection:
+        with self._conn_lock:
+            conn = self._conns.get(host)
+            if conn is None:
+                if host in self.inventory.hosts:
+                    conn = open_connection(host, self.inventory.hosts[host].vars, self.options.connect)
+                elif host in ("localhost", "127.0.0.1"):
+                    conn = LocalConnection(host)
+                else:
+                    raise UnreachableError(host, "not in the inventory")
+                self._conns[host] = conn
+            return conn
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def commands_run(self) -> dict[str, int]:
+        return {h: c.commands_run for h, c in self._conns.items()}
+
+    def host_state(self, host: str) -> HostState:
+        return self.state.setdefault(host, HostState(host))
+
+    # ------------------------------------------------------------------ plays
+    def run(self, plays: list[Play]) -> RunSummary:
+        try:
+            for play in plays:
+                self._play(play)
+                if self.summary.aborted:
+                    break
+        except KeyboardInterrupt:
+            self.summary.interrupted = True
+            raise Interrupted("interrupted") from None
+        return self.summary
+
+    def play_hosts(self, play: Play) -> list[str]:
+        selected = [h.name for h in self.inventory.select(play.hosts)]
+        if self.options.limit:
+            allowed = {h.name for h in self.inventory.select(self.options.limit)}
+            selected = [h for h in selected if h in allowed]
+        return selected
+
+    @staticmethod
+    def batches(hosts: list[str], serial: list[int | str]) -> list[list[str]]:
+        if not serial:
+            return [hosts] if hosts else []
+        out: list[list[str]] = []
+        i, step = 0, 0
+        while i < len(hosts):
+            spec = serial[min(step, len(serial) - 1)]
+            if isinstance(spec, str):
+                size = max(1, int(len(hosts) * int(spec[:-1]) / 100))
+            else:
+                size = spec
+            out.append(hosts[i : i + size])
+            i += size
+            step += 1
+        return out
+
+    def _play(self, play: Play) -> None:
+        hosts = self.play_hosts(play)
+        self.reporter.play_start(play.name, hosts)
+        MASKER.add_vars(play.vars, play.no_log)
+        if not hosts:
+            self.reporter.line("skipping: no hosts matched")
+            return
+        for name in hosts:
+            self.summary.stat(name)
+        for batch in self.batches(hosts, play.serial):
+            self._batch(play, batch, hosts)
+            if self.summary.aborted:
+                return
+
+    def _batch(self, play: Play, batch: list[str], play_hosts: list[str]) -> None:
+        from .taskrun import TaskRunner  # local import: taskrun imports this module's types
+
+        runner = TaskRunner(self, play, batch, play_hosts)
+        if play.gather_facts and self._started:
+            self._each(batch, "Gathering Facts", runner.gather_facts)
+        if play.handlers:
+            self._load_pending(play, batch)
+        for task in play.tasks:
+            if not self._started:
+                if task.name != self.options.start_at_task:
+                    continue
+                self._started = True
+            if not task_selected(task, self.options.tags, self.options.skip_tags):
+                continue
+            self._each(batch, task.name, lambda h, t=task: runner.run(t, h), run_once=task.run_once)
+            if self._check_abort(play, batch):
+                return
+        self._handlers(play, batch, runner)
+
+    def _active(self, hosts: list[str]) -> list[str]:
+        return [h for h in hosts if self.host_state(h).active]
+
+    def _each(
+        self,
+        hosts: list[str],
+        title: str,
+        fn: Callable[[str], TaskResult | None],
+        *,
+        run_once: bool = False,
+        handler: bool = False,
+    ) -> list[TaskResult]:
+        active = self._active(hosts)
+        if not active:
+            return []
+        if run_once:
+            active = active[:1]
+        self.reporter.task_start(title, handler=handler)
+        futures = [self._pool.submit(fn, h) for h in active]
+        results: list[TaskResult] = []
+        for future in futures:
+            result = future.result()
+            if result is None:
+                continue
+            results.append(result)
+            self._record(result)
+        return results
+
+    def _record(self, result: TaskResult) -> None:
+        state = self.host_state(result.host)
+        self.summary.stat(result.host).count(result)
+        if result.status is Status.UNREACHABLE:
+            state.unreachable = True
+        elif result.status is Status.FAILED and not result.ignored:
+            state.failed = True
+        self.reporter.task_result(result)
+
+    def _check_abort(self, play: Play, batch: list[str]) -> bool:
+        bad = [h for h in batch if not self.host_state(h).active]
+        if not bad:
+            return False
+        if play.any_errors_fatal and any(self.host_state(h).failed for h in bad):
+            self.summary.aborted = f"any_errors_fatal: {', '.join(bad)} failed"
+            return True
+        if play.max_fail_percentage is not None:
+            percent = 100.0 * len(bad) / len(batch)
+            if percent > play.max_fail_percentage:
+                self.summary.aborted = (
+                    f"max_fail_percentage {play.max_fail_percentage:g}% exceeded: "
+                    f"{len(bad)} of {len(batch)} hosts in the batch failed ({percent:.0f}%)"
+                )
+                return True
+        if len(bad) == len(batch):
+            self.summary.aborted = "every host of the batch failed or was unreachable"
+            return True
+        return False
+
+    # ------------------------------------------------------------------ handlers
+    def notify(self, host: str, names: list[str], play: Play) -> None:
+        state = self.host_state(host)
+        new = [n for n in names if n not in state.notified]
+        if not new:
+            return
+        state.notified.extend(new)
+        if not self.options.check:
+            self._save_pending(host)
+
+    def _save_pending(self, host: str) -> None:
+        state = self.host_state(host)
+        conn = self.connection(host)
+        with contextlib.suppress(HostError):
+            if not state.provision_dir_ready:
+                conn.run(Command.of("mkdir", "-p", "-m", "700", conn.expand_path("~/.provision")), timeout=30)
+                state.provision_dir_ready = True
+            conn.put(json.dumps(state.notified).encode(), PENDING_HANDLERS, 0o600)
+
+    def _load_pending(self, play: Play, batch: list[str]) -> None:
+        def load(host: str) -> None:
+            state = self.host_state(host)
+            if state.pending_loaded or not state.active:
+                return
+            state.pending_loaded = True
+            with contextlib.suppress(HostError, ValueError):
+                raw = self.connection(host).get(PENDING_HANDLERS)
+                if raw:
+                    for name in json.loads(raw):
+                        if isinstance(name, str) and name not in state.notified:
+                            state.notified.append(name)
+
+        list(self._pool.map(load, self._active(batch)))
+
+    def _handlers(self, play: Play, batch: list[str], runner: Any) -> None:
+        for handler in play.handlers:
+            keys = {handler.name, *handler.listen}
+            hosts = [h for h in self._active(batch) if keys & set(self.host_state(h).notified)]
+            if not hosts:
+                continue
+            results = self._each(hosts, handler.name, lambda h, t=handler: runner.run(t, h), handler=True)
+            for result in results:
+                if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED):
+                    state = self.host_state(result.host)
+                    state.notified = [n for n in state.notified if n not in keys]
+                    if not self.options.check:
+                        self._clear_pending(result.host)
+
+    def _clear_pending(self, host: str) -> None:
+        state = self.host_state(host)
+        with contextlib.suppress(HostError):
+            if state.notified:
+                self._save_pending(host)
+            else:
+                conn = self.connection(host)
+                conn.run(Command.of("rm", "-f", conn.expand_path(PENDING_HANDLERS)), timeout=30)
+
+
+def playbook_dir_of(path: str) -> str:
+    return str(Path(path).resolve().parent)

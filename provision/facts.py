@@ -1,0 +1,420 @@
+"""Facts: what a host IS, read in one round trip and parsed into typed records.
+
+A fact is a command plus a parser. All of a host's facts come from ONE command: the POSIX sh script
+``provision/remote/gather_facts.sh`` sent on stdin (:func:`facts_command`). It prints sections introduced by
+``=====PROVISION:<name>=====`` lines (:func:`split_sections`); each section has a pure parser here, and
+:func:`parse_facts` assembles them into a :class:`HostFacts`.
+
+Nothing here depends on ``ip`` (some GPU hosts lack it): NICs come from ``/sys/class/net`` and IPv4 addresses
+from an ``ioctl`` done by the host's python3 (or ``hostname -I`` without one). A host without a GPU, or
+whose ``nvidia-smi`` fails or hangs, has ``gpus == []``, ``cuda_version is None`` and ``topology == []``:
+not an error.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .commands import Command
+
+GATHER_SCRIPT = "gather_facts.sh"
+REMOTE_DIR = Path(__file__).resolve().parent / "remote"
+
+_SECTION_RE = re.compile(r"^=====PROVISION:([A-Za-z0-9_.-]+)=====$")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_LINK_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS)$")
+_NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_DF_LINE_RE = re.compile(r"^(\S.*?)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+%|-)\s+(/.*)$")
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGTPE]?)i?B?$", re.IGNORECASE)
+_IPV4_RE = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+
+
+@dataclass
+class OSInfo:
+    system: str = ""  # uname -s: Linux
+    release: str = ""  # uname -r: kernel release
+    machine: str = ""  # uname -m: x86_64, aarch64
+    distro_id: str = ""  # os-release ID: ubuntu, debian
+    distro_version: str = ""  # os-release VERSION_ID: 24.04
+    pretty_name: str = ""
+    hostname: str = ""
+
+
+@dataclass
+class PythonInfo:
+    path: str
+    version: str  # "3.12.3"
+    venv_ok: bool  # `import venv, ensurepip` works (Debian/Ubuntu need the python3-venv package)
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
+
+
+@dataclass
+class DiskInfo:
+    path: str  # the directory asked about (it may not exist yet)
+    total_bytes: int
+    free_bytes: int  # available to unprivileged users
+    mount: str = ""  # the mount point holding it
+
+
+@dataclass
+class GPU:
+    index: int
+    name: str
+    memory_mib: int | None
+    driver_version: str
+    pci_bus_id: str
+    uuid: str
+    compute_capability: str | None = None  # "9.0" (absent on old drivers)
+
+
+@dataclass
+class GpuLink:
+    a: str  # GPU0, or a NIC: its legend name (mlx5_0) when nvidia-smi gives one, else NIC0
+    b: str
+    kind: str  # NV#, PIX, PXB, PHB, NODE, SYS
+
+
+@dataclass
+class RdmaPort:
+    port: int
+    state: str  # ACTIVE, DOWN, INIT...
+    rate: str  # "200 Gb/sec (4X HDR)"
+    link_layer: str  # InfiniBand, Ethernet
+
+
+@dataclass
+class RdmaDevice:
+    name: str
+    ports: list[RdmaPort] = field(default_factory=list)
+
+
+@dataclass
+class NIC:
+    name: str
+    mac: str | None = None
+    mtu: int | None = None
+    state: str = ""  # operstate: up, down, unknown (lo)
+    speed_mbps: int | None = None  # None when the kernel does not know (virtual NICs, lo)
+    ipv4: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HostFacts:
+    os: OSInfo = field(default_factory=OSInfo)
+    pythons: list[PythonInfo] = field(default_factory=list)
+    disk: DiskInfo | None = None
+    gpus: list[GPU] = field(default_factory=list)
+    driver_version: str | None = None
+    cuda_version: str | None = None  # the highest CUDA the driver supports, "13.0"
+    topology: list[GpuLink] = field(default_factory=list)
+    rdma: list[RdmaDevice] = field(default_factory=list)
+    nics: list[NIC] = field(default_factory=list)
+    ipv4: list[str] = field(default_factory=list)  # every IPv4 address of the host, whatever its NIC
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (for host vars and the JSON report)."""
+        return asdict(self)
+
+    def best_python(
+        self, min_version: tuple[int, ...] = (3, 10), need_venv: bool = True
+    ) -> PythonInfo | None:
+        """The newest interpreter at least ``min_version`` (that can make venvs, unless told otherwise);
+        among equal versions the first found (``python3`` comes first)."""
+        fit = [
+            p for p in self.pythons if p.version_tuple >= tuple(min_version) and (p.venv_ok or not need_venv)
+        ]
+        return max(fit, key=lambda p: p.version_tuple, default=None)
+
+    @property
+    def cuda_major(self) -> int | None:
+        if not self.cuda_version:
+            return None
+        head = self.cuda_version.split(".", 1)[0]
+        return int(head) if head.isdigit() else None
+
+    def link_kind(self, gpu_a: int, gpu_b: int) -> str | None:
+        """How GPU ``gpu_a`` reaches GPU ``gpu_b`` (NV18, PIX, SYS...), None when the matrix does not say."""
+        a, b = f"GPU{gpu_a}", f"GPU{gpu_b}"
+        if a == b:
+            return "X" if any(g.index == gpu_a for g in self.gpus) else None
+        for link in self.topology:
+            if {link.a, link.b} == {a, b}:
+                return link.kind
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- gathering
+def facts_command(venv_parent: str) -> tuple[Command, bytes]:
+    """The one command that gathers every fact, and the script to feed it on stdin."""
+    script = (REMOTE_DIR / GATHER_SCRIPT).read_bytes()
+    return Command.of("sh", "-s", "--", venv_parent), script
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """``=====PROVISION:name=====`` delimited output → {name: body}; text before the first marker is
+    dropped (login banners)."""
+    sections: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        m = _SECTION_RE.match(line.rstrip("\r"))
+        if m:
+            if name is not None:
+                sections[name] = "\n".join(lines)
+            name, lines = m.group(1), []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        sections[name] = "\n".join(lines)
+    return sections
+
+
+def parse_facts(text: str) -> HostFacts:
+    """The whole output of gather_facts.sh → :class:`HostFacts`.
+
+    Raises ValueError when the output is cut short (no ``end`` section): a host that lost its session
+    half-way must not look like a host without GPUs.
+    """
+    s = split_sections(text)
+    if "end" not in s:
+        raise ValueError("facts output is incomplete (no end marker): the gather script did not finish")
+    system, release, machine = parse_uname(s.get("uname", ""))
+    osr = parse_os_release(s.get("os_release", ""))
+    os_info = OSInfo(
+        system=system,
+        release=release,
+        machine=machine,
+        distro_id=osr.get("ID", ""),
+        distro_version=osr.get("VERSION_ID", ""),
+        pretty_name=osr.get("PRETTY_NAME", ""),
+        hostname=s.get("hostname", "").strip(),
+    )
+    gpus = parse_gpu_csv(s.get("gpu_csv", ""))
+    smi = s.get("nvidia_smi", "")
+    addresses = parse_ipv4(s.get("ipv4", ""))
+    driver = gpus[0].driver_version if gpus and gpus[0].driver_version else parse_driver_version(smi)
+    return HostFacts(
+        os=os_info,
+        pythons=parse_pythons(s.get("pythons", "")),
+        disk=parse_df(s.get("disk", ""), path=s.get("venv_parent", "").strip()),
+        gpus=gpus,
+        driver_version=driver,
+        cuda_version=parse_cuda_version(smi),
+        topology=parse_topo(s.get("topo", "")),
+        rdma=parse_rdma(s.get("rdma", "")),
+        nics=parse_nics(s.get("nics", ""), addresses),
+        ipv4=list(dict.fromkeys(a for addrs in addresses.values() for a in addrs)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+def parse_uname(text: str) -> tuple[str, str, str]:
+    """``uname -srm`` → (system, release, machine); empty strings when absent."""
+    words = text.split()
+    if len(words) < 3:
+        return ("", "", "")
+    return (words[0], " ".join(words[1:-1]), words[-1])
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """``/etc/os-release`` → {KEY: value}, quotes removed. Lines that are not KEY=VALUE are ignored."""
+    result: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
+        if not m:
+            continue
+        raw = m.group(2)
+        try:
+            words = shlex.split(raw)
+            value = words[0] if len(words) == 1 else raw.strip("\"'")
+        except ValueError:
+            value = raw.strip("\"'")
+        result[m.group(1)] = value
+    return result
+
+
+def parse_pythons(text: str) -> list[PythonInfo]:
+    """``path|Python 3.12.3|1`` lines → interpreters (lines without a version are skipped)."""
+    found: list[PythonInfo] = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        m = re.match(r"^Python\s+(\d+\.\d+\S*)$", parts[1].strip())
+        if not parts[0] or not m:
+            continue
+        found.append(PythonInfo(path=parts[0], version=m.group(1), venv_ok=parts[2].strip() == "1"))
+    return found
+
+
+def _size_bytes(token: str, unit: int) -> int | None:
+    if token.isdigit():
+        return int(token) * unit
+    m = _SIZE_RE.match(token)
+    if not m:
+        return None
+    power = "KMGTPE".find(m.group(2).upper()) + 1 if m.group(2) else 0
+    return int(float(m.group(1)) * 1024**power)
+
+
+def parse_df(text: str, path: str = "") -> DiskInfo | None:
+    """``df -Pk`` (or ``df -h``) of one directory → DiskInfo; None when there is no data line.
+
+    ``path`` is the directory that was asked about (defaults to the mount point)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("Filesystem"):
+        return None
+    blocks = re.search(r"\b(1024|1K|512)-blocks\b", lines[0])
+    unit = {"1024": 1024, "1K": 1024, "512": 512}[blocks.group(1)] if blocks else 1  # else: df -h sizes
+    for line in reversed(lines[1:]):
+        m = _DF_LINE_RE.match(line.strip())
+        if not m:
+            continue
+        total, avail = _size_bytes(m.group(2), unit), _size_bytes(m.group(4), unit)
+        if total is None or avail is None:
+            continue
+        mount = m.group(6)
+        return DiskInfo(path=path or mount, total_bytes=total, free_bytes=avail, mount=mount)
+    return None
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def parse_gpu_csv(text: str) -> list[GPU]:
+    """``nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id[,compute_cap]
+    --format=csv,noheader,nounits`` → GPUs. Error text (driver not loaded...) gives no rows."""
+    gpus: list[GPU] = []
+    for row in csv.reader(text.splitlines(), skipinitialspace=True):
+        cells = [c.strip() for c in row]
+        if len(cells) < 6 or not cells[0].isdigit():
+            continue
+        cap = cells[6] if len(cells) > 6 and cells[6] not in ("", "[N/A]", "N/A") else None
+        gpus.append(
+            GPU(
+                index=int(cells[0]),
+                name=cells[1],
+                uuid=cells[2],
+                memory_mib=_int_or_none(cells[3]),
+                driver_version=cells[4],
+                pci_bus_id=cells[5],
+                compute_capability=cap,
+            )
+        )
+    return gpus
+
+
+def parse_cuda_version(nvidia_smi_text: str) -> str | None:
+    """The ``CUDA Version: 13.0`` of plain ``nvidia-smi``'s banner: the highest CUDA the driver supports."""
+    m = re.search(r"CUDA Version:\s*(\d+\.\d+)", nvidia_smi_text)
+    return m.group(1) if m else None
+
+
+def parse_driver_version(nvidia_smi_text: str) -> str | None:
+    m = re.search(r"Driver Version:\s*([\d.]+)", nvidia_smi_text)
+    return m.group(1) if m else None
+
+
+def _cells(line: str) -> list[str]:
+    if "\t" in line:
+        return [c.strip() for c in line.split("\t")]
+    return [c.strip() for c in re.split(r"\s{2,}", line.strip())]
+
+
+def parse_topo(text: str) -> list[GpuLink]:
+    """``nvidia-smi topo -m`` → one link per pair of devices (GPU-GPU, GPU-NIC, NIC-NIC), self cells skipped.
+
+    The header row names the columns; the affinity columns after the devices and the legend are ignored.
+    NIC columns are renamed after the ``NIC Legend`` (``NIC0: mlx5_0``) when there is one."""
+    text = _ANSI_RE.sub("", text)
+    lines = text.splitlines()
+    legend = {m.group(1): m.group(2) for m in map(_NIC_LEGEND_RE.match, lines) if m}
+    header_at = next((i for i, line in enumerate(lines) if re.search(r"\bGPU0\b", line)), None)
+    if header_at is None:
+        return []
+    labels: list[str] = []
+    for cell in _cells(lines[header_at]):
+        if not cell and not labels:
+            continue  # the empty corner cell
+        if not cell or " " in cell:
+            break  # "CPU Affinity", "NUMA Affinity", "GPU NUMA ID": the devices are over
+        labels.append(cell)
+    links: list[GpuLink] = []
+    seen: set[frozenset[str]] = set()
+    for line in lines[header_at + 1 :]:
+        if not line.strip() or line.strip().startswith("Legend"):
+            break
+        row = _cells(line)
+        source = row[0]
+        for label, cell in zip(labels, row[1 : 1 + len(labels)], strict=False):
+            if not _LINK_RE.match(cell) or cell == "X" or label == source:
+                continue
+            pair = frozenset((source, label))
+            if pair in seen:
+                continue
+            seen.add(pair)
+            links.append(GpuLink(legend.get(source, source), legend.get(label, label), cell))
+    return links
+
+
+def parse_rdma(text: str) -> list[RdmaDevice]:
+    """``dev|port|state|rate|link_layer`` lines (or a bare ``dev``) → RDMA devices with their ports."""
+    devices: dict[str, RdmaDevice] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        name = parts[0]
+        if not name or any(ch.isspace() for ch in name):
+            continue  # not ours (`ls -l` noise, blank lines)
+        dev = devices.setdefault(name, RdmaDevice(name))
+        if len(parts) >= 5 and parts[1].isdigit():
+            state = parts[2].split(":", 1)[-1].strip()  # "4: ACTIVE"
+            dev.ports.append(RdmaPort(int(parts[1]), state, parts[3].strip(), parts[4].strip()))
+    return list(devices.values())
+
+
+def parse_ipv4(text: str) -> dict[str, list[str]]:
+    """``iface|address`` lines → {iface: [addresses]}; addresses of unknown NIC (``|addr``) under ``""``."""
+    result: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        iface, sep, addr = line.strip().partition("|")
+        addr = addr.strip()
+        if sep and _IPV4_RE.match(addr):
+            result.setdefault(iface.strip(), []).append(addr)
+    return result
+
+
+def parse_nics(text: str, addresses: dict[str, list[str]] | None = None) -> list[NIC]:
+    """``name|operstate|mtu|mac|speed`` lines (or bare names) → NICs, with their IPv4 ``addresses``."""
+    addresses = addresses or {}
+    nics: list[NIC] = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.strip().split("|")]
+        name = parts[0]
+        if not name or any(ch.isspace() for ch in name) or name in (".", ".."):
+            continue
+        parts += [""] * (5 - len(parts))
+        speed = _int_or_none(parts[4])
+        nics.append(
+            NIC(
+                name=name,
+                state=parts[1],
+                mtu=_int_or_none(parts[2]),
+                mac=parts[3] or None,
+                speed_mbps=speed if speed is not None and speed > 0 else None,
+                ipv4=list(addresses.get(name, [])),
+            )
+        )
+    return nics

@@ -1,0 +1,602 @@
+"""Ansible inventories: YAML and INI files, directories, group_vars/host_vars, limit patterns.
+
+Sources (``-i``, repeatable; hosts and groups of every source are merged):
+
+* a file ending in ``.yml``, ``.yaml`` or ``.json`` is Ansible YAML; ``.ini`` / ``.cfg`` is INI; any other
+  file is YAML when it parses as a mapping whose values are all mappings (or empty), INI otherwise;
+* a directory: every file directly inside it (sorted; hidden, backup and ``.retry`` files skipped,
+  subdirectories such as ``group_vars/`` never read as inventories);
+* a path that does not exist but contains ``,`` is a host list (``-i web1,web2,``).
+
+``group_vars/`` and ``host_vars/`` beside each file (inside a directory source) are read for every known
+group / host: ``NAME``, ``NAME.yml``, ``NAME.yaml``, ``NAME.json``, then every such file under a ``NAME/``
+directory in sorted order. Files naming unknown groups or hosts are ignored.
+
+INI values (inline host ``k=v`` and ``[group:vars]``) are read with ``ast.literal_eval`` when possible
+(``2222`` is an int, ``[1, 2]`` a list, ``"a b"`` the string ``a b``), else kept as strings, like Ansible;
+``true``/``yes`` stay strings. ``host:2222`` (one ``:``, digits after it) sets ``ansible_port``.
+Host ranges: ``gpu[01:16]`` (zero padding kept), ``node[a:c]``, ``h[1:10:2]`` (stride).
+
+Variable precedence, lowest first; merging is shallow (a later value replaces the whole key):
+
+1. ``all`` vars from inventory files, then ``group_vars/all``;
+2. every other group of the host, ordered by depth (parents before children) then name: its inventory
+   file vars, then its ``group_vars/`` files;
+3. host vars from inventory files, then ``host_vars/`` files;
+4. extra vars (``-e``): always win.
+
+``Group.vars`` holds the group's own vars (inventory file then group_vars/), not its ancestors'; every
+host is a member of ``all``; ``ungrouped`` holds the hosts in no other group.
+
+Limit patterns (``Inventory.select``): elements split on ``,`` (and on ``:`` when the element has no ``[``);
+each is a host or group name, a glob over host and group names (``gpu*``), ``~regex`` (``re.match``), or
+``@file`` (one name/glob per line, ``#`` comments). ``&elem`` intersects and ``!elem`` excludes; with only
+``&``/``!`` elements the start set is ``all``. Group subscripts (``web[0]``) are not supported.
+
+Every problem raises ``InventoryError`` (exit 5) naming file:line where known; no yaml exception escapes.
+Stricter than Ansible: an unknown key in a YAML group (anything but hosts/vars/children) is an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import fnmatch
+import re
+import shlex
+import string
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provision.errors import InventoryError
+
+__all__ = ["Group", "Host", "Inventory", "expand_hosts"]
+
+_YAML_EXTS = (".yml", ".yaml", ".json")
+_INI_EXTS = (".ini", ".cfg")
+_VARS_EXTS = ("", ".yml", ".yaml", ".json")
+_SKIP_SUFFIXES = ("~", ".bak", ".orig", ".retry", ".swp", ".pyc")
+_RANGE = re.compile(r"\[([^\[\]]*)\]")
+_SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:[#;].*)?$")
+_DIGITS = re.compile(r"[0-9]+")
+_GLOB_CHARS = "*?["
+Where = tuple[str, int | None]
+
+
+@dataclass
+class Host:
+    name: str
+    vars: dict[str, Any]
+    groups: list[str]
+
+
+@dataclass
+class Group:
+    name: str
+    vars: dict[str, Any]
+    hosts: list[str]
+    children: list[str]
+    parents: list[str]
+
+
+class _LineDict(dict[Any, Any]):
+    """A YAML mapping that remembers its line and the line of each key (for error messages)."""
+
+    line: int = 0
+    key_lines: dict[str, int]
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineDict]:
+    data = _LineDict()
+    data.line = node.start_mark.line + 1
+    data.key_lines = {}
+    yield data
+    data.update(loader.construct_mapping(node))
+    data.key_lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
+def _plain(value: Any) -> Any:
+    """Deep copy of a parsed YAML value with every _LineDict turned into a plain dict."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InventoryError(f"cannot read: {exc}", file=str(path)) from exc
+
+
+def _load_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise InventoryError(
+            f"invalid YAML: {exc.problem or exc.context}", file=str(path), line=line
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"invalid YAML: {exc}", file=str(path)) from exc
+
+
+def _fail(msg: str, where: Where) -> InventoryError:
+    return InventoryError(msg, file=where[0], line=where[1])
+
+
+def _kind(value: Any) -> str:
+    return "list" if isinstance(value, list) else type(value).__name__
+
+
+def _line_of(data: Any, key: str) -> int | None:
+    if isinstance(data, _LineDict):
+        return data.key_lines.get(key, data.line)
+    return None
+
+
+def expand_hosts(pattern: str) -> list[str]:
+    """Expand ``gpu[01:16]``, ``node[a:c]``, ``h[1:10:2]`` (several ranges multiply). ValueError if bad."""
+    match = _RANGE.search(pattern)
+    head = pattern if match is None else pattern[: match.start()]
+    if "[" in head or "]" in head:
+        raise ValueError(f"unbalanced brackets in host pattern {pattern!r}")
+    if match is None:
+        return [pattern]
+    tails = expand_hosts(pattern[match.end() :])
+    return [head + item + tail for item in _range_items(match.group(1), pattern) for tail in tails]
+
+
+def _range_items(spec: str, pattern: str) -> list[str]:
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and not _DIGITS.fullmatch(parts[2])):
+        raise ValueError(f"bad host range {pattern!r}: expected [start:end] or [start:end:stride]")
+    start, end, step = parts[0] or "0", parts[1], int(parts[2]) if len(parts) == 3 else 1
+    if step == 0:
+        raise ValueError(f"bad host range {pattern!r}: stride must be positive")
+    if _DIGITS.fullmatch(start) and _DIGITS.fullmatch(end):
+        width = len(start) if start.startswith("0") and len(start) > 1 else 0
+        if width and len(end) != width:
+            raise ValueError(f"bad host range {pattern!r}: zero-padded start and end must have equal width")
+        items = [str(i).zfill(width) for i in range(int(start), int(end) + 1, step)]
+    elif len(start) == len(end) == 1 and start in string.ascii_letters and end in string.ascii_letters:
+        lo, hi = string.ascii_letters.index(start), string.ascii_letters.index(end)
+        items = list(string.ascii_letters[lo : hi + 1 : step])
+    else:
+        raise ValueError(f"bad host range {pattern!r}: use numbers or single letters")
+    if not items:
+        raise ValueError(f"bad host range {pattern!r}: start is after end")
+    return items
+
+
+def _split_port(raw: str) -> tuple[str, int | None]:
+    """``db1:2222`` → (``db1``, 2222) when there is exactly one ``:`` (outside ranges) and digits follow."""
+    if _RANGE.sub("", raw).count(":") == 1:
+        name, _, port = raw.rpartition(":")
+        if name and _DIGITS.fullmatch(port):
+            return name, int(port)
+    return raw, None
+
+
+def _literal(value: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return value
+
+
+@dataclass
+class _HostData:
+    inv_vars: dict[str, Any] = field(default_factory=dict)  # from inventory files
+    file_vars: dict[str, Any] = field(default_factory=dict)  # from group_vars/ or host_vars/
+
+
+@dataclass
+class _GroupData(_HostData):
+    hosts: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    parents: list[str] = field(default_factory=list)
+
+
+class _Builder:
+    """Collects groups, hosts and vars from every source, then resolves them into Host/Group records."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, _GroupData] = {"all": _GroupData(), "ungrouped": _GroupData()}
+        self.hosts: dict[str, _HostData] = {}
+        self.edges: dict[tuple[str, str], Where] = {}
+        self.add_child("all", "ungrouped", ("", None))
+
+    def group(self, name: str) -> _GroupData:
+        return self.groups.setdefault(name, _GroupData())
+
+    def add_hosts(self, group: str, raw: str, hvars: dict[str, Any], where: Where) -> None:
+        pattern, port = _split_port(raw)
+        try:
+            names = expand_hosts(pattern)
+        except ValueError as exc:
+            raise _fail(str(exc), where) from exc
+        members = self.group(group).hosts
+        for name in names:
+            host = self.hosts.setdefault(name, _HostData())
+            if port is not None:
+                host.inv_vars["ansible_port"] = port
+            host.inv_vars.update(copy.deepcopy(hvars))
+            if name not in members:
+                members.append(name)
+
+    def add_child(self, parent: str, child: str, where: Where) -> None:
+        if child == "all":
+            raise _fail(f"group 'all' cannot be a child of {parent!r}", where)
+        self.group(child)
+        self.edges.setdefault((parent, child), where)
+        if child not in self.group(parent).children:
+            self.groups[parent].children.append(child)
+            self.groups[child].parents.append(parent)
+
+    def check_cycles(self) -> None:
+        state: dict[str, int] = {}
+
+        def visit(name: str, path: list[str]) -> None:
+            state[name] = 1
+            for child in self.groups[name].children:
+                if state.get(child) == 1:
+                    chain = " -> ".join([*path[path.index(child) :], child])
+                    raise _fail(f"group cycle: {chain}", self.edges[(name, child)])
+                if child not in state:
+                    visit(child, [*path, child])
+            state[name] = 2
+
+        for name in list(self.groups):
+            if name not in state:
+                visit(name, [name])
+
+    def link_implicit(self) -> None:
+        """Top-level groups become children of ``all``; hosts in no real group go to ``ungrouped``."""
+        for name, data in self.groups.items():
+            if name != "all" and not data.parents:
+                self.add_child("all", name, ("", None))
+        grouped = {h for g, d in self.groups.items() if g not in ("all", "ungrouped") for h in d.hosts}
+        self.groups["ungrouped"].hosts = [h for h in self.hosts if h not in grouped]
+        self.groups["all"].hosts = list(self.hosts)
+
+    def depths(self) -> dict[str, int]:
+        depth: dict[str, int] = {"all": 0}
+
+        def of(name: str) -> int:
+            if name not in depth:
+                depth[name] = 1 + max(of(p) for p in self.groups[name].parents)
+            return depth[name]
+
+        return {name: of(name) for name in self.groups}
+
+    def ancestors(self, group: str) -> set[str]:
+        found = {group}
+        for parent in self.groups[group].parents:
+            found |= self.ancestors(parent)
+        return found
+
+    def build(self, extra_vars: dict[str, Any]) -> tuple[dict[str, Host], dict[str, Group]]:
+        self.check_cycles()
+        self.link_implicit()
+        depth = self.depths()
+        memberships: dict[str, set[str]] = {h: {"all"} for h in self.hosts}
+        for name, data in self.groups.items():
+            for host in data.hosts:
+                memberships[host] |= self.ancestors(name)
+        hosts = {}
+        for name, member_of in memberships.items():
+            merged: dict[str, Any] = {}
+            for group in sorted(member_of, key=lambda g: (depth[g], g)):
+                merged.update(self.groups[group].inv_vars)
+                merged.update(self.groups[group].file_vars)
+            merged.update(self.hosts[name].inv_vars)
+            merged.update(self.hosts[name].file_vars)
+            merged.update(extra_vars)
+            hosts[name] = Host(name, copy.deepcopy(merged), sorted(member_of))
+        groups = {
+            name: Group(name, {**d.inv_vars, **d.file_vars}, list(d.hosts), list(d.children), list(d.parents))
+            for name, d in self.groups.items()
+        }
+        return hosts, groups
+
+
+def _parse_yaml_inventory(b: _Builder, path: Path, data: Any) -> None:
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        raise InventoryError(
+            f"inventory must be a mapping of groups, not a {_kind(data)}", file=str(path), line=1
+        )
+    for name, group_data in data.items():
+        _yaml_group(b, path, str(name), group_data, _line_of(data, str(name)))
+
+
+def _yaml_group(b: _Builder, path: Path, name: str, data: Any, line: int | None) -> None:
+    b.group(name)
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        msg = f"group {name!r} must be a mapping of hosts/vars/children, not a {_kind(data)}"
+        raise InventoryError(msg, file=str(path), line=line)
+    for key, value in data.items():
+        where = (str(path), _line_of(data, str(key)))
+        if key not in ("hosts", "vars", "children"):
+            raise _fail(f"group {name!r}: unknown key {key!r} (expected hosts, vars or children)", where)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise _fail(f"group {name!r}: {key!r} must be a mapping, not a {_kind(value)}", where)
+        if key == "vars":
+            b.group(name).inv_vars.update(_plain(value))
+        elif key == "hosts":
+            _yaml_hosts(b, path, name, value)
+        else:
+            for child, child_data in value.items():
+                child_line = _line_of(value, str(child))
+                b.add_child(name, str(child), (str(path), child_line))
+                _yaml_group(b, path, str(child), child_data, child_line)
+
+
+def _yaml_hosts(b: _Builder, path: Path, group: str, hosts: dict[Any, Any]) -> None:
+    for host, hvars in hosts.items():
+        where = (str(path), _line_of(hosts, str(host)))
+        if hvars is not None and not isinstance(hvars, dict):
+            raise _fail(
+                f"host {host!r} in group {group!r}: vars must be a mapping, not a {_kind(hvars)}", where
+            )
+        b.add_hosts(group, str(host), _plain(hvars or {}), where)
+
+
+def _parse_ini(b: _Builder, path: Path, text: str) -> None:
+    group, kind = "ungrouped", "hosts"
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        where = (str(path), lineno)
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            group, kind = _ini_section(line, where)
+            b.group(group)
+        elif kind == "hosts":
+            _ini_host(b, group, line, where)
+        elif kind == "vars":
+            key, value = _ini_var(line, where)
+            b.group(group).inv_vars[key] = value
+        elif len(line.split()) != 1:
+            raise _fail(f"expected one group name per line, got {line!r}", where)
+        else:
+            b.add_child(group, line, where)
+
+
+def _ini_section(line: str, where: Where) -> tuple[str, str]:
+    match = _SECTION.match(line)
+    kind = (match.group(2) or "hosts") if match else ""
+    if not match or kind not in ("hosts", "vars", "children"):
+        raise _fail(f"bad section header {line!r}: expected [group], [group:vars] or [group:children]", where)
+    return match.group(1), kind
+
+
+def _ini_var(line: str, where: Where) -> tuple[str, Any]:
+    key, sep, value = line.partition("=")
+    if not sep or not key.strip():
+        raise _fail(f"expected key=value, got {line!r}", where)
+    return key.strip(), _literal(value.strip())
+
+
+def _ini_host(b: _Builder, group: str, line: str, where: Where) -> None:
+    try:
+        tokens = shlex.split(line, comments=True)
+    except ValueError as exc:
+        raise _fail(f"cannot parse host line: {exc}", where) from exc
+    hvars: dict[str, Any] = {}
+    for token in tokens[1:]:
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise _fail(f"expected key=value after host {tokens[0]!r}, got {token!r}", where)
+        hvars[key] = _literal(value)
+    if tokens:
+        b.add_hosts(group, tokens[0], hvars, where)
+
+
+def _load_file(b: _Builder, path: Path) -> None:
+    text = _read(path)
+    suffix = path.suffix.lower()
+    if suffix in _YAML_EXTS:
+        _parse_yaml_inventory(b, path, _load_yaml(path, text))
+        return
+    if suffix not in _INI_EXTS:
+        try:
+            data = _load_yaml(path, text)
+        except InventoryError:
+            data = None
+        if isinstance(data, dict) and all(v is None or isinstance(v, dict) for v in data.values()):
+            _parse_yaml_inventory(b, path, data)
+            return
+    _parse_ini(b, path, text)
+
+
+def _load_source(b: _Builder, source: str) -> Path | None:
+    """Parse one ``-i`` source; return the directory holding its group_vars/ and host_vars/."""
+    path = Path(source)
+    if path.is_dir():
+        for item in sorted(path.iterdir()):
+            if item.is_file() and not item.name.startswith(".") and not item.name.endswith(_SKIP_SUFFIXES):
+                _load_file(b, item)
+        return path
+    if path.is_file():
+        _load_file(b, path)
+        return path.parent
+    if "," in source:
+        for name in (n.strip() for n in source.split(",")):
+            if name:
+                b.add_hosts("ungrouped", name, {}, (source, None))
+        return None
+    raise InventoryError("inventory source not found", file=source)
+
+
+def _vars_files(directory: Path, name: str) -> list[Path]:
+    files = [directory / f"{name}{ext}" for ext in _VARS_EXTS if (directory / f"{name}{ext}").is_file()]
+    subdir = directory / name
+    if subdir.is_dir():
+        files += sorted(
+            p
+            for p in subdir.rglob("*")
+            if p.is_file() and p.suffix.lower() in _VARS_EXTS and not p.name.startswith(".")
+        )
+    return files
+
+
+def _read_vars(path: Path) -> dict[str, Any]:
+    data = _load_yaml(path, _read(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InventoryError(f"vars file must hold a mapping, not a {_kind(data)}", file=str(path), line=1)
+    return {str(k): v for k, v in _plain(data).items()}
+
+
+def _apply_vars_files(directory: Path, entities: Mapping[str, _HostData]) -> None:
+    if directory.is_dir():
+        for name, entity in entities.items():
+            for file in _vars_files(directory, name):
+                entity.file_vars.update(_read_vars(file))
+
+
+def _split_pattern(pattern: str) -> list[str]:
+    elements: list[str] = []
+    for part in pattern.split(","):
+        keep_colons = "[" in part or part.strip().lstrip("!&").startswith(("@", "~"))
+        elements += [p.strip() for p in ([part] if keep_colons else part.split(":")) if p.strip()]
+    return elements
+
+
+def _matcher(body: str) -> Callable[[str], bool]:
+    if body.startswith("~"):
+        try:
+            regex = re.compile(body[1:])
+        except re.error as exc:
+            raise InventoryError(f"bad regular expression in host pattern {body!r}: {exc}") from exc
+        return lambda name: regex.match(name) is not None
+    if any(c in body for c in _GLOB_CHARS):
+        return lambda name: fnmatch.fnmatchcase(name, body)
+    return lambda name: name == body
+
+
+@dataclass
+class Inventory:
+    hosts: dict[str, Host]
+    groups: dict[str, Group]
+    sources: list[str]
+
+    @classmethod
+    def load(cls, paths: list[str], extra_vars: dict[str, Any] | None = None) -> Inventory:
+        """Parse every source, read group_vars/host_vars beside them, merge vars (see module docstring)."""
+        builder = _Builder()
+        bases: dict[Path, Path] = {}
+        for source in paths:
+            base = _load_source(builder, source)
+            if base is not None:
+                bases.setdefault(base.resolve(), base)
+        for base in bases.values():
+            _apply_vars_files(base / "group_vars", builder.groups)
+            _apply_vars_files(base / "host_vars", builder.hosts)
+        hosts, groups = builder.build(dict(extra_vars or {}))
+        return cls(hosts, groups, list(paths))
+
+    def select(self, pattern: str | None) -> list[Host]:
+        """Hosts matching an Ansible limit pattern, in inventory order; None, "", "all", "*" mean all."""
+        if pattern is None or pattern.strip() in ("", "all", "*"):
+            return list(self.hosts.values())
+        elements = _split_pattern(pattern)
+        positive = [e for e in elements if e[0] not in "!&"]
+        chosen: set[str] = set() if positive else set(self.hosts)
+        for element in positive:
+            chosen |= self._resolve(element, element, strict=True)
+        for element in (e for e in elements if e[0] == "&"):
+            chosen &= self._resolve(element[1:], element, strict=True)
+        for element in (e for e in elements if e[0] == "!"):
+            chosen -= self._resolve(element[1:], element, strict=False)
+        return [host for name, host in self.hosts.items() if name in chosen]
+
+    def group_members(self, group: str) -> list[str]:
+        """Hosts in ``group`` or any of its descendants, in inventory order ([] for an unknown group)."""
+        return [name for name, host in self.hosts.items() if group in host.groups]
+
+    def groups_map(self) -> dict[str, list[str]]:
+        return {name: self.group_members(name) for name in self.groups}
+
+    def to_list_json(self) -> dict[str, Any]:
+        """Like ``ansible-inventory --list``; empty keys and empty groups are left out."""
+        out: dict[str, Any] = {"_meta": {"hostvars": {name: h.vars for name, h in self.hosts.items()}}}
+        for name, group in self.groups.items():
+            entry: dict[str, Any] = {}
+            if group.hosts and name != "all":
+                entry["hosts"] = list(group.hosts)
+            if group.vars:
+                entry["vars"] = dict(group.vars)
+            if group.children:
+                entry["children"] = list(group.children)
+            if entry:
+                out[name] = entry
+        return out
+
+    def graph(self, group: str = "all", depth: int = 0) -> str:
+        """Like ``ansible-inventory --graph``: child groups then hosts, each sorted by name."""
+        indent, child_indent = f"{'  |' * depth}--" if depth else "", f"{'  |' * (depth + 1)}--"
+        lines = [
+            f"{indent}@{group}:",
+            *(self.graph(child, depth + 1) for child in sorted(self.groups[group].children)),
+        ]
+        if group != "all":
+            lines += [child_indent + host for host in sorted(self.groups[group].hosts)]
+        return "\n".join(lines)
+
+    def _resolve(self, body: str, element: str, *, strict: bool) -> set[str]:
+        if not body:
+            raise InventoryError(f"empty host pattern element {element!r}")
+        names, matched = self._match_file(body[1:]) if body.startswith("@") else self._match(body)
+        if strict and not matched:
+            where = ", ".join(self.sources) or "the inventory"
+            raise InventoryError(f"host pattern {element!r} matches no host or group in {where}")
+        return names
+
+    def _match(self, body: str) -> tuple[set[str], bool]:
+        test = _matcher(body)
+        hosts = [h for h in self.hosts if test(h)]
+        groups = [g for g in self.groups if test(g)]
+        names = set(hosts)
+        for group in groups:
+            names.update(self.group_members(group))
+        return names, bool(hosts or groups)
+
+    def _match_file(self, file: str) -> tuple[set[str], bool]:
+        path = Path(file)
+        if not path.is_file():
+            raise InventoryError("limit file not found", file=file)
+        names: set[str] = set()
+        matched = False
+        for line in _read(path).splitlines():
+            entry = line.strip()
+            if entry and not entry.startswith("#"):
+                found, hit = self._match(entry)
+                names |= found
+                matched = matched or hit
+        return names, matched

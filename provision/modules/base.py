@@ -1,0 +1,279 @@
+"""The module contract.
+
+A module is a class with a name, an argument spec and ``run(ctx, args) -> ModuleResult``. It READS the host's
+state first and changes it only when it differs: a module that finds the host already right returns
+``changed=False``. In check mode (``ctx.check``) it must not change anything and returns what it WOULD do
+(``changed=True`` when it would change). With ``ctx.diff`` it fills ``ModuleResult.diff`` (unified diff text).
+
+Modules never build shell strings: they hand :class:`provision.commands.Command` objects to ``ctx.run``,
+and write files with ``ctx.put`` (atomic). Failures: return ``ModuleResult(failed=True, msg=...)`` or raise
+:class:`provision.errors.ModuleError`; never let a foreign exception out.
+
+Arguments are validated twice: statically before any host is contacted (``validate_static``: unknown names,
+missing required ones, bad choices — for values that are not Jinja2 templates), and again on the rendered
+values just before ``run`` (``coerce``: types).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pathlib import Path
+
+from ..commands import Command
+from ..connection import CommandResult, Connection
+from ..errors import ModuleError
+
+REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
+BOOL_TRUE = {"yes", "true", "on", "1", "y"}
+BOOL_FALSE = {"no", "false", "off", "0", "n"}
+# run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
+_BOOTSTRAP = (
+    "import sys;n=int(sys.stdin.buffer.readline());"
+    "exec(compile(sys.stdin.buffer.read(n),'<provision>','exec'))"
+)
+
+
+@dataclass
+class ModuleResult:
+    changed: bool = False
+    failed: bool = False
+    skipped: bool = False
+    msg: str = ""
+    data: dict[str, Any] = field(default_factory=dict)  # returned values: rc, stdout, stderr, path, ...
+    diff: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)  # set_fact / gathered facts: merged into host vars
+    notify: bool = True  # handlers are notified only when changed; kept for modules that never notify
+
+
+@dataclass(frozen=True)
+class Arg:
+    type: str = "str"  # str | int | float | bool | list | dict | path | raw | mode
+    required: bool = False
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    aliases: tuple[str, ...] = ()
+    secret: bool = False  # masked in output
+
+
+class ArgError(ValueError):
+    """Bad module arguments (message names the argument)."""
+
+
+@dataclass
+class ModuleContext:
+    """What a module may use: the host's connection, its vars, and the run's modes."""
+
+    host: str
+    conn: Connection
+    variables: Mapping[str, Any]
+    check: bool = False
+    diff: bool = False
+    become: bool = False
+    environment: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = 1800.0
+    controller_dir: str = "."  # where relative `src` of copy/template is looked up (the playbook's dir)
+    render: Callable[[str], str] | None = None  # renders a template text with the host's vars (template module)
+    progress: Callable[[str], None] | None = None  # for long-running modules: one line of progress
+    evaluate: Callable[[str], Any] | None = None  # evaluates a Jinja2 expression (assert/debug var/when)
+    peer: Callable[[str], Connection] | None = None  # the connection of another inventory host (transfers)
+
+    def run(
+        self,
+        cmd: Command,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        check_rc: bool = False,
+        on_output: Callable[[str], None] | None = None,
+    ) -> CommandResult:
+        if self.environment:
+            cmd = cmd.with_env(self.environment)
+        if self.become and not cmd.become:
+            cmd = Command(cmd.argv, cmd.script, cmd.env, cmd.chdir, True, cmd.become_user)
+        result = self.conn.run(cmd, timeout=timeout or self.timeout, stdin=stdin, on_output=on_output)
+        if check_rc and result.rc != 0:
+            raise ModuleError(
+                self.host,
+                f"command failed (rc={result.rc}): {result.command}\n{result.tail()}",
+                rc=result.rc,
+                stdout=result.stdout,
+                stderr=result.stderr,
+            )
+        return result
+
+    def run_script(
+        self,
+        script: str,
+        *args: object,
+        python: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> CommandResult:
+        """Run one of the package's remote helper scripts (``provision/remote/<script>``) on the host with
+        its Python: the source travels on stdin (``python3 - ARGS``), so nothing is left behind.
+
+        ``stdin``: data for the script (read with ``sys.stdin.buffer.read()``): file content, request bodies,
+        anything that must not appear on the host's process list. The source then travels length-prefixed
+        in front of it and a one-line bootstrap (``python3 -c``) runs it."""
+        source = (REMOTE_DIR / script).read_bytes()
+        interpreter = python or str(self.variables.get("ansible_python_interpreter") or "python3")
+        if stdin is None:
+            return self.run(Command.of(interpreter, "-", *args), stdin=source, timeout=timeout)
+        payload = b"%d\n" % len(source) + source + stdin
+        return self.run(Command.of(interpreter, "-c", _BOOTSTRAP, *args), stdin=payload, timeout=timeout)
+
+    def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        self.conn.put(data, path, mode)
+
+    def get(self, path: str) -> bytes | None:
+        return self.conn.get(path)
+
+    def expand(self, path: str) -> str:
+        return self.conn.expand_path(path)
+
+
+class Module:
+    name: ClassVar[str]
+    args: ClassVar[dict[str, Arg]] = {}
+    free_form: ClassVar[str | None] = None  # `command: echo hi` puts the string into this argument
+    controller_only: ClassVar[bool] = False  # debug/set_fact/fail/assert: no connection needed
+    check_mode_support: ClassVar[bool] = True
+
+    # ---------------------------------------------------------------- validation
+    @classmethod
+    def normalize(cls, raw: Any) -> dict[str, Any]:
+        """Turn the task's module value (dict, free-form string, or None) into a dict of arguments."""
+        if raw is None:
+            return {}
+        if isinstance(raw, str):
+            if cls.free_form:
+                return {cls.free_form: raw}
+            return parse_kv(raw)
+        if isinstance(raw, Mapping):
+            return dict(raw)
+        raise ArgError(f"arguments of {cls.name} must be a mapping, got {type(raw).__name__}")
+
+    @classmethod
+    def validate_static(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> dict[str, Any]:
+        """Check names, required arguments and choices. Returns args with aliases resolved."""
+        resolved: dict[str, Any] = {}
+        alias_of = {a: n for n, spec in cls.args.items() for a in spec.aliases}
+        for key, value in args.items():
+            name = alias_of.get(key, key)
+            if name not in cls.args:
+                known = ", ".join(sorted(cls.args)) or "none"
+                raise ArgError(f"{cls.name}: unknown argument {key!r} (known: {known})")
+            resolved[name] = value
+        for name, spec in cls.args.items():
+            if spec.required and name not in resolved:
+                raise ArgError(f"{cls.name}: missing required argument {name!r}")
+            if name in resolved and spec.choices and not is_template(resolved[name]):
+                value = resolved[name]
+                if spec.type == "bool":
+                    value = to_bool(value, name)
+                if value not in spec.choices:
+                    raise ArgError(f"{cls.name}: {name}={value!r} is not one of {list(spec.choices)}")
+        cls.check_combination(resolved, is_template)
+        return resolved
+
+    @classmethod
+    def check_combination(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> None:
+        """Override for mutually exclusive/required-together arguments."""
+
+    @classmethod
+    def coerce(cls, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply defaults and types to rendered arguments."""
+        out: dict[str, Any] = {}
+        for name, spec in cls.args.items():
+            if name in args and args[name] is not None:
+                out[name] = _coerce(args[name], spec, f"{cls.name}: {name}")
+            else:
+                out[name] = spec.default
+            if spec.choices and out[name] is not None and out[name] not in spec.choices:
+                raise ArgError(f"{cls.name}: {name}={out[name]!r} is not one of {list(spec.choices)}")
+        return out
+
+    # ---------------------------------------------------------------- execution
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        raise NotImplementedError
+
+
+def to_bool(value: Any, name: str = "value") -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in BOOL_TRUE:
+        return True
+    if text in BOOL_FALSE:
+        return False
+    raise ArgError(f"{name}: {value!r} is not a boolean")
+
+
+def _coerce(value: Any, spec: Arg, name: str) -> Any:
+    try:
+        if spec.type in ("str", "path"):
+            if isinstance(value, (dict, list)):
+                raise ArgError(f"{name} must be a string")
+            return str(value)
+        if spec.type == "int":
+            return int(value)
+        if spec.type == "float":
+            return float(value)
+        if spec.type == "bool":
+            return to_bool(value, name)
+        if spec.type == "list":
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, (list, tuple)):
+                return list(value)
+            return [value]
+        if spec.type == "dict":
+            if not isinstance(value, Mapping):
+                raise ArgError(f"{name} must be a mapping")
+            return dict(value)
+        if spec.type == "mode":
+            return parse_mode(value)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ArgError):
+            raise
+        raise ArgError(f"{name}: {value!r} is not a valid {spec.type}") from None
+    return value
+
+
+def parse_mode(value: Any) -> int:
+    """Ansible-style mode: '0644', '644', 0o644 (int as YAML gives it), 'u=rw,g=r,o=r' is not supported."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if not text or any(c not in "01234567" for c in text):
+        raise ArgError(f"mode {value!r} must be octal like '0644'")
+    return int(text, 8)
+
+
+def parse_kv(text: str) -> dict[str, Any]:
+    """Parse Ansible's ``k=v k2='v 2'`` argument strings (ad hoc ``-a`` and string module args)."""
+    import shlex
+
+    out: dict[str, Any] = {}
+    for word in shlex.split(text):
+        if "=" not in word:
+            raise ArgError(f"expected key=value, got {word!r}")
+        key, value = word.split("=", 1)
+        out[key] = value
+    return out
+
+
+REGISTRY: dict[str, type[Module]] = {}
+
+
+def register(cls: type[Module]) -> type[Module]:
+    REGISTRY[cls.name] = cls
+    REGISTRY[f"ansible.builtin.{cls.name}"] = cls
+    return cls
+
+
+def lookup(name: str) -> type[Module] | None:
+    return REGISTRY.get(name)

@@ -1,0 +1,129 @@
+"""Controller-only modules: ``debug``, ``set_fact``, ``fail`` and ``assert``. They touch no host: they
+read and set variables through the context (``ctx.evaluate``: a Jinja2 expression with the host's vars)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import ProvisionError, TemplateError
+from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, register
+
+UNDEFINED = "VARIABLE IS NOT DEFINED!"
+
+
+def _evaluate(ctx: ModuleContext, expr: str) -> Any:
+    if ctx.evaluate is None:
+        raise ProvisionError("no expression evaluator in this context")
+    return ctx.evaluate(expr)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, indent=4, sort_keys=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def truthy(value: Any) -> bool:
+    """Jinja2 truth, with Ansible's reading of strings: 'false', 'no', 'off', '0' and '' are false."""
+    if isinstance(value, str):
+        return value.strip().lower() not in BOOL_FALSE | {"", "none"}
+    return bool(value)
+
+
+@register
+class Debug(Module):
+    name = "debug"
+    controller_only = True
+    args = {"msg": Arg("raw"), "var": Arg(), "verbosity": Arg("int", default=0)}
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if "msg" in args and "var" in args:
+            raise ArgError("debug: msg and var are mutually exclusive")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        var = args["var"]
+        if var is None:
+            msg = args["msg"] if args["msg"] is not None else "Hello world!"
+            return ModuleResult(msg=_text(msg), data={"verbosity": args["verbosity"]})
+        try:
+            value = _evaluate(ctx, var)
+        except TemplateError as exc:
+            value = UNDEFINED if "undefined" in str(exc).lower() else f"{UNDEFINED} ({exc})"
+        except Exception as exc:  # the evaluator is the executor's: keep its failures inside the task
+            return ModuleResult(failed=True, msg=f"debug: cannot evaluate {var!r}: {exc}")
+        return ModuleResult(msg=f"{var}: {_text(value)}", data={var: value, "verbosity": args["verbosity"]})
+
+
+@register
+class SetFact(Module):
+    name = "set_fact"
+    controller_only = True
+    args = {"cacheable": Arg("bool", default=False)}
+
+    @classmethod
+    def validate_static(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> dict[str, Any]:
+        names = [k for k in args if k != "cacheable"]
+        if not names:
+            raise ArgError("set_fact: give at least one name: value")
+        for key in names:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise ArgError(f"set_fact: {key!r} is not a valid variable name")
+        return dict(args)
+
+    @classmethod
+    def coerce(cls, args: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(args)
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        facts = {k: v for k, v in args.items() if k != "cacheable"}
+        return ModuleResult(facts=facts, data={"ansible_facts": facts})
+
+
+@register
+class Fail(Module):
+    name = "fail"
+    controller_only = True
+    args = {"msg": Arg("raw", default="Failed as requested from task")}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return ModuleResult(failed=True, msg=_text(args["msg"]))
+
+
+@register
+class Assert(Module):
+    name = "assert"
+    controller_only = True
+    args = {
+        "that": Arg("raw", required=True),
+        "fail_msg": Arg("raw", aliases=("msg",)),
+        "success_msg": Arg("raw", default="All assertions passed"),
+        "quiet": Arg("bool", default=False),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        that = args["that"]
+        checks = that if isinstance(that, list) else [that]
+        for expr in checks:
+            if isinstance(expr, str):
+                try:
+                    ok = truthy(_evaluate(ctx, expr))
+                except Exception as exc:  # undefined vars, syntax errors: the assertion fails with why
+                    return ModuleResult(
+                        failed=True,
+                        msg=f"assertion {expr!r} could not be evaluated: {exc}",
+                        data={"assertion": expr, "evaluated_to": None},
+                    )
+            else:
+                ok = truthy(expr)
+            if not ok:
+                fail_msg = args["fail_msg"]
+                msg = _text(fail_msg) if fail_msg is not None else f"Assertion failed: {expr}"
+                return ModuleResult(failed=True, msg=msg, data={"assertion": expr, "evaluated_to": False})
+        msg = "" if args["quiet"] else _text(args["success_msg"])
+        return ModuleResult(msg=msg, data={"evaluated_to": True})

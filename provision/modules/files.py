@@ -1,0 +1,336 @@
+"""``file``, ``copy`` and ``template``: one command reads the state (``remote/file_state.py stat``), at most
+one changes it (``apply``), and file content is written atomically (``ctx.put``, or the helper's ``write``
+under ``become`` so that sudo applies). A converged run costs exactly one command."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import hashlib
+import json
+import os
+import posixpath
+import time
+from typing import Any
+
+from ..errors import ModuleError, TemplateError
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+
+HELPER = "file_state.py"
+DIFF_LIMIT = 1 << 20  # old content is fetched for --diff only up to this size
+
+
+# ------------------------------------------------------------------------------------------ remote helper
+def helper(ctx: ModuleContext, action: str, request: dict[str, Any], stdin: bytes | None = None) -> Any:
+    """Run one action of the file-state helper; its JSON answer, or ModuleError with the reason."""
+    result = ctx.run_script(HELPER, action, json.dumps(request), stdin=stdin)
+    lines = result.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if result.rc != 0 or answer is None:
+        reason = answer.get("msg") if isinstance(answer, dict) else result.tail()
+        raise ModuleError(ctx.host, f"{action} failed (rc={result.rc}): {reason}", rc=result.rc)
+    return answer
+
+
+def remote_stat(ctx: ModuleContext, paths: list[str], **request: Any) -> list[dict[str, Any]]:
+    """States of ``paths`` in one command (options: follow, hash, glob, want, content_limit)."""
+    return list(helper(ctx, "stat", {"paths": paths, **request}))
+
+
+def remote_apply(ctx: ModuleContext, ops: list[dict[str, Any]]) -> None:
+    helper(ctx, "apply", {"ops": ops})
+
+
+def write_file(ctx: ModuleContext, path: str, data: bytes, mode: int | None) -> None:
+    """Atomic write; with become it goes through the helper (sudo), else the connection's ``put``."""
+    if ctx.become:
+        helper(ctx, "write", {"path": path, "mode": mode}, stdin=data)
+    else:
+        ctx.put(data, path, mode)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def fmt_mode(mode: int | None) -> str | None:
+    return None if mode is None else format(mode, "04o")
+
+
+def attr_changes(st: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """The attributes (mode, owner, group) that differ from the wanted ones; all wanted ones when missing."""
+    out: dict[str, Any] = {}
+    for key in ("mode", "owner", "group"):
+        want = args.get(key)
+        if want is not None and (not st.get("exists") or st.get(key) != want):
+            out[key] = want
+    return out
+
+
+def text_diff(before: bytes | None, after: bytes | None, path: str) -> str | None:
+    """Unified diff of two texts; None for binary content."""
+    texts = []
+    for blob in (before or b"", after or b""):
+        if b"\0" in blob:
+            return None
+        try:
+            texts.append(blob.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    lines = difflib.unified_diff(
+        texts[0].splitlines(), texts[1].splitlines(), f"before: {path}", f"after: {path}", lineterm=""
+    )
+    text = "\n".join(lines)
+    return text + "\n" if text else ""
+
+
+def state_diff(before: dict[str, Any], after: dict[str, Any], path: str) -> str:
+    def lines(d: dict[str, Any]) -> list[str]:
+        return [f"{k}: {v}" for k, v in d.items() if v is not None]
+
+    text = "\n".join(
+        difflib.unified_diff(lines(before), lines(after), f"before: {path}", f"after: {path}", lineterm="")
+    )
+    return text + "\n" if text else ""
+
+
+def read_controller_file(ctx: ModuleContext, src: str) -> tuple[str, bytes]:
+    path = os.path.join(ctx.controller_dir, os.path.expanduser(src))
+    if os.path.isdir(path):
+        raise ModuleError(ctx.host, f"src {path} is a directory: only single files are supported")
+    try:
+        with open(path, "rb") as fh:
+            return path, fh.read()
+    except OSError as exc:
+        raise ModuleError(ctx.host, f"could not read src={path}: {exc.strerror or exc}") from None
+
+
+def parse_time(value: str | None, fmt: str, name: str) -> str | float | None:
+    """``preserve`` → None (leave as is), ``now``, or a timestamp in ``fmt`` → epoch seconds (local time)."""
+    if value is None or value == "preserve":
+        return None
+    if value == "now":
+        return "now"
+    try:
+        return float(time.mktime(time.strptime(value, fmt)))
+    except ValueError:
+        raise ArgError(f"{name}={value!r} is not 'preserve', 'now' or a time like {fmt!r}") from None
+
+
+# ------------------------------------------------------------------------------------------------- file
+@register
+class File(Module):
+    name = "file"
+    args = {
+        "path": Arg("path", required=True, aliases=("dest", "name")),
+        "state": Arg(choices=("file", "directory", "touch", "absent", "link")),
+        "mode": Arg("mode"),
+        "owner": Arg(),
+        "group": Arg(),
+        "src": Arg("path"),
+        "force": Arg("bool", default=False),
+        "modification_time": Arg(),
+        "modification_time_format": Arg(default="%Y%m%d%H%M.%S"),
+        "access_time": Arg(),
+        "access_time_format": Arg(default="%Y%m%d%H%M.%S"),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("state") == "link" and not args.get("src"):
+            raise ArgError("file: state=link needs src")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        path, state = args["path"], args["state"]
+        default_time = "now" if state == "touch" else "preserve"
+        try:
+            mtime = parse_time(
+                args["modification_time"] or default_time,
+                args["modification_time_format"],
+                "modification_time",
+            )
+            atime = parse_time(args["access_time"] or default_time, args["access_time_format"], "access_time")
+        except ArgError as exc:
+            return ModuleResult(failed=True, msg=str(exc))
+        paths = [path]
+        if state == "link":
+            src = args["src"]
+            paths.append(src if src.startswith(("/", "~")) else posixpath.join(posixpath.dirname(path), src))
+        states = remote_stat(ctx, paths, follow=state not in ("link", "absent"))
+        st = states[0]
+        if state is None:
+            state = "directory" if st.get("ftype") == "directory" else "file"
+        before = {"state": _current(st), "mode": fmt_mode(st.get("mode")), "src": st.get("target")}
+        if state == "absent":
+            ops = [{"op": "absent", "path": path}] if st["exists"] else []
+        elif state == "link":
+            ops = self._link(ctx, path, args, st, states[1])
+        else:
+            ops = self._node(ctx, path, state, args, st, {"mtime": mtime, "atime": atime})
+        after = dict(before, state=state)
+        if state == "link":
+            after.update(src=args["src"], mode=None)
+        elif state != "absent":
+            after["mode"] = fmt_mode(args["mode"]) or before["mode"]
+        else:
+            after.update(mode=None, src=None)
+        result = ModuleResult(changed=bool(ops), data={"path": path, "state": state, "mode": after["mode"]})
+        if ctx.diff and ops:
+            result.diff = state_diff(before, after, path)
+        if ops and not ctx.check:
+            remote_apply(ctx, ops)
+        return result
+
+    @staticmethod
+    def _node(
+        ctx: ModuleContext,
+        path: str,
+        state: str,
+        args: dict[str, Any],
+        st: dict[str, Any],
+        times: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        ops: list[dict[str, Any]] = []
+        kind = st.get("ftype")
+        if st["exists"] and kind is None:
+            raise ModuleError(ctx.host, f"{path} is a dangling symlink (to {st.get('target')})")
+        if state == "directory":
+            if st["exists"] and kind != "directory":
+                raise ModuleError(ctx.host, f"{path} exists and is a {kind}, not a directory")
+            if not st["exists"]:
+                ops.append({"op": "mkdir", "path": path})
+        elif state == "file":
+            if not st["exists"]:
+                raise ModuleError(ctx.host, f"file ({path}) is absent, cannot continue")
+            if kind == "directory":
+                raise ModuleError(ctx.host, f"file ({path}) is directory, cannot continue")
+        elif state == "touch" and not st["exists"]:
+            ops.append({"op": "touch", "path": path})
+        attrs = attr_changes(st, args)
+        for key, value in times.items():
+            if value == "now" or (value is not None and abs(value - st.get(key, -1.0)) > 1e-3):
+                attrs[key] = value
+        if attrs:
+            ops.append({"op": "attrs", "path": path, **attrs})
+        return ops
+
+    @staticmethod
+    def _link(
+        ctx: ModuleContext, path: str, args: dict[str, Any], st: dict[str, Any], src_st: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        src, force = args["src"], args["force"]
+        if st.get("type") == "link" and st.get("target") == src:
+            return []
+        if not src_st["exists"] and not force:
+            msg = f"src file does not exist, use force=yes if you really want to create the link: {src}"
+            raise ModuleError(ctx.host, msg)
+        if st["exists"] and st["type"] != "link" and not force:
+            raise ModuleError(ctx.host, f"refusing to convert from {st['type']} to symlink for {path}")
+        if not st["parent"]:
+            raise ModuleError(ctx.host, f"parent directory of {path} does not exist")
+        return [{"op": "link", "path": path, "src": src}]
+
+
+def _current(st: dict[str, Any]) -> str:
+    if not st["exists"]:
+        return "absent"
+    return {"link": "link", "directory": "directory"}.get(st["type"], "file")
+
+
+# ------------------------------------------------------------------------------------------ copy/template
+def converge_file(
+    ctx: ModuleContext, dest: str, data: bytes, args: dict[str, Any], src_name: str | None = None
+) -> ModuleResult:
+    """Make ``dest`` hold ``data`` with the wanted attributes: one stat, then a write and/or attrs change."""
+    into_dir = dest.endswith("/")
+    if into_dir and not src_name:
+        return ModuleResult(failed=True, msg=f"can not use content with a dir as dest: {dest}")
+    inner = posixpath.join(dest, posixpath.basename(src_name)) if src_name else None
+    paths = [inner] if into_dir and inner else [dest] + ([inner] if inner else [])
+    sha = hashlib.sha256(data).hexdigest()
+    limit = DIFF_LIMIT if ctx.diff else 0
+    states = remote_stat(ctx, paths, hash=True, want=sha, content_limit=limit)
+    st, target = states[0], paths[0]
+    if not into_dir and st.get("ftype") == "directory":
+        if inner is None:
+            return ModuleResult(failed=True, msg=f"can not use content with a dir as dest: {dest}")
+        st, target = states[1], inner
+    if st.get("ftype") == "directory":
+        return ModuleResult(failed=True, msg=f"dest {target} is a directory")
+    if not st["parent"]:
+        parent = posixpath.dirname(target.rstrip("/")) or "."
+        return ModuleResult(failed=True, msg=f"Destination directory {parent} does not exist")
+    data_info = {"dest": target, "checksum": sha, "size": len(data)}
+    if src_name:
+        data_info["src"] = src_name
+    if st["exists"] and not args.get("force", True):
+        return ModuleResult(msg="dest exists and force=no: left as it is", data=data_info)
+    write = not st["exists"] or st.get("sha256") != sha
+    attrs = attr_changes(st, args)
+    mode = args.get("mode")
+    data_info["mode"] = fmt_mode(mode if mode is not None else st.get("mode", 0o644))
+    result = ModuleResult(changed=write or bool(attrs), data=data_info)
+    if ctx.diff and write:
+        old = base64.b64decode(st["content"]) if "content" in st else (b"" if not st["exists"] else None)
+        result.diff = text_diff(old, data, target) if old is not None else None
+    if ctx.check or not result.changed:
+        return result
+    if write:
+        write_file(ctx, target, data, args.get("mode"))
+        attrs.pop("mode", None)
+    if attrs:
+        remote_apply(ctx, [{"op": "attrs", "path": target, **attrs}])
+    return result
+
+
+FILE_ARGS = {
+    "dest": Arg("path", required=True),
+    "mode": Arg("mode"),
+    "owner": Arg(),
+    "group": Arg(),
+    "force": Arg("bool", default=True),
+}
+
+
+@register
+class Copy(Module):
+    name = "copy"
+    args = {"content": Arg("raw"), "src": Arg("path"), **FILE_ARGS}
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if ("content" in args) == ("src" in args):
+            raise ArgError("copy: give exactly one of content or src")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        content, src = args["content"], args["src"]
+        if src is not None:
+            _, data = read_controller_file(ctx, src)
+        elif isinstance(content, (dict, list)):
+            data = json.dumps(content).encode()
+        elif isinstance(content, bytes):
+            data = content
+        else:
+            data = ("" if content is None else str(content)).encode()
+        return converge_file(ctx, args["dest"], data, args, src_name=src)
+
+
+@register
+class Template(Module):
+    name = "template"
+    args = {"src": Arg("path", required=True), **FILE_ARGS}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if ctx.render is None:
+            return ModuleResult(failed=True, msg="template: no template renderer in this context")
+        path, raw = read_controller_file(ctx, args["src"])
+        try:
+            text = ctx.render(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            return ModuleResult(failed=True, msg=f"template {path} is not UTF-8 text")
+        except TemplateError as exc:
+            return ModuleResult(failed=True, msg=f"template {path}: {exc}")
+        return converge_file(ctx, args["dest"], text.encode("utf-8"), args, src_name=args["src"])
+
+
+__all__ = ["Copy", "File", "Template", "converge_file", "remote_apply", "remote_stat", "write_file"]

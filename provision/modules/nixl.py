@@ -1,0 +1,347 @@
+"""NIXL checks: ``nixl_smoke`` (the seed's gate: the plugins load) and ``nixl_transfer`` (a real KV-style
+transfer between two hosts, verified and measured).
+
+Both run the package's remote helpers (``provision/remote/nixl_probe.py``, ``nixl_transfer.py``) with the
+venv's Python on the host; they change nothing on the hosts (temp files are removed), so they run in check
+mode too and always report ``changed: false``.
+
+``nixl_transfer`` runs on the INITIATOR (prefill) host and WRITEs into the ``target`` (decode) host's memory,
+as SGLang's prefill does::
+
+    controller                  target host (decode)                  initiator host (prefill)
+    put script ─────────────▶  nixl_transfer.py target --detach
+    get meta.json ◀──────────  (agent metadata + buffer descriptors)
+    put meta.json ─────────────────────────────────────────────▶  nixl_transfer.py initiator
+                                ◀═══════ UCX: K verified WRITEs ══════  (UCX_PROTO_INFO=y)
+    get result.json ◀────────  verified per iteration                JSON: GB/s; stderr: UCX's table
+
+Metadata travels over the controller's connections: no port is needed besides UCX's own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from ..commands import Command
+from ..connection import CommandResult, Connection
+from ..errors import HostError, ModuleError
+from ..ucx import check_ucx_env, default_min_gbps, parse_proto_info, split_list, ucx_env
+from .base import REMOTE_DIR, Arg, Module, ModuleContext, ModuleResult, register
+
+LINKS = ("nvlink", "pcie", "cross-host", "loopback")
+POLL_SECONDS = 0.2
+
+
+def venv_python(ctx_or_conn: ModuleContext | Connection, venv: str) -> str:
+    expand = ctx_or_conn.expand if isinstance(ctx_or_conn, ModuleContext) else ctx_or_conn.expand_path
+    return expand(venv.rstrip("/")) + "/bin/python"
+
+
+def parse_report(result: CommandResult) -> dict[str, Any] | None:
+    """The helper's one JSON object (the last stdout line that parses as one)."""
+    for line in reversed(result.stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def helper_failed(what: str, python: str, result: CommandResult) -> ModuleResult:
+    if result.rc in (126, 127) or "No such file" in result.stderr:
+        msg = f"{what}: cannot run {python} (rc={result.rc}): is the venv there? {result.tail(5)}"
+    else:
+        msg = f"{what} printed no JSON (rc={result.rc}):\n{result.tail()}"
+    return ModuleResult(
+        failed=True, msg=msg, data={"rc": result.rc, "stdout": result.stdout, "stderr": result.stderr}
+    )
+
+
+# ------------------------------------------------------------------------------------------------ smoke
+@register
+class NixlSmoke(Module):
+    """Import nixl, list its plugins, require ``backends`` (and VRAM support on GPU hosts)."""
+
+    name = "nixl_smoke"
+    args = {
+        "venv": Arg("path", required=True),
+        "backends": Arg("list", default=("UCX",)),
+        "require_vram": Arg("bool", default=False),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        python = venv_python(ctx, args["venv"])
+        backends = [str(b) for b in args["backends"]] or ["UCX"]
+        probe_args: list[object] = ["--backends", ",".join(backends)]
+        if args["require_vram"]:
+            probe_args.append("--require-vram")
+        result = ctx.run_script("nixl_probe.py", *probe_args, python=python, timeout=120)
+        report = parse_report(result)
+        if report is None:
+            return helper_failed("the NIXL probe", python, result)
+        data = {
+            "nixl_version": report.get("nixl_version"),
+            "variant": report.get("variant"),
+            "plugins": report.get("plugins", []),
+            "mem_types": report.get("mem_types", {}),
+            "import_seconds": report.get("import_seconds"),
+            "plugin_dir": report.get("plugin_dir"),
+        }
+        if not report.get("ok"):
+            msg = f"NIXL smoke test failed: {report.get('error')}"
+            if report.get("hint"):
+                msg += f" — {report['hint']}"
+            return ModuleResult(failed=True, msg=msg, data={**data, "report": report})
+        mems = "; ".join(f"{b} {','.join(m)}" for b, m in data["mem_types"].items())
+        msg = f"nixl {data['nixl_version']} ({data['variant']}): {mems}; import {data['import_seconds']}s"
+        return ModuleResult(changed=False, msg=msg, data=data)
+
+
+# --------------------------------------------------------------------------------------------- transfer
+@register
+class NixlTransfer(Module):
+    """A verified, timed NIXL WRITE from this host (prefill) into ``target``'s memory (decode)."""
+
+    name = "nixl_transfer"
+    args = {
+        "venv": Arg("path", required=True),
+        "target": Arg("str", required=True),
+        "size_mb": Arg("int", default=64),
+        "mem": Arg("str", default="dram", choices=("dram", "vram")),
+        "src_gpu": Arg("int", default=0),
+        "dst_gpu": Arg("int", default=0),
+        "iters": Arg("int", default=4),
+        "min_gbps": Arg("float"),
+        "link": Arg("str", choices=LINKS),
+        "ucx_tls": Arg("raw"),
+        "ucx_net_devices": Arg("raw"),
+        "timeout": Arg("float", default=120.0),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if ctx.peer is None:
+            return ModuleResult(
+                failed=True, msg="nixl_transfer needs the target's connection (no peers here)"
+            )
+        if args["size_mb"] <= 0 or args["iters"] <= 0:
+            return ModuleResult(failed=True, msg="nixl_transfer: size_mb and iters must be positive")
+        peer = ctx.peer(args["target"])
+        same_host = args["target"] == ctx.host or _same_machine(ctx.conn, peer)
+        link = args["link"] or _default_link(args["mem"], same_host)
+        floor = args["min_gbps"] if args["min_gbps"] is not None else default_min_gbps(link)
+
+        ucx_vars = {
+            "ucx_tls": _first(args["ucx_tls"], ctx.environment.get("UCX_TLS"), ctx.variables.get("ucx_tls")),
+            "ucx_net_devices": _first(
+                args["ucx_net_devices"],
+                ctx.environment.get("UCX_NET_DEVICES"),
+                ctx.variables.get("ucx_net_devices"),
+            ),
+        }
+        problems = check_ucx_env(
+            split_list(ucx_vars["ucx_tls"]),
+            split_list(ucx_vars["ucx_net_devices"]),
+            same_host_gpu_pair=same_host and args["mem"] == "vram",
+        )
+        errors = [p.message for p in problems if p.level == "error"]
+        if errors:
+            return ModuleResult(failed=True, msg="UCX environment: " + "; ".join(errors))
+        run = _Run(ctx, peer, args, {**ctx.environment, **ucx_env(ucx_vars)})
+        try:
+            result = run.execute()
+        finally:
+            run.cleanup()
+        result.data.update(floor=floor, link=link, same_host=same_host)
+        result.data["warnings"] = [p.message for p in problems]
+        return _judge(result, floor, link, args, ctx.host)
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None and v != ""), None)
+
+
+def _default_link(mem: str, same_host: bool) -> str:
+    if not same_host:
+        return "cross-host"
+    return "loopback" if mem == "dram" else "pcie"
+
+
+def _machine_id(conn: Connection) -> str | None:
+    try:
+        result = conn.run(Command.of("cat", "/etc/machine-id"), timeout=30)
+    except HostError:
+        return None
+    return (result.stdout.strip() or None) if result.rc == 0 else None
+
+
+def _same_machine(a: Connection, b: Connection) -> bool:
+    """Two inventory hosts on one machine (a same-host GPU pair: cuda_ipc applies)."""
+    mine = _machine_id(a)
+    return mine is not None and mine == _machine_id(b)
+
+
+def _judge(result: ModuleResult, floor: float, link: str, args: dict[str, Any], host: str) -> ModuleResult:
+    if result.failed:
+        return result
+    d = result.data
+    kind = args["mem"].upper()
+    over = f" over {', '.join(d['transports'])}" if d["transports"] else ""
+    head = f"{args['size_mb']} MiB {kind}→{kind} {host}→{args['target']}"
+    figures = f"best {d['gbps_best']:.2f} GB/s (median {d['gbps_median']:.2f}){over}"
+    if not d["verified"]:
+        return ModuleResult(failed=True, msg=f"{head}: {figures}, but the bytes did NOT verify", data=d)
+    if d["gbps_best"] < floor:
+        hint = ""
+        if args["mem"] == "vram" and d.get("same_host") and not any("cuda_ipc" in t for t in d["transports"]):
+            hint = " — UCX did not use cuda_ipc (check UCX_TLS)"
+        msg = f"{head}: {figures} is below the floor of {floor:g} GB/s for a {link} link{hint}"
+        return ModuleResult(failed=True, msg=msg, data=d)
+    return ModuleResult(changed=False, msg=f"{head}: {figures}, bytes verified", data=d)
+
+
+class _Run:
+    """One transfer: files under ``~/.provision/nixl-<id>-{t,i}`` on each side, removed afterwards."""
+
+    def __init__(
+        self, ctx: ModuleContext, peer: Connection, args: dict[str, Any], env: dict[str, str]
+    ) -> None:
+        self.ctx, self.peer, self.args, self.env = ctx, peer, args, env
+        tag = uuid.uuid4().hex[:10]
+        self.tdir = peer.expand_path(f"~/.provision/nixl-{tag}-t")
+        self.idir = ctx.expand(f"~/.provision/nixl-{tag}-i")
+        self.size = args["size_mb"] * 1024 * 1024
+        self.deadline = time.monotonic() + args["timeout"]
+        self.source = (REMOTE_DIR / "nixl_transfer.py").read_bytes()
+        self.target_pid: int | None = None
+        self.finished = False
+
+    def progress(self, line: str) -> None:
+        if self.ctx.progress:
+            self.ctx.progress(line)
+
+    def execute(self) -> ModuleResult:
+        meta, failure = self.start_target()
+        if failure:
+            return failure
+        assert meta is not None
+        self.ctx.run(Command.of("mkdir", "-p", "-m", "700", self.idir), check_rc=True, timeout=30)
+        self.ctx.put(meta, f"{self.idir}/meta.json", 0o600)
+        self.progress(f"writing {self.args['size_mb']} MiB x {self.args['iters']} into {self.args['target']}")
+        python = venv_python(self.ctx, self.args["venv"])
+        cmd = Command.of(
+            python,
+            "-",
+            "initiator",
+            "--meta-in",
+            f"{self.idir}/meta.json",
+            *self.common(self.args["src_gpu"]),
+        ).with_env({**self.env, "UCX_PROTO_INFO": "y"})
+        result = self.ctx.run(cmd, stdin=self.source, timeout=self.args["timeout"] + 30)
+        report = parse_report(result)
+        if report is None:
+            return helper_failed("the NIXL initiator", python, result)
+        target = self.wait_target_result()
+        data: dict[str, Any] = {
+            "gbps_best": report.get("gbps_best"),
+            "gbps_median": report.get("gbps_median"),
+            "size_bytes": self.size,
+            "mem": self.args["mem"],
+            "mem_types": report.get("mem_types"),
+            "transports": parse_proto_info(result.stderr),
+            "iterations": report.get("iterations", []),
+            "verified": bool(report.get("verified")) and bool(target and target.get("verified")),
+            "target_result": target,
+        }
+        if not report.get("ok") or not target:
+            why = report.get("error") or (target or {}).get("error") or "the target wrote no result"
+            tail = "\n".join(line for line in result.stderr.splitlines()[-8:] if "| " not in line)
+            return ModuleResult(
+                failed=True, msg=f"NIXL transfer to {self.args['target']} failed: {why}\n{tail}", data=data
+            )
+        self.finished = True
+        return ModuleResult(data=data)
+
+    def common(self, gpu: int) -> list[object]:
+        a = self.args
+        return [
+            "--size",
+            self.size,
+            "--mem",
+            a["mem"],
+            "--gpu",
+            gpu,
+            "--iters",
+            a["iters"],
+            "--timeout",
+            a["timeout"],
+        ]
+
+    def start_target(self) -> tuple[bytes | None, ModuleResult | None]:
+        """Launch the target detached on the peer; wait for its metadata (or its early failure)."""
+        peer, t = self.peer, self.tdir
+        self.progress(f"starting the NIXL target on {self.args['target']}")
+        _check(peer, Command.of("mkdir", "-p", "-m", "700", t))
+        peer.put(self.source, f"{t}/nixl_transfer.py", 0o700)
+        python = venv_python(peer, self.args["venv"])
+        cmd = Command.of(
+            python, f"{t}/nixl_transfer.py", "target", "--meta-out", f"{t}/meta.json",
+            "--result-out", f"{t}/result.json", *self.common(self.args["dst_gpu"]),
+            "--detach", "--log", f"{t}/target.log",
+        ).with_env(self.env)  # fmt: skip
+        launched = peer.run(cmd, timeout=60)
+        report = parse_report(launched)
+        if launched.rc != 0 or report is None:
+            return None, helper_failed(f"starting the NIXL target on {self.args['target']}", python, launched)
+        self.target_pid = int(report["pid"])
+        while time.monotonic() < self.deadline:
+            meta = peer.get(f"{t}/meta.json")
+            if meta is not None:
+                return meta, None
+            failed = peer.get(f"{t}/result.json")
+            if failed is not None:
+                return None, self.target_failed(json.loads(failed))
+            time.sleep(POLL_SECONDS)
+        return None, self.target_failed({"error": f"no metadata within {self.args['timeout']:g}s"})
+
+    def target_failed(self, result: dict[str, Any]) -> ModuleResult:
+        log = (self.peer.get(f"{self.tdir}/target.log") or b"").decode(errors="replace")
+        tail = "\n".join(log.strip().splitlines()[-8:])
+        error = result.get("error") or "; ".join(result.get("errors", [])) or "unknown error"
+        msg = f"the NIXL target on {self.args['target']} failed: {error}"
+        if "NIXL_ERR_BACKEND" in error + log:
+            msg += " (UCX backend creation failed: check UCX_TLS includes tcp and UCX_NET_DEVICES)"
+        return ModuleResult(failed=True, msg=f"{msg}\n{tail}".rstrip(), data={"target_result": result})
+
+    def wait_target_result(self) -> dict[str, Any] | None:
+        deadline = min(self.deadline, time.monotonic() + 15)
+        while True:
+            raw = self.peer.get(f"{self.tdir}/result.json")
+            if raw is not None:
+                value = json.loads(raw)
+                return value if isinstance(value, dict) else None
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(POLL_SECONDS)
+
+    def cleanup(self) -> None:
+        """Stop a target still running (only if /proc shows it is ours) and remove both temp dirs."""
+        try:
+            if self.target_pid and not self.finished:
+                proc = self.peer.run(Command.of("cat", f"/proc/{self.target_pid}/cmdline"), timeout=30)
+                if self.tdir in proc.stdout:
+                    self.peer.run(Command.of("kill", str(self.target_pid)), timeout=30)
+            self.peer.run(Command.of("rm", "-rf", self.tdir), timeout=60)
+            self.ctx.run(Command.of("rm", "-rf", self.idir), timeout=60)
+        except HostError:
+            pass  # cleanup must not hide the transfer's own result
+
+
+def _check(conn: Connection, cmd: Command) -> None:
+    result = conn.run(cmd, timeout=30)
+    if result.rc != 0:
+        raise ModuleError(conn.name, f"command failed (rc={result.rc}): {result.command}\n{result.tail()}")

@@ -1,0 +1,137 @@
+"""Planning: everything that can be known before any host is contacted.
+
+``check_plan`` runs after the inventory and the playbook are loaded and before the first connection. It
+resolves every play's hosts (an unknown pattern is an error), checks ``--start-at-task``, and finds
+variables that are undefined for some host: a name used by a task's templates that is not an inventory
+var, play var, extra var, magic var, fact, registered result or set_fact of the play, loop variable or task
+var. Names guarded by ``is defined`` / ``| default(...)`` are allowed. Template files used by ``template``
+tasks are parsed too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.nodes
+
+from . import templating
+from .errors import InputError, PlaybookError, TemplateError
+from .inventory import Inventory
+from .playbook import Play, Task
+
+MAGIC_VARS = {
+    "inventory_hostname", "inventory_hostname_short", "group_names", "groups", "hostvars", "ansible_check_mode",
+    "ansible_diff_mode", "playbook_dir", "ansible_play_hosts", "ansible_play_batch", "play_hosts",
+    "ansible_facts", "omit", "item", "ansible_loop_var",
+}  # fmt: skip
+
+
+def guarded_names(source: str) -> set[str]:
+    """Names that a template only uses behind ``is defined`` / ``is undefined`` / ``default``."""
+    try:
+        ast = templating.ENV.parse(source)
+    except jinja2.TemplateSyntaxError:
+        return set()
+    out: set[str] = set()
+    for node in ast.find_all((jinja2.nodes.Test, jinja2.nodes.Filter)):
+        guard = (isinstance(node, jinja2.nodes.Test) and node.name in ("defined", "undefined")) or (
+            isinstance(node, jinja2.nodes.Filter) and node.name in ("default", "d")
+        )
+        if not guard:
+            continue
+        target = node.node
+        while isinstance(target, (jinja2.nodes.Getattr, jinja2.nodes.Getitem)):
+            target = target.node
+        if isinstance(target, jinja2.nodes.Name):
+            out.add(target.name)
+    return out
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def task_names(task: Task) -> set[str]:
+    """Free names a task needs, minus the guarded ones."""
+    needed: set[str] = set()
+    for text in _strings([task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify]):
+        if templating.is_template(text):
+            needed |= templating.names_used(text) - guarded_names(text)
+    for expr in (task.when, task.changed_when, task.failed_when, task.until):
+        for item in expr if isinstance(expr, list) else [expr]:
+            if isinstance(item, str):
+                wrapped = f"{{{{ {item} }}}}"
+                needed |= templating.names_used(item, expression=True) - guarded_names(wrapped)
+    return needed
+
+
+def template_source(playbook_dir: str, src: str) -> Path | None:
+    """Where a ``template``/``copy`` ``src`` is found: beside the playbook, in its templates/, or ../templates/."""
+    base = Path(playbook_dir)
+    if Path(src).is_absolute():
+        candidates = [Path(src)]
+    else:
+        candidates = [base / src, base / "templates" / src, base.parent / "templates" / src, base / "files" / src]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
+    src = task.args.get("src")
+    if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
+        return set()
+    path = template_source(playbook_dir, src)
+    if path is None:
+        raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
+    text = path.read_text(encoding="utf-8")
+    try:
+        return templating.names_used(text) - guarded_names(text)
+    except TemplateError as exc:
+        raise TemplateError(exc.msg, file=str(path)) from None
+
+
+def check_plan(
+    plays: list[Play], inventory: Inventory, extra_vars: dict[str, Any], limit: str | None,
+    start_at_task: str | None, playbook_dir: str,
+) -> None:  # fmt: skip
+    if limit:
+        inventory.select(limit)
+    if start_at_task and not any(t.name == start_at_task for p in plays for t in p.tasks):
+        raise InputError(f"--start-at-task: no task named {start_at_task!r} in the playbook")
+    produced: set[str] = set()  # register/set_fact names: they persist across plays of a run
+    for play in plays:
+        for task in play.tasks + play.handlers:
+            if task.register:
+                produced.add(task.register)
+            if task.module == "set_fact":
+                produced |= set(task.args)
+    for play in plays:
+        hosts = inventory.select(play.hosts)
+        play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced
+        for text in _strings(play.vars):
+            if templating.is_template(text):
+                templating.names_used(text)
+        for task in play.tasks + play.handlers:
+            needed = task_names(task) | _template_file_names(task, playbook_dir)
+            local = play_known | set(task.vars) | {task.loop_var}
+            missing_common = needed - local
+            if not missing_common:
+                continue
+            for host in hosts:
+                missing = sorted(missing_common - set(host.vars))
+                if missing:
+                    raise TemplateError(
+                        f"undefined variable {missing[0]!r} in task {task.name!r} for host {host.name} "
+                        "(define it in the inventory, group_vars/host_vars, the play's vars or with -e)",
+                        file=task.file,
+                        line=task.line,
+                    )

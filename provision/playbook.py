@@ -1,0 +1,353 @@
+"""Playbooks: the Ansible subset, loaded into typed plays and tasks, validated before any host is touched.
+
+Loading checks YAML syntax, play and task keys, that each task names exactly one known module, the module's
+arguments (names, required, choices), Jinja2 syntax everywhere, and ``import_playbook``. Every error names
+``file:line``. Undefined variables are checked later by :func:`provision.plan.check_variables`, once the
+inventory is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import templating
+from .errors import PlaybookError, TemplateError
+from .modules import ArgError, load_all, lookup
+from .modules.base import Module
+
+PLAY_KEYS = {
+    "name", "hosts", "vars", "vars_files", "gather_facts", "serial", "max_fail_percentage", "any_errors_fatal",
+    "become", "become_user", "environment", "tasks", "handlers", "tags", "pre_tasks", "post_tasks",
+    "no_log", "strategy", "connection",
+}  # fmt: skip
+TASK_KEYS = {
+    "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
+    "environment", "loop", "loop_control", "with_items", "become", "become_user", "run_once", "delegate_to",
+    "retries", "delay", "until", "vars", "no_log", "timeout", "listen", "check_mode", "diff",
+}  # fmt: skip
+
+
+class LineDict(dict):  # type: ignore[type-arg]
+    """A mapping loaded from YAML that remembers where it came from."""
+
+    file: str = ""
+    line: int = 0
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    result = LineDict()
+    result.file = loader.name
+    result.line = node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in result:
+            raise PlaybookError(f"duplicate key {key!r}", file=loader.name, line=key_node.start_mark.line + 1)
+        result[key] = loader.construct_object(value_node, deep=True)
+    return result
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Load YAML keeping line numbers on mappings; syntax errors become PlaybookError with file:line."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlaybookError(f"cannot read: {exc.strerror}", file=path) from None
+    loader = _Loader(text)
+    loader.name = path
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        # an unclosed bracket is reported at the end of the stream: the context mark says where it opened
+        mark = exc.context_mark or exc.problem_mark
+        line = mark.line + 1 if mark else None
+        what = f"{exc.context}, {exc.problem}" if exc.context else str(exc.problem)
+        raise PlaybookError(f"YAML syntax error: {what}", file=path, line=line) from None
+    except yaml.YAMLError as exc:
+        raise PlaybookError(f"YAML error: {exc}", file=path) from None
+    finally:
+        loader.dispose()
+
+
+@dataclass
+class Task:
+    name: str
+    module: str
+    args: dict[str, Any]
+    file: str
+    line: int
+    when: Any = None
+    loop: Any = None
+    loop_var: str = "item"
+    register: str | None = None
+    notify: list[str] = field(default_factory=list)
+    tags: set[str] = field(default_factory=set)
+    changed_when: Any = None
+    failed_when: Any = None
+    ignore_errors: bool = False
+    environment: dict[str, Any] = field(default_factory=dict)
+    become: bool | None = None
+    run_once: bool = False
+    delegate_to: str | None = None
+    retries: int | None = None
+    delay: float = 5.0
+    until: Any = None
+    vars: dict[str, Any] = field(default_factory=dict)
+    no_log: bool = False
+    timeout: float | None = None
+    listen: list[str] = field(default_factory=list)
+    check_mode: bool | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def module_class(self) -> type[Module]:
+        cls = lookup(self.module)
+        assert cls is not None
+        return cls
+
+
+@dataclass
+class Play:
+    name: str
+    hosts: str
+    file: str
+    line: int
+    vars: dict[str, Any] = field(default_factory=dict)
+    vars_files: list[str] = field(default_factory=list)
+    gather_facts: bool = True
+    serial: list[int | str] = field(default_factory=list)
+    max_fail_percentage: float | None = None
+    any_errors_fatal: bool = False
+    become: bool = False
+    environment: dict[str, Any] = field(default_factory=dict)
+    tasks: list[Task] = field(default_factory=list)
+    handlers: list[Task] = field(default_factory=list)
+    tags: set[str] = field(default_factory=set)
+    no_log: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def _err(msg: str, node: Any, path: str) -> PlaybookError:
+    return PlaybookError(msg, file=getattr(node, "file", "") or path, line=getattr(node, "line", None) or None)
+
+
+def _tags(value: Any, node: Any, path: str) -> set[str]:
+    if value is None:
+        return set()
+    if isinstance(value, str):
+        return {t.strip() for t in value.split(",") if t.strip()}
+    if isinstance(value, list) and all(isinstance(t, (str, int)) for t in value):
+        return {str(t) for t in value}
+    raise _err("tags must be a string or a list of strings", node, path)
+
+
+def _strlist(value: Any, key: str, node: Any, path: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise _err(f"{key} must be a string or a list of strings", node, path)
+
+
+def _bool(value: Any, key: str, node: Any, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("yes", "true", "no", "false"):
+        return value.lower() in ("yes", "true")
+    raise _err(f"{key} must be true or false, got {value!r}", node, path)
+
+
+def _mapping(value: Any, key: str, node: Any, path: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(f"{key} must be a mapping", node, path)
+    return dict(value)
+
+
+def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
+    if not isinstance(node, dict):
+        raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
+    load_all()
+    candidates = [k for k in node if k not in TASK_KEYS]
+    if "block" in node or "include_tasks" in node or "import_tasks" in node:
+        raise _err("block/include_tasks/import_tasks are not supported (use import_playbook)", node, path)
+    if not candidates:
+        raise _err("task has no module (one of its keys must name a module)", node, path)
+    if len(candidates) > 1:
+        unknown = [k for k in candidates if lookup(str(k)) is None]
+        if unknown:
+            raise _err(f"unknown task key or module {unknown[0]!r}", node, path)
+        raise _err(f"task names more than one module: {', '.join(map(str, candidates))}", node, path)
+    module = str(candidates[0])
+    cls = lookup(module)
+    if cls is None:
+        raise _err(f"unknown module {module!r}", node, path)
+    try:
+        args = cls.normalize(node[module])
+        if "args" in node:
+            args.update(_mapping(node["args"], "args", node, path))
+        args = cls.validate_static(args, templating.is_template)
+    except ArgError as exc:
+        raise _err(str(exc), node, path) from None
+    name = str(node.get("name") or f"{module}")
+    loop = node.get("loop", node.get("with_items"))
+    loop_control = _mapping(node.get("loop_control"), "loop_control", node, path)
+    retries = node.get("retries")
+    task = Task(
+        name=name,
+        module=cls.name,
+        args=args,
+        file=getattr(node, "file", path),
+        line=getattr(node, "line", 0),
+        when=node.get("when"),
+        loop=loop,
+        loop_var=str(loop_control.get("loop_var", "item")),
+        register=node.get("register"),
+        notify=_strlist(node.get("notify"), "notify", node, path),
+        tags=_tags(node.get("tags"), node, path) | (inherited_tags or set()),
+        changed_when=node.get("changed_when"),
+        failed_when=node.get("failed_when"),
+        ignore_errors=_bool(node.get("ignore_errors", False), "ignore_errors", node, path),
+        environment=_mapping(node.get("environment"), "environment", node, path),
+        become=_bool(node["become"], "become", node, path) if "become" in node else None,
+        run_once=_bool(node.get("run_once", False), "run_once", node, path),
+        delegate_to=node.get("delegate_to"),
+        retries=int(retries) if retries is not None else (3 if "until" in node else None),
+        delay=float(node.get("delay", 5)),
+        until=node.get("until"),
+        vars=_mapping(node.get("vars"), "vars", node, path),
+        no_log=_bool(node.get("no_log", False), "no_log", node, path),
+        timeout=float(node["timeout"]) if node.get("timeout") is not None else None,
+        listen=_strlist(node.get("listen"), "listen", node, path),
+        check_mode=_bool(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
+    )
+    if task.register is not None and not str(task.register).isidentifier():
+        raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
+    _check_templates(task, node, path)
+    return task
+
+
+def _check_templates(task: Task, node: Any, path: str) -> None:
+    try:
+        templating.names_used([task.args, task.loop, task.environment, task.vars, task.delegate_to])
+        for expr in (task.when, task.changed_when, task.failed_when, task.until):
+            for item in expr if isinstance(expr, list) else [expr]:
+                if isinstance(item, str):
+                    templating.names_used(item, expression=True)
+    except TemplateError as exc:
+        raise _err(exc.msg, node, path) from None
+
+
+def _serial(value: Any, node: Any, path: str) -> list[int | str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    out: list[int | str] = []
+    for item in items:
+        if isinstance(item, int) and item > 0:
+            out.append(item)
+        elif isinstance(item, str) and item.endswith("%") and item[:-1].strip().isdigit():
+            out.append(item.strip())
+        elif isinstance(item, str) and item.isdigit() and int(item) > 0:
+            out.append(int(item))
+        else:
+            raise _err(f"serial: {item!r} must be a positive integer or a percentage like '25%'", node, path)
+    return out
+
+
+def parse_play(node: Any, path: str) -> Play:
+    if not isinstance(node, dict):
+        raise _err("a play must be a mapping", node, path)
+    unknown = [k for k in node if k not in PLAY_KEYS]
+    if unknown:
+        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
+    if "hosts" not in node:
+        raise _err("play has no 'hosts'", node, path)
+    tags = _tags(node.get("tags"), node, path)
+    sections = [node.get("pre_tasks"), node.get("tasks"), node.get("post_tasks")]
+    tasks: list[Task] = []
+    for section in sections:
+        if section is None:
+            continue
+        if not isinstance(section, list):
+            raise _err("tasks must be a list", node, path)
+        tasks += [parse_task(t, path, inherited_tags=tags) for t in section]
+    raw_handlers = node.get("handlers") or []
+    if not isinstance(raw_handlers, list):
+        raise _err("handlers must be a list", node, path)
+    handlers = [parse_task(t, path, handler=True) for t in raw_handlers]
+    mfp = node.get("max_fail_percentage")
+    play = Play(
+        name=str(node.get("name") or node["hosts"]),
+        hosts=str(node["hosts"]) if not isinstance(node["hosts"], list) else ",".join(map(str, node["hosts"])),
+        file=getattr(node, "file", path),
+        line=getattr(node, "line", 0),
+        vars=_mapping(node.get("vars"), "vars", node, path),
+        vars_files=_strlist(node.get("vars_files"), "vars_files", node, path),
+        gather_facts=_bool(node.get("gather_facts", True), "gather_facts", node, path),
+        serial=_serial(node.get("serial"), node, path),
+        max_fail_percentage=float(mfp) if mfp is not None else None,
+        any_errors_fatal=_bool(node.get("any_errors_fatal", False), "any_errors_fatal", node, path),
+        become=_bool(node.get("become", False), "become", node, path),
+        environment=_mapping(node.get("environment"), "environment", node, path),
+        tasks=tasks,
+        handlers=handlers,
+        tags=tags,
+        no_log=_strlist(node.get("no_log"), "no_log", node, path) if not isinstance(node.get("no_log"), bool) else [],
+    )
+    names = {h.name for h in handlers} | {n for h in handlers for n in h.listen}
+    for task in tasks + handlers:
+        for target in task.notify:
+            if target not in names and not templating.is_template(target):
+                raise PlaybookError(f"task {task.name!r} notifies unknown handler {target!r}", file=task.file, line=task.line)
+    base = Path(path).parent
+    for vf in play.vars_files:
+        data = load_yaml(base / vf) if not templating.is_template(vf) else {}
+        if data is not None and not isinstance(data, dict):
+            raise PlaybookError("vars file must be a mapping", file=str(base / vf))
+        play.vars.update(data or {})
+    return play
+
+
+def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
+    """Load and validate a playbook (following ``import_playbook``) into a list of plays."""
+    path = str(path)
+    real = str(Path(path).resolve())
+    if real in _seen:
+        raise PlaybookError("import_playbook loop", file=path)
+    data = load_yaml(path)
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
+    plays: list[Play] = []
+    for node in data:
+        if isinstance(node, dict) and "import_playbook" in node:
+            target = Path(path).parent / str(node["import_playbook"])
+            if not target.exists():
+                raise _err(f"import_playbook: {target} does not exist", node, path)
+            plays += load_playbook(target, (*_seen, real))
+        else:
+            plays.append(parse_play(node, path))
+    return plays

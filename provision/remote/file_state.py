@@ -1,0 +1,181 @@
+"""Read and change file state on the host, in one round trip each (stdlib only; Python 3.6+).
+
+Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3 - ACTION JSON``:
+
+* ``stat {"paths": [...], "follow": bool, "hash": bool, "glob": bool, "want": sha256,
+  "content_limit": n}`` prints a JSON list, one state per path: ``exists``, ``type`` (file, directory, link,
+  other; of the path itself), ``ftype`` (the type after following a link), ``mode``, ``owner``, ``group``,
+  ``size``, ``mtime``, ``atime``, ``target`` (links), ``parent`` (is the parent a directory), ``sha256``
+  (regular files, when ``hash``) and ``content`` (base64, when the hash differs from the ``want`` sha256 and
+  the file is at most ``content_limit`` bytes: for ``--diff``). With ``glob``, only ``exists`` (any match).
+* ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs) and prints
+  ``{"ok": true}``; on error it prints ``{"ok": false, "msg": ...}`` and exits 1.
+* ``write {"path": ..., "mode": ...}`` writes stdin to the path atomically (temp file beside it, rename).
+"""
+
+import base64
+import glob
+import grp
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import stat
+import sys
+import time
+import uuid
+
+KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "link"}
+
+
+def _kind(st):
+    return KINDS.get(stat.S_IFMT(st.st_mode), "other")
+
+
+def _name(lookup, ident):
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return str(ident)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def stat_one(path, req):
+    path = os.path.expanduser(path)
+    parent = os.path.dirname(path.rstrip("/")) or "."
+    out = {"path": path, "exists": False, "type": None, "ftype": None, "parent": os.path.isdir(parent)}
+    if req.get("glob"):
+        out["exists"] = bool(glob.glob(path))
+        return out
+    try:
+        lst = os.lstat(path)
+    except OSError:
+        return out
+    out["exists"] = True
+    out["type"] = _kind(lst)
+    st = lst
+    if out["type"] == "link":
+        out["target"] = os.readlink(path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None  # type: ignore[assignment]  # dangling link
+    out["ftype"] = _kind(st) if st is not None else None
+    shown = st if (req.get("follow", True) and st is not None) else lst
+    out.update(
+        mode=stat.S_IMODE(shown.st_mode),
+        owner=_name(pwd.getpwuid, shown.st_uid),
+        group=_name(grp.getgrgid, shown.st_gid),
+        size=shown.st_size,
+        mtime=shown.st_mtime,
+        atime=shown.st_atime,
+    )
+    if req.get("hash") and out["ftype"] == "file":
+        out["sha256"] = _sha256(path)
+        want = req.get("want")
+        if want and want != out["sha256"] and out["size"] <= req.get("content_limit", 0):
+            with open(path, "rb") as fh:
+                out["content"] = base64.b64encode(fh.read()).decode("ascii")
+    return out
+
+
+def _attrs(path, op):
+    if op.get("mode") is not None:
+        os.chmod(path, op["mode"])
+    if op.get("owner") is not None or op.get("group") is not None:
+        uid = pwd.getpwnam(op["owner"]).pw_uid if op.get("owner") is not None else -1
+        gid = grp.getgrnam(op["group"]).gr_gid if op.get("group") is not None else -1
+        os.chown(path, uid, gid)
+    if op.get("mtime") is not None or op.get("atime") is not None:
+        st = os.stat(path)
+        now = time.time()
+        atime = {"now": now, None: st.st_atime}.get(op.get("atime"), op.get("atime"))
+        mtime = {"now": now, None: st.st_mtime}.get(op.get("mtime"), op.get("mtime"))
+        os.utime(path, (atime, mtime))
+
+
+def _absent(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def apply_op(op):
+    path = os.path.expanduser(op["path"])
+    kind = op["op"]
+    if kind == "mkdir":
+        os.makedirs(path, exist_ok=True)
+    elif kind == "touch":
+        with open(path, "ab"):
+            pass
+    elif kind == "absent":
+        _absent(path)
+    elif kind == "link":
+        if os.path.lexists(path):
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)  # only an empty directory is replaced by a link
+            else:
+                os.unlink(path)
+        os.symlink(op["src"], path)
+        return
+    elif kind != "attrs":
+        raise ValueError("unknown operation " + kind)
+    _attrs(path, op)
+
+
+def write(req):
+    path = os.path.expanduser(req["path"])
+    data = sys.stdin.buffer.read()
+    name = f".{os.path.basename(path)}.provision-{uuid.uuid4().hex[:8]}"
+    tmp = os.path.join(os.path.dirname(path) or ".", name)
+    mode = req.get("mode")
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            mode = 0o644
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv):
+    action, req = argv[1], json.loads(argv[2])
+    result: object
+    try:
+        if action == "stat":
+            result = [stat_one(p, req) for p in req["paths"]]
+        elif action == "apply":
+            for op in req["ops"]:
+                apply_op(op)
+            result = {"ok": True}
+        elif action == "write":
+            write(req)
+            result = {"ok": True}
+        else:
+            raise ValueError("unknown action " + action)
+    except (OSError, KeyError, ValueError) as exc:
+        print(json.dumps({"ok": False, "msg": f"{type(exc).__name__}: {exc}"}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

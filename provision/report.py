@@ -1,0 +1,138 @@
+"""Reporting: Ansible-like human output, the ``--json`` document, and the retry file.
+
+Every string printed or written here passes through :data:`provision.commands.MASKER` first.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from .commands import MASKER
+from .results import RunSummary, Status, TaskResult
+
+_COLORS = {
+    Status.OK: "32", Status.CHANGED: "33", Status.FAILED: "31", Status.UNREACHABLE: "31", Status.SKIPPED: "36",
+}  # fmt: skip
+
+
+class Reporter:
+    def __init__(self, *, json_mode: bool = False, verbosity: int = 0, stream: TextIO | None = None) -> None:
+        self.json_mode = json_mode
+        self.verbosity = verbosity
+        self.out = stream or (sys.stderr if json_mode else sys.stdout)
+        self.color = self.out.isatty()
+        self._lock = threading.Lock()
+        self._plays: list[dict[str, Any]] = []
+        self._task: dict[str, Any] | None = None
+        self._started = time.monotonic()
+
+    # ------------------------------------------------------------------ printing
+    def _paint(self, text: str, status: Status) -> str:
+        return f"\033[{_COLORS[status]}m{text}\033[0m" if self.color else text
+
+    def line(self, text: str = "") -> None:
+        with self._lock:
+            self.out.write(MASKER.mask(text) + "\n")
+            self.out.flush()
+
+    @staticmethod
+    def _banner(text: str) -> str:
+        return f"\n{text} " + "*" * max(3, 78 - len(text))
+
+    def warning(self, msg: str) -> None:
+        self.line(f"[WARNING]: {msg}")
+
+    def progress(self, host: str, msg: str) -> None:
+        self.line(f"  .. [{host}] {msg}")
+
+    # ------------------------------------------------------------------ events
+    def play_start(self, name: str, hosts: list[str]) -> None:
+        self._plays.append({"play": {"name": name, "hosts": hosts}, "tasks": []})
+        self.line(self._banner(f"PLAY [{name}]"))
+
+    def task_start(self, name: str, *, handler: bool = False) -> None:
+        self._task = {"task": {"name": name, "handler": handler}, "hosts": {}}
+        if self._plays:
+            self._plays[-1]["tasks"].append(self._task)
+        self.line(self._banner(f"{'RUNNING HANDLER' if handler else 'TASK'} [{name}]"))
+
+    def task_result(self, result: TaskResult) -> None:
+        if self._task is not None:
+            self._task["hosts"][result.host] = MASKER.mask_obj(result.to_json())
+        self.line(self.format_result(result))
+
+    def format_result(self, result: TaskResult) -> str:
+        host = result.host + (f" -> {result.delegated_to}" if result.delegated_to else "")
+        status = result.status
+        if status is Status.FAILED:
+            head = "...ignoring" if result.ignored else ""
+            text = f"fatal: [{host}]: FAILED! => {result.msg}"
+            body = self._paint(text, status) + (f"\n{head}" if head else "")
+        elif status is Status.UNREACHABLE:
+            body = self._paint(f"fatal: [{host}]: UNREACHABLE! => {result.msg}", status)
+        elif status is Status.SKIPPED:
+            body = self._paint(f"skipping: [{host}]", status)
+            if result.msg and self.verbosity:
+                body += f" => {result.msg}"
+        else:
+            body = self._paint(f"{status.value}: [{host}]", status)
+            if result.msg and (self.verbosity or result.data.get("_show_msg")):
+                body += f" => {result.msg}"
+        for item in result.item_results:
+            label = item.data.get("item_label", "")
+            body += "\n  " + self._paint(f"{item.status.value}: [{host}] => (item={label})", item.status)
+            if item.status is Status.FAILED:
+                body += f" {item.msg}"
+        if result.diff:
+            body += "\n" + result.diff.rstrip("\n")
+        if self.verbosity and result.data:
+            shown = {k: v for k, v in result.data.items() if not k.startswith("_")}
+            if shown:
+                body += "\n" + json.dumps(shown, indent=2, default=str, sort_keys=True)
+        return body
+
+    def recap(self, summary: RunSummary) -> None:
+        self.line(self._banner("PLAY RECAP"))
+        width = max((len(h) for h in summary.stats), default=10)
+        for host, st in summary.stats.items():
+            worst = (
+                Status.UNREACHABLE if st.unreachable else Status.FAILED if st.failed
+                else Status.CHANGED if st.changed else Status.OK
+            )  # fmt: skip
+            self.line(
+                f"{self._paint(host.ljust(width), worst)} : ok={st.ok:<4} changed={st.changed:<4} "
+                f"unreachable={st.unreachable:<4} failed={st.failed:<4} skipped={st.skipped:<4} "
+                f"ignored={st.ignored}"
+            )
+        if summary.aborted:
+            self.line(f"\nRun stopped early: {summary.aborted}")
+        self.line(f"\nfinished in {time.monotonic() - self._started:.2f}s")
+
+    def json_document(self, summary: RunSummary) -> dict[str, Any]:
+        return {
+            "plays": self._plays,
+            "stats": {h: s.to_json() for h, s in summary.stats.items()},
+        }
+
+    def emit_json(self, summary: RunSummary, stream: TextIO | None = None) -> None:
+        doc = MASKER.mask_obj(self.json_document(summary))
+        (stream or sys.stdout).write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def write_retry_file(playbook: str, summary: RunSummary, directory: str | None = None) -> str | None:
+    """Write the failed/unreachable host names, one per line; ``-l @file`` reruns just them."""
+    hosts = [h for h in summary.stats if summary.stats[h].failed or summary.stats[h].unreachable]
+    if not hosts:
+        return None
+    base = Path(directory) if directory else Path.cwd()
+    path = base / (Path(playbook).stem + ".retry")
+    try:
+        path.write_text("".join(MASKER.mask(h) + "\n" for h in hosts), encoding="utf-8")
+    except OSError:
+        return None
+    return str(path)

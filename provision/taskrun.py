@@ -1,0 +1,263 @@
+"""One task on one host: variables, ``when``, ``loop``, ``until``, the module call, ``changed_when`` /
+``failed_when``, ``register``, ``notify``, ``ignore_errors`` and ``no_log``.
+
+Every exception a module can raise is turned into a :class:`TaskResult` here: a host's failure never
+escapes into the thread pool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import templating
+from .commands import MASKER
+from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
+from .modules import ArgError, ModuleContext, ModuleResult
+from .playbook import Play, Task
+from .results import Status, TaskResult
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+NO_LOG_MSG = "the output has been hidden due to no_log: true"
+
+
+class HostVarsView(Mapping[str, Any]):
+    """The ``hostvars`` magic variable: every inventory host's variables, built on demand."""
+
+    def __init__(self, runner: TaskRunner) -> None:
+        self._runner = runner
+
+    def __getitem__(self, host: str) -> Any:
+        if host not in self._runner.executor.inventory.hosts:
+            raise KeyError(host)
+        return self._runner.host_vars(host)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._runner.executor.inventory.hosts)
+
+    def __len__(self) -> int:
+        return len(self._runner.executor.inventory.hosts)
+
+
+class TaskRunner:
+    def __init__(self, executor: Executor, play: Play, batch: list[str], play_hosts: list[str]) -> None:
+        self.executor = executor
+        self.play = play
+        self.batch = batch
+        self.play_hosts = play_hosts
+        self.options = executor.options
+        self._hostvars = HostVarsView(self)
+
+    # ------------------------------------------------------------------ variables
+    def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
+        inv = self.executor.inventory
+        state = self.executor.host_state(host)
+        magic = {
+            "inventory_hostname": host,
+            "inventory_hostname_short": host.split(".")[0],
+            "group_names": sorted(g for g in inv.hosts[host].groups if g not in ("all", "ungrouped"))
+            if host in inv.hosts else [],
+            "groups": inv.groups_map(),
+            "hostvars": self._hostvars,
+            "ansible_check_mode": self.options.check,
+            "ansible_diff_mode": self.options.diff,
+            "playbook_dir": self.executor.playbook_dir,
+            "ansible_play_hosts": [h for h in self.play_hosts if self.executor.host_state(h).active],
+            "ansible_play_batch": list(self.batch),
+            "play_hosts": list(self.play_hosts),
+            "ansible_facts": state.facts,
+        }  # fmt: skip
+        base = inv.hosts[host].vars if host in inv.hosts else {}
+        return templating.Vars(
+            base,
+            self.play.vars,
+            state.set_vars,
+            task.vars if task else {},
+            extra or {},
+            self.options.extra_vars,
+            magic,
+        )
+
+    # ------------------------------------------------------------------ facts
+    def gather_facts(self, host: str) -> TaskResult:
+        from .facts_cmd import gather  # imported when a play gathers facts
+
+        state = self.executor.host_state(host)
+        if state.facts:
+            return TaskResult(host, "Gathering Facts", Status.OK)
+        try:
+            conn = self.executor.connection(host)
+            variables = self.host_vars(host)
+            venv = str(variables.get("venv_path") or "~")
+            facts = gather(conn, venv, timeout=60)
+        except UnreachableError as exc:
+            return TaskResult(host, "Gathering Facts", Status.UNREACHABLE, exc.msg)
+        except HostError as exc:
+            return TaskResult(host, "Gathering Facts", Status.FAILED, exc.msg)
+        state.facts = facts
+        return TaskResult(host, "Gathering Facts", Status.OK)
+
+    # ------------------------------------------------------------------ tasks
+    def run(self, task: Task, host: str) -> TaskResult:
+        started = time.monotonic()
+        try:
+            result = self._run(task, host)
+        except UnreachableError as exc:
+            result = TaskResult(host, task.name, Status.UNREACHABLE, exc.msg)
+        except (HostError, TemplateError, ArgError) as exc:
+            msg = exc.msg if isinstance(exc, (HostError, TemplateError)) else str(exc)
+            result = TaskResult(host, task.name, Status.FAILED, f"{msg} ({task.where})")
+        result.duration = time.monotonic() - started
+        if result.failed and task.ignore_errors:
+            result.ignored = True
+        if task.no_log:
+            result.msg = NO_LOG_MSG if result.msg else ""
+            result.data = {}
+            result.diff = None
+        self._register(task, host, result)
+        if result.changed and task.notify:
+            names = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
+            self.executor.notify(host, names, self.play)
+        return result
+
+    def _register(self, task: Task, host: str, result: TaskResult) -> None:
+        if task.register and result.status is not Status.UNREACHABLE:
+            value = result.registered()
+            self.executor.host_state(host).set_vars[task.register] = value
+            if run_once_all := task.run_once:
+                for other in self.batch:
+                    if run_once_all and other != host:
+                        self.executor.host_state(other).set_vars[task.register] = value
+
+    def _run(self, task: Task, host: str) -> TaskResult:
+        variables = self.host_vars(host, task)
+        where = f"task {task.name!r} ({task.where})"
+        if task.when is not None and not templating.condition(task.when, variables, where):
+            return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
+        if task.loop is None:
+            return self._call(task, host, variables, where)
+        items = templating.render(task.loop, variables, where)
+        if isinstance(items, str) or not isinstance(items, list):
+            raise TemplateError(f"loop must be a list, got {type(items).__name__} in {where}")
+        results: list[TaskResult] = []
+        for item in items:
+            item_vars = self.host_vars(host, task, {task.loop_var: item})
+            if task.when is not None and not templating.condition(task.when, item_vars, where):
+                res = TaskResult(host, task.name, Status.SKIPPED)
+            else:
+                res = self._call(task, host, item_vars, where)
+            res.data[task.loop_var] = item
+            res.data["item_label"] = str(item)[:60]
+            results.append(res)
+            if res.failed and not task.ignore_errors:
+                break
+        return _combine(host, task.name, results)
+
+    def _context(self, task: Task, host: str, variables: templating.Vars, where: str) -> ModuleContext:
+        target = host
+        if task.delegate_to:
+            target = str(templating.render(task.delegate_to, variables, where))
+        conn = self.executor.connection(target)
+        env = templating.render({**self.play.environment, **task.environment}, variables, where)
+        become = task.become if task.become is not None else self.play.become
+        check = self.options.check if task.check_mode is None else task.check_mode
+        return ModuleContext(
+            host=host,
+            conn=conn,
+            variables=variables,
+            check=check,
+            diff=self.options.diff,
+            become=bool(become),
+            environment={k: str(v) for k, v in env.items()},
+            timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
+            controller_dir=self.executor.playbook_dir,
+            render=lambda text: templating.render_text(text, variables, where),
+            evaluate=lambda expr: templating.evaluate(expr, variables, where),
+            peer=self.executor.connection,
+            progress=lambda msg: self.executor.reporter.progress(host, msg),
+        )
+
+    def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
+        cls = task.module_class
+        args = cls.coerce(templating.render(task.args, variables, where))
+        for name, spec in cls.args.items():
+            if spec.secret and args.get(name):
+                MASKER.add(args[name])
+        ctx = self._context(task, host, variables, where)
+        attempts = (task.retries or 0) + 1 if task.until is not None else 1
+        result = TaskResult(host, task.name, Status.OK)
+        for attempt in range(attempts):
+            result = self._once(task, host, cls, args, ctx, variables, where)
+            if task.until is None or result.status is Status.UNREACHABLE:
+                break
+            until_vars = variables.child(**({task.register: result.registered()} if task.register else {}))
+            if templating.condition(task.until, until_vars, where) and not result.failed:
+                break
+            if attempt < attempts - 1:
+                time.sleep(task.delay)
+        else:
+            if task.until is not None:
+                result.status = Status.FAILED
+                result.msg = f"until condition still false after {attempts} attempts: {result.msg}".strip()
+        if task.delegate_to:
+            result.delegated_to = ctx.conn.name
+        return result
+
+    def _once(
+        self, task: Task, host: str, cls: Any, args: dict[str, Any], ctx: ModuleContext,
+        variables: templating.Vars, where: str,
+    ) -> TaskResult:  # fmt: skip
+        try:
+            mres: ModuleResult = cls().run(ctx, args)
+        except CommandTimeout as exc:
+            mres = ModuleResult(failed=True, msg=exc.msg, data={"timeout": exc.timeout})
+        except UnreachableError:
+            raise
+        except HostError as exc:
+            data = getattr(exc, "data", {})
+            mres = ModuleResult(failed=True, msg=exc.msg, data=dict(data))
+        status = Status.SKIPPED if mres.skipped else Status.FAILED if mres.failed else (
+            Status.CHANGED if mres.changed else Status.OK
+        )  # fmt: skip
+        result = TaskResult(host, task.name, status, mres.msg, dict(mres.data), mres.diff)
+        if mres.facts:
+            state = self.executor.host_state(host)
+            MASKER.add_vars(mres.facts)
+            state.set_vars.update(mres.facts)
+        if task.changed_when is not None or task.failed_when is not None:
+            self._override(task, result, variables, where)
+        return result
+
+    def _override(self, task: Task, result: TaskResult, variables: templating.Vars, where: str) -> None:
+        registered = result.registered()
+        scope = variables.child(**({task.register: registered} if task.register else {}), **registered)
+        if task.changed_when is not None and result.status in (Status.OK, Status.CHANGED):
+            changed = templating.condition(task.changed_when, scope, where)
+            result.status = Status.CHANGED if changed else Status.OK
+        if task.failed_when is not None and result.status is not Status.SKIPPED:
+            failed = templating.condition(task.failed_when, scope, where)
+            if failed:
+                result.status = Status.FAILED
+                result.msg = result.msg or f"failed_when condition was true: {task.failed_when}"
+            elif result.status is Status.FAILED:
+                result.status = Status.OK
+
+
+def _combine(host: str, name: str, results: list[TaskResult]) -> TaskResult:
+    if not results:
+        return TaskResult(host, name, Status.SKIPPED, "no items in loop")
+    if any(r.status is Status.FAILED for r in results):
+        status = Status.FAILED
+        msg = next(r.msg for r in results if r.status is Status.FAILED)
+    elif any(r.status is Status.CHANGED for r in results):
+        status, msg = Status.CHANGED, ""
+    elif all(r.status is Status.SKIPPED for r in results):
+        status, msg = Status.SKIPPED, ""
+    else:
+        status, msg = Status.OK, ""
+    combined = TaskResult(host, name, status, msg, item_results=results)
+    combined.diff = "\n".join(r.diff for r in results if r.diff) or None
+    return combined

@@ -1,0 +1,307 @@
+"""Jinja2 templating with Ansible's habits: StrictUndefined, lazy variables, native single expressions.
+
+* ``render(value, variables)`` renders strings inside nested dicts/lists. A string that is exactly one
+  expression (``"{{ gpus | length }}"``) keeps its native type, as in Ansible.
+* ``evaluate(expr, variables)`` evaluates a bare expression (``when``, ``changed_when``, ``assert``).
+* Variables are resolved lazily through :class:`Vars`: a var whose value is itself a template
+  (``venv_python: "{{ venv_path }}/bin/python"``) is rendered when it is read, with cycle detection.
+* ``names_used(value)`` lists the free variable names of a template, for validation before any host is
+  contacted.
+Jinja2 exceptions never leave this module: they become :class:`provision.errors.TemplateError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import threading
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.meta
+import jinja2.nodes
+import yaml
+
+from .errors import TemplateError
+
+_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
+_RESULT = "provision_result_"
+
+
+def is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+# ------------------------------------------------------------------------------------ filters and tests
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("yes", "true", "on", "1", "y")
+
+
+def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False) -> str:
+    return re.sub(pattern, replacement, str(value), flags=re.IGNORECASE if ignorecase else 0)
+
+
+def _regex_search(value: Any, pattern: str) -> str | None:
+    match = re.search(pattern, str(value))
+    return match.group(0) if match else None
+
+
+def _version_test(value: Any, other: Any, op: str = "==") -> bool:
+    def key(v: Any) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", str(v)))
+
+    a, b = key(value), key(other)
+    ops = {
+        "==": a == b, "eq": a == b, "!=": a != b, "ne": a != b, ">=": a >= b, "ge": a >= b,
+        ">": a > b, "gt": a > b, "<=": a <= b, "le": a <= b, "<": a < b, "lt": a < b,
+    }  # fmt: skip
+    if op not in ops:
+        raise TemplateError(f"version test: unknown operator {op!r}")
+    return ops[op]
+
+
+def _result_test(key: str) -> Any:
+    def test(value: Any) -> bool:
+        return isinstance(value, Mapping) and bool(value.get(key, False))
+
+    return test
+
+
+def _mandatory(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        raise TemplateError("mandatory variable is not defined")
+    return value
+
+
+def _make_env() -> jinja2.Environment:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters.update(
+        bool=_bool,
+        to_json=lambda v, **kw: json.dumps(v, **kw),
+        to_nice_json=lambda v, indent=4: json.dumps(v, indent=indent, sort_keys=True),
+        from_json=json.loads,
+        to_yaml=lambda v: yaml.safe_dump(v, default_flow_style=False),
+        from_yaml=yaml.safe_load,
+        regex_replace=_regex_replace,
+        regex_search=_regex_search,
+        basename=os.path.basename,
+        dirname=os.path.dirname,
+        quote=lambda v: shlex.quote(str(v)),
+        b64encode=lambda v: base64.b64encode(str(v).encode()).decode(),
+        b64decode=lambda v: base64.b64decode(str(v)).decode(),
+        mandatory=_mandatory,
+        ternary=lambda v, a, b: a if v else b,
+        dict2items=lambda d: [{"key": k, "value": v} for k, v in d.items()],
+        items2dict=lambda items: {i["key"]: i["value"] for i in items},
+    )
+    env.tests.update(
+        succeeded=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
+        success=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
+        failed=_result_test("failed"),
+        changed=_result_test("changed"),
+        skipped=_result_test("skipped"),
+        match=lambda v, p: re.match(p, str(v)) is not None,
+        search=lambda v, p: re.search(p, str(v)) is not None,
+        version=_version_test,
+    )
+    return env
+
+
+ENV = _make_env()
+
+
+@lru_cache(maxsize=4096)
+def _compile(source: str) -> jinja2.Template:
+    return ENV.from_string(source)
+
+
+def _syntax_error(exc: jinja2.TemplateSyntaxError, source: str, where: str) -> TemplateError:
+    return TemplateError(f"template syntax error in {where or source!r}: {exc.message}")
+
+
+# ------------------------------------------------------------------------------------------ variables
+_resolving = threading.local()
+
+
+class Vars(Mapping[str, Any]):
+    """Layered variables (lowest precedence first) rendered lazily on read, with cycle detection."""
+
+    def __init__(self, *layers: Mapping[str, Any]) -> None:
+        self._data: dict[str, Any] = {}
+        for layer in layers:
+            self._data.update(layer)
+        self._cache: dict[str, Any] = {}
+
+    def raw(self) -> dict[str, Any]:
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._cache:
+            return self._cache[key]
+        if key not in self._data:
+            if key in ENV.globals:
+                return ENV.globals[key]
+            raise KeyError(key)
+        value = self._data[key]
+        if _contains_template(value):
+            stack: list[str] = getattr(_resolving, "stack", [])
+            _resolving.stack = stack
+            if key in stack:
+                raise TemplateError(f"variable {key!r} refers to itself: {' -> '.join([*stack, key])}")
+            stack.append(key)
+            try:
+                value = render(value, self, where=f"variable {key!r}")
+            finally:
+                stack.pop()
+        self._cache[key] = value
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data or key in ENV.globals
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def child(self, **extra: Any) -> Vars:
+        return Vars(self._data, extra)
+
+
+def _contains_template(value: Any) -> bool:
+    if isinstance(value, str):
+        return is_template(value)
+    if isinstance(value, Mapping):
+        return any(_contains_template(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_contains_template(v) for v in value)
+    return False
+
+
+# ------------------------------------------------------------------------------------------ rendering
+def _as_vars(variables: Mapping[str, Any]) -> Mapping[str, Any]:
+    return variables if isinstance(variables, Vars) else Vars(variables)
+
+
+def _undefined_message(exc: jinja2.UndefinedError) -> str:
+    match = re.search(r"'([^']+)' is undefined", str(exc))
+    if match:
+        return f"undefined variable {match.group(1)!r}"
+    return str(exc)
+
+
+def render(value: Any, variables: Mapping[str, Any], where: str = "") -> Any:
+    """Render every template inside ``value`` (str, dict, list) with ``variables``."""
+    if isinstance(value, str):
+        if not is_template(value):
+            return value
+        match = _SINGLE_EXPR.match(value)
+        if match:
+            return evaluate(match.group("expr"), variables, where=where)
+        return _render_text(value, variables, where)
+    if isinstance(value, Mapping):
+        return {k: render(v, variables, where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [render(v, variables, where) for v in value]
+    return value
+
+
+def render_text(source: str, variables: Mapping[str, Any], where: str = "") -> str:
+    """Render a whole template text (template module, launch scripts) to a string."""
+    return _render_text(source, variables, where)
+
+
+def _render_text(source: str, variables: Mapping[str, Any], where: str) -> str:
+    try:
+        template = _compile(source)
+        ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
+        return ENV.concat(template.root_render_func(ctx))  # type: ignore[attr-defined,no-any-return]
+    except jinja2.TemplateSyntaxError as exc:
+        raise _syntax_error(exc, source, where) from None
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"{_undefined_message(exc)} in {where or repr(source)}") from None
+    except TemplateError:
+        raise
+    except Exception as exc:
+        raise TemplateError(f"error rendering {where or repr(source)}: {type(exc).__name__}: {exc}") from None
+
+
+def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
+    """Evaluate a bare Jinja2 expression and return its native value."""
+    if isinstance(expr, bool):
+        return expr
+    source = f"{{% set {_RESULT} = ({expr}) %}}"
+    try:
+        template = _compile(source)
+        module = template.make_module(vars=_as_vars(variables), shared=True)  # type: ignore[arg-type]
+        result = getattr(module, _RESULT)
+        if isinstance(result, jinja2.Undefined):
+            str(result)  # StrictUndefined raises UndefinedError naming the variable
+        return result
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"syntax error in expression {expr.strip()!r} ({where or 'expression'}): {exc.message}") from None
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"{_undefined_message(exc)} in {where or repr(expr.strip())}") from None
+    except TemplateError:
+        raise
+    except Exception as exc:
+        raise TemplateError(f"error evaluating {expr.strip()!r}: {type(exc).__name__}: {exc}") from None
+
+
+def condition(expr: Any, variables: Mapping[str, Any], where: str = "") -> bool:
+    """``when``-style condition: bare expression, list of expressions (all must hold), or a bool."""
+    if isinstance(expr, bool):
+        return expr
+    if isinstance(expr, list):
+        return all(condition(e, variables, where) for e in expr)
+    text = str(expr)
+    match = _SINGLE_EXPR.match(text)
+    result = evaluate(match.group("expr") if match else text, variables, where)
+    if isinstance(result, str):
+        return _bool(result)
+    return bool(result)
+
+
+# ----------------------------------------------------------------------------------------- validation
+def check_syntax(source: str, where: str, *, expression: bool = False) -> None:
+    """Raise TemplateError (with ``where``) when ``source`` is not valid Jinja2."""
+    text = f"{{{{ {source} }}}}" if expression else source
+    try:
+        ENV.parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"template syntax error in {where}: {exc.message}") from None
+
+
+def names_used(value: Any, *, expression: bool = False) -> set[str]:
+    """Free variable names used by the templates inside ``value`` (syntax errors raise TemplateError)."""
+    names: set[str] = set()
+    if isinstance(value, str):
+        if expression:
+            match = _SINGLE_EXPR.match(value)
+            text = f"{{{{ {match.group('expr') if match else value} }}}}"
+        elif is_template(value):
+            text = value
+        else:
+            return names
+        try:
+            ast = ENV.parse(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"template syntax error in {value!r}: {exc.message}") from None
+        names |= jinja2.meta.find_undeclared_variables(ast)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            names |= names_used(v, expression=expression)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            names |= names_used(v, expression=expression)
+    elif isinstance(value, bool) or value is None:
+        pass
+    return names - set(ENV.globals)

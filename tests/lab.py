@@ -1,0 +1,573 @@
+"""The lab: N real OpenSSH sshd "hosts" on loopback, one Unix user each, for integration tests.
+
+Host ``i`` is Unix user ``{prefix}{i}-{token}`` (home under /home, 0700) served by its own
+``/usr/sbin/sshd -D`` listening on ``127.0.X.(10+i):2222``. ``X`` is picked at random per lab and reserved
+with a lock file, so labs running in parallel (other pytest sessions, xdist workers) never collide.
+
+Everything the lab writes lives in ``base_dir``: host keys, sshd configs and logs, one client key pair
+authorized on every host, ``known_hosts``, ``ssh_config``, ``inventory.yml`` and ``lab.json`` (the state a
+later run needs to clean up after a crashed one, see :meth:`Lab.cleanup_stale`).
+
+Teardown (``stop()``, the context manager, an ``atexit`` hook) kills every process of the lab's sshds and
+users, deletes the users with their homes and removes ``base_dir``. Needs root.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import pwd
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+SSHD = "/usr/sbin/sshd"
+RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
+PORT = 2222
+LOCK_DIR = Path("/tmp/provision-lab-locks")
+START_TIMEOUT = 10.0
+USER_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class LabError(RuntimeError):
+    """The lab could not be started (the message carries the sshd log tail where there is one)."""
+
+
+@dataclass
+class LabHost:
+    name: str  # inventory name: lab0, lab1, ...
+    user: str
+    address: str
+    port: int
+    home: Path
+    pid: int | None
+    config: Path  # its sshd_config
+    host_key: Path  # private host key (the .pub beside it)
+    log: Path  # sshd's stderr
+
+    @property
+    def known_hosts_name(self) -> str:
+        return f"[{self.address}]:{self.port}"
+
+
+# ---- processes ---------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of a live process, None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def _alive(pid: int) -> bool:
+    st = _proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _descendants(root: int) -> list[list[int]]:
+    """The process tree under ``root``, level by level (children, grandchildren, ...)."""
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        st = _proc_stat(pid)
+        if st:
+            children.setdefault(st[1], []).append(pid)
+    levels, level = [], children.get(root, [])
+    while level:
+        levels.append(level)
+        level = [c for p in level for c in children.get(p, [])]
+    return levels
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    """Processes whose real or effective uid is ``uid``."""
+    pids = []
+    for pid in _all_pids():
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            status = Path(f"/proc/{pid}/status").read_text()
+            uids = next(line.split()[1:3] for line in status.splitlines() if line.startswith("Uid:"))
+            if str(uid) in uids:
+                pids.append(pid)
+    return pids
+
+
+def _kill(pids: Iterable[int], grace: float = 3.0) -> None:
+    """SIGTERM each pid, then SIGKILL whatever is still alive after ``grace`` seconds."""
+    pids = [p for p in set(pids) if p > 1 and p != os.getpid()]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            for pid in pids:  # reap our own children so they do not linger as zombies
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+            pids = [p for p in pids if _alive(p)]
+            if not pids:
+                return
+            time.sleep(0.02)
+
+
+def _kill_tree(pid: int) -> None:
+    """Deepest processes first, so that their live parents reap them (no zombies left to init)."""
+    for level in reversed(_descendants(pid)):
+        _kill(level)
+    deadline = time.monotonic() + 1.0
+    while _descendants(pid) and time.monotonic() < deadline:  # give the sshd time to reap them
+        time.sleep(0.01)
+    _kill([pid])
+
+
+def _run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)
+    if proc.returncode != 0:
+        raise LabError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+    return proc
+
+
+def _keygen(path: Path, comment: str) -> str:
+    """A fresh ed25519 key pair at ``path``; returns the public key line."""
+    for p in (path, path.with_name(path.name + ".pub")):
+        p.unlink(missing_ok=True)
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _port_open(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((address, port)) == 0
+
+
+def _can_bind(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _remove_user(user: str) -> None:
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return
+    if entry.pw_uid < 1000:  # never a system account, whatever a lab.json says
+        return
+    _kill(_pids_of_uid(entry.pw_uid))
+    subprocess.run(["userdel", "-r", "-f", user], capture_output=True, check=False)
+
+
+# ---- the lab -------------------------------------------------------------------------------------
+
+
+class Lab:
+    """N sshd hosts on 127.0.X.(10+i):2222. ``with Lab(4, path) as lab: ...``"""
+
+    def __init__(self, n: int, base_dir: Path, prefix: str = "plab") -> None:
+        if not 1 <= n <= 200:
+            raise ValueError("a lab has 1..200 hosts")
+        if len(prefix) + len(str(n - 1)) + 5 > 32 or not prefix[:1].isalpha():
+            raise ValueError(f"bad user name prefix {prefix!r}")
+        self.n = n
+        self.base_dir = Path(base_dir).absolute()
+        self.prefix = prefix
+        self.hosts: list[LabHost] = []
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock: IO[str] | None = None
+        self._started = False
+
+    # -- paths
+    @property
+    def inventory_path(self) -> Path:
+        return self.base_dir / "inventory.yml"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.base_dir / "known_hosts"
+
+    @property
+    def ssh_config_path(self) -> Path:
+        return self.base_dir / "ssh_config"
+
+    @property
+    def client_key(self) -> Path:
+        return self.base_dir / "id_ed25519"
+
+    @property
+    def state_path(self) -> Path:
+        return self.base_dir / "lab.json"
+
+    def host(self, i: int) -> LabHost:
+        return self.hosts[i]
+
+    def __enter__(self) -> Lab:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- lifecycle
+    def start(self) -> Lab:
+        if self._started:
+            return self
+        Lab.cleanup_stale(self.base_dir)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.base_dir, 0o755)
+        Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+        self._started = True
+        atexit.register(self.stop)
+        try:
+            self._setup()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _setup(self) -> None:
+        subnet = self._reserve_subnet()
+        token = self._user_token()
+        client_pub = _keygen(self.client_key, "provision-lab-client")
+        for i in range(self.n):
+            user = f"{self.prefix}{i}-{token}"
+            self.hosts.append(
+                LabHost(
+                    name=f"lab{i}",
+                    user=user,
+                    address=f"127.0.{subnet}.{10 + i}",
+                    port=PORT,
+                    home=Path("/home") / user,
+                    pid=None,
+                    config=self.base_dir / f"sshd_config.lab{i}",
+                    host_key=self.base_dir / f"ssh_host_ed25519_key.lab{i}",
+                    log=self.base_dir / f"sshd.lab{i}.log",
+                )
+            )
+            self._write_state()  # before useradd: a crash from here on leaves a lab.json behind
+            self._add_user(self.hosts[-1], client_pub)
+        host_keys = [_keygen(h.host_key, h.name) for h in self.hosts]
+        for h in self.hosts:
+            self._write_sshd_config(h)
+            self._spawn(h)
+        for h in self.hosts:
+            self._wait_listening(h)
+        self.known_hosts_path.write_text(
+            "".join(f"{h.known_hosts_name} {' '.join(k.split()[:2])}\n" for h, k in zip(self.hosts, host_keys))
+        )
+        self._write_ssh_config()
+        self.write_inventory(self.inventory_path)
+        self._write_state()
+
+    def stop(self) -> None:
+        """Kill every sshd and user process, delete the users and ``base_dir``. Safe to call twice."""
+        if not self._started:
+            return
+        self._started = False
+        atexit.unregister(self.stop)
+        for h in self.hosts:
+            self._kill_host(h)
+            _remove_user(h.user)
+        self.hosts = []
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    @staticmethod
+    def cleanup_stale(base_dir: Path) -> bool:
+        """Undo a lab left behind in ``base_dir`` by a crashed run (its lab.json); True if there was one.
+
+        Kills the recorded sshds (only processes that still run ``sshd`` with a config in ``base_dir``) and
+        every process of the recorded users, deletes the users and removes ``base_dir``.
+        """
+        base_dir = Path(base_dir).absolute()
+        try:
+            state = json.loads((base_dir / "lab.json").read_text())
+        except (OSError, ValueError):
+            return False
+        owner = Lab.owner_pid(base_dir)
+        if owner is not None and owner != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(owner, signal.SIGTERM)  # a lab still up (scripts/lab.py up): let it clean up itself
+            deadline = time.monotonic() + 5
+            while _alive(owner) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for h in state.get("hosts", []):
+            pid = h.get("pid")
+            if isinstance(pid, int) and _is_lab_sshd(pid, base_dir):
+                _kill_tree(pid)
+            _remove_user(str(h["user"]))
+        shutil.rmtree(base_dir, ignore_errors=True)
+        return True
+
+    @staticmethod
+    def owner_pid(base_dir: Path) -> int | None:
+        """PID of the live process that started the lab in ``base_dir`` (per its lab.json), if any."""
+        try:
+            owner = json.loads((Path(base_dir) / "lab.json").read_text()).get("owner_pid")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return owner if isinstance(owner, int) and _alive(owner) else None
+
+    # -- per host
+    def stop_host(self, i: int) -> None:
+        """Kill host i's sshd and its sessions: connections are refused until :meth:`start_host`."""
+        self._kill_host(self.hosts[i])
+        self._write_state()
+
+    def start_host(self, i: int) -> None:
+        h = self.hosts[i]
+        if h.pid is not None and _alive(h.pid):
+            return
+        self._spawn(h)
+        self._wait_listening(h)
+        self._write_state()
+
+    def rotate_host_key(self, i: int) -> None:
+        """Give host i a new host key and restart its sshd; known_hosts keeps the old key.
+
+        The original key is kept aside: :meth:`restore_host_key` undoes this (for a shared lab).
+        """
+        h = self.hosts[i]
+        self._kill_host(h)
+        pub = h.host_key.with_name(h.host_key.name + ".pub")
+        if not _orig(h.host_key).exists():
+            h.host_key.rename(_orig(h.host_key))
+            pub.rename(_orig(pub))
+        _keygen(h.host_key, h.name)
+        self.start_host(i)
+
+    def restore_host_key(self, i: int) -> None:
+        """Put back the host key known_hosts lists (after :meth:`rotate_host_key`) and restart the sshd."""
+        h = self.hosts[i]
+        pub = h.host_key.with_name(h.host_key.name + ".pub")
+        if not _orig(h.host_key).exists():
+            return
+        self._kill_host(h)
+        _orig(h.host_key).replace(h.host_key)
+        _orig(pub).replace(pub)
+        self.start_host(i)
+
+    def run_as(
+        self, i: int, argv: Sequence[str], *, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` locally as host i's user (in its home), capturing text output; never raises on rc."""
+        h = self.hosts[i]
+        env = {"PATH": USER_PATH, "LANG": "C.UTF-8", "HOME": str(h.home), "USER": h.user, "LOGNAME": h.user}
+        return subprocess.run(
+            [RUNUSER, "-u", h.user, "--", *argv],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=h.home,
+            env=env,
+            timeout=timeout,
+        )
+
+    # -- files
+    def write_inventory(
+        self,
+        path: Path,
+        names: Sequence[str | int] | None = None,
+        extra_host_vars: Mapping[str, Mapping[str, Any]] | None = None,
+        groups: Mapping[str, Sequence[str]] | None = None,
+    ) -> Path:
+        """An Ansible YAML inventory of some lab hosts (default all, in group ``lab``).
+
+        ``names``: host names or indexes (default: the hosts of ``groups``, or all). ``extra_host_vars`` maps
+        a host name to vars merged over the connection vars; ``groups`` maps a group name to host names (a
+        host in no group goes under ``all.hosts``).
+        """
+        by_name = {h.name: h for h in self.hosts}
+        if names is None:
+            names = list(dict.fromkeys(n for m in groups.values() for n in m)) if groups else list(by_name)
+        chosen = [self.hosts[n] if isinstance(n, int) else by_name[n] for n in names]
+        extra = extra_host_vars or {}
+        host_vars = {h.name: {**self._connection_vars(h), **extra.get(h.name, {})} for h in chosen}
+        groups = {"lab": list(host_vars)} if groups is None else groups
+        children = {g: {"hosts": {n: host_vars[n] for n in members}} for g, members in groups.items()}
+        grouped = {n for members in groups.values() for n in members}
+        inventory: dict[str, Any] = {}
+        ungrouped = {n: v for n, v in host_vars.items() if n not in grouped}
+        if ungrouped:
+            inventory["hosts"] = ungrouped
+        if children:
+            inventory["children"] = children
+        path = Path(path)
+        path.write_text(yaml.safe_dump({"all": inventory}, sort_keys=False))
+        return path
+
+    def _connection_vars(self, h: LabHost) -> dict[str, Any]:
+        return {
+            "ansible_host": h.address,
+            "ansible_port": h.port,
+            "ansible_user": h.user,
+            "ansible_ssh_private_key_file": str(self.client_key),
+        }
+
+    def _write_ssh_config(self) -> None:
+        blocks = [f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User {h.user}\n" for h in self.hosts]
+        blocks.append(
+            "Host *\n"
+            f"  UserKnownHostsFile {self.known_hosts_path}\n"
+            f"  IdentityFile {self.client_key}\n"
+            "  IdentitiesOnly yes\n"
+        )
+        self.ssh_config_path.write_text("\n".join(blocks))
+
+    def _write_state(self) -> None:
+        state = {
+            "owner_pid": os.getpid(),
+            "base_dir": str(self.base_dir),
+            "hosts": [
+                {"name": h.name, "user": h.user, "address": h.address, "port": h.port, "pid": h.pid}
+                for h in self.hosts
+            ],
+        }
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_path)
+
+    def _write_sshd_config(self, h: LabHost) -> None:
+        h.config.write_text(
+            f"ListenAddress {h.address}:{h.port}\n"
+            f"HostKey {h.host_key}\n"
+            f"PidFile {self.base_dir / f'sshd.{h.name}.pid'}\n"
+            "AuthorizedKeysFile .ssh/authorized_keys\n"
+            "StrictModes no\n"
+            f"AllowUsers {h.user}\n"
+            "PubkeyAuthentication yes\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            "UsePAM no\n"
+            "PermitRootLogin no\n"
+            "MaxSessions 64\n"
+            "MaxStartups 200\n"
+            "LogLevel VERBOSE\n"
+            "Subsystem sftp internal-sftp\n"
+        )
+
+    # -- internals
+    def _reserve_subnet(self) -> int:
+        """Pick X in 100..250 no other lab holds (flock on a file) and whose addresses bind on PORT."""
+        LOCK_DIR.mkdir(mode=0o755, exist_ok=True)
+        candidates = list(range(100, 251))
+        random.shuffle(candidates)
+        for x in candidates:
+            fh = open(LOCK_DIR / f"127.0.{x}.lock", "w")  # noqa: SIM115 - held for the lab's life
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            if all(_can_bind(f"127.0.{x}.{10 + i}", PORT) for i in range(self.n)):
+                self._lock = fh
+                return x
+            fh.close()
+        raise LabError("no free 127.0.X.0/24 for the lab (X in 100..250)")
+
+    def _user_token(self) -> str:
+        for _ in range(100):
+            token = secrets.token_hex(2)
+            if not any(_user_exists(f"{self.prefix}{i}-{token}") for i in range(self.n)):
+                return token
+        raise LabError("could not find free lab user names")
+
+    def _add_user(self, h: LabHost, client_pub: str) -> None:
+        # '*' as the password: no password login, but not "locked" (sshd refuses locked accounts)
+        _run(["useradd", "-m", "-d", str(h.home), "-s", "/bin/bash", "-p", "*", h.user])
+        entry = pwd.getpwnam(h.user)
+        os.chmod(h.home, 0o700)
+        ssh_dir = h.home / ".ssh"
+        ssh_dir.mkdir(mode=0o700, exist_ok=True)
+        (ssh_dir / "authorized_keys").write_text(client_pub + "\n")
+        os.chmod(ssh_dir / "authorized_keys", 0o600)
+        for p in (ssh_dir, ssh_dir / "authorized_keys"):
+            os.chown(p, entry.pw_uid, entry.pw_gid)
+
+    def _spawn(self, h: LabHost) -> None:
+        with open(h.log, "ab") as log:
+            proc = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(h.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # Ctrl-C in a terminal goes to us, not to the sshds
+            )
+        self._procs[proc.pid] = proc
+        h.pid = proc.pid
+
+    def _wait_listening(self, h: LabHost) -> None:
+        proc = self._procs[h.pid] if h.pid is not None else None
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc is None or proc.poll() is not None:
+                raise LabError(f"sshd for {h.name} ({h.address}:{h.port}) exited:\n{_tail(h.log)}")
+            if _port_open(h.address, h.port):
+                return
+            time.sleep(0.02)
+        raise LabError(f"sshd for {h.name} not listening on {h.address}:{h.port} after 10 s:\n{_tail(h.log)}")
+
+    def _kill_host(self, h: LabHost) -> None:
+        if h.pid is None:
+            return
+        _kill_tree(h.pid)
+        proc = self._procs.pop(h.pid, None)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1)
+        h.pid = None
+
+
+def _orig(path: Path) -> Path:
+    return path.with_name(path.name + ".orig")
+
+
+def _user_exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
+def _is_lab_sshd(pid: int, base_dir: Path) -> bool:
+    """Is ``pid`` an sshd started with a config inside ``base_dir`` (not some reused pid)?"""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+    except OSError:
+        return False
+    return comm == "sshd" and f" -f {base_dir}/" in cmdline  # the listener rewrites its argv: "sshd: ..."

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+
+from provision import templating
+from provision.errors import TemplateError
+from provision.templating import Vars, condition, evaluate, names_used, render
+
+
+def test_lazy_vars_render_references_and_keep_native_types() -> None:
+    v = Vars({"venv": "/opt/v", "py": "{{ venv }}/bin/python", "n": "{{ 2 + 1 }}", "l": [1, 2]})
+    assert render("{{ py }} -V", v) == "/opt/v/bin/python -V"
+    assert render("{{ n }}", v) == 3
+    assert render({"a": ["{{ l | length }}"]}, v) == {"a": [2]}
+
+
+def test_later_layers_win() -> None:
+    v = Vars({"x": 1}, {"x": 2}, {"y": 3})
+    assert v["x"] == 2 and v["y"] == 3
+
+
+def test_self_reference_is_an_error() -> None:
+    with pytest.raises(TemplateError, match="refers to itself"):
+        render("{{ a }}", Vars({"a": "{{ b }}", "b": "{{ a }}"}))
+
+
+@pytest.mark.parametrize("text", ["{{ nope }}", "x {{ nope }} y", "{{ nope | upper }}"])
+def test_undefined_names_the_variable(text: str) -> None:
+    with pytest.raises(TemplateError, match="nope"):
+        render(text, {})
+
+
+def test_syntax_error_is_template_error() -> None:
+    with pytest.raises(TemplateError, match="syntax"):
+        render("{{ 1 + }}", {})
+
+
+def test_conditions_and_tests() -> None:
+    v = {"r": {"rc": 0, "failed": False, "changed": True}, "ver": "3.11.2"}
+    assert condition("r.rc == 0", v)
+    assert condition(["r is succeeded", "r is changed"], v)
+    assert not condition("r is failed", v)
+    assert condition("ver is version('3.10', '>=')", v)
+    assert condition("{{ ver is version('4', '<') }}", v)
+    assert condition("'yes'", v)
+    assert evaluate("[1, 2] | map('string') | join(',')", v) == "1,2"
+
+
+def test_names_used_ignores_locals_and_globals() -> None:
+    names = names_used({"a": "{% for i in range(n) %}{{ i }}{% endfor %}", "b": ["{{ x.y }}"], "c": 3})
+    assert names == {"n", "x"}
+    assert names_used("a == b", expression=True) == {"a", "b"}
+
+
+def test_filters_from_ansible() -> None:
+    v = {"p": "/a/b/c.txt", "s": "a'b"}
+    assert render("{{ p | basename }} {{ p | dirname }}", v) == "c.txt /a/b"
+    assert render("{{ s | quote }}", v) == "'a'\"'\"'b'"
+    assert render("{{ 'x' | regex_replace('x', 'y') }}", v) == "y"
+    assert templating.is_template("{{ a }}") and not templating.is_template("a")

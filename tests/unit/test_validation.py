@@ -1,0 +1,116 @@
+"""Bad input: one clear line naming file:line (or the variable/host/module), exit 5, no traceback, no host
+touched. The inventory points at a host that does not exist: touching it would fail differently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli
+
+UNREACHABLE_INVENTORY = """\
+all:
+  hosts:
+    ghost:
+      ansible_host: 127.0.0.254
+      ansible_port: 1
+      marker: "{marker}"
+"""
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Path:
+    path = tmp_path / "inv.yml"
+    path.write_text(UNREACHABLE_INVENTORY.format(marker=tmp_path / "touched"))
+    return path
+
+
+CASES = {
+    "yaml": ("- hosts: all\n  tasks:\n    - name: x\n      command: [unclosed\n", r"pb\.yml:4: YAML syntax error"),
+    "unknown_module": ("- hosts: all\n  tasks:\n    - name: x\n      nosuchmodule: {}\n", r"pb\.yml:3: unknown"),
+    "bad_argument": ("- hosts: all\n  tasks:\n    - copy:\n        dest: /x\n        colour: red\n",
+                     r"pb\.yml:3: copy: unknown argument 'colour'"),
+    "missing_argument": ("- hosts: all\n  tasks:\n    - file:\n        state: touch\n",
+                         r"pb\.yml:3: file: missing required argument 'path'"),
+    "bad_choice": ("- hosts: all\n  tasks:\n    - file:\n        path: /x\n        state: melted\n",
+                   r"pb\.yml:3: file: state='melted' is not one of"),
+    "undefined_var": ("- hosts: all\n  gather_facts: false\n  tasks:\n    - name: use it\n"
+                      "      debug:\n        msg: '{{ not_defined_anywhere }}'\n",
+                      r"pb\.yml:4: undefined variable 'not_defined_anywhere' in task 'use it' for host ghost"),
+    "unknown_pattern": ("- hosts: nosuchgroup\n  tasks:\n    - debug:\n        msg: hi\n", r"nosuchgroup"),
+    "unknown_play_key": ("- hosts: all\n  colour: red\n  tasks: []\n", r"pb\.yml:1: unknown play key 'colour'"),
+    "unknown_handler": ("- hosts: all\n  tasks:\n    - command: 'true'\n      notify: restart it\n",
+                        r"pb\.yml:3: task 'command' notifies unknown handler 'restart it'"),
+    "jinja_syntax": ("- hosts: all\n  tasks:\n    - debug:\n        msg: '{{ 1 + }}'\n", r"pb\.yml:3: .*syntax"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_playbook_exits_5_with_file_and_line(tmp_path: Path, inv: Path, case: str) -> None:
+    text, pattern = CASES[case]
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(text)
+    result = run_cli(["run", str(playbook), "-i", str(inv)])
+    assert result.code == 5, result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err + result.out
+    import re
+
+    assert re.search(pattern, lines[0]), lines[0]
+    assert not (tmp_path / "touched").exists()
+
+
+def test_guarded_undefined_names_are_allowed(tmp_path: Path, inv: Path) -> None:
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - debug:\n        msg: \"{{ maybe | default('x') }}\"\n"
+        "      when: other is not defined\n"
+    )
+    result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks"])
+    assert result.code == 0, result.err
+
+
+def test_unknown_limit_pattern_exits_5(tmp_path: Path, inv: Path) -> None:
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text("- hosts: all\n  tasks:\n    - debug:\n        msg: hi\n")
+    result = run_cli(["run", str(playbook), "-i", str(inv), "-l", "nobody"])
+    assert result.code == 5
+    assert "nobody" in result.err
+
+
+def test_unknown_start_at_task_exits_5(tmp_path: Path, inv: Path) -> None:
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text("- hosts: all\n  tasks:\n    - name: one\n      debug:\n        msg: hi\n")
+    result = run_cli(["run", str(playbook), "-i", str(inv), "--start-at-task", "two"])
+    assert result.code == 5
+    assert "'two'" in result.err
+
+
+def test_bad_inventory_exits_5(tmp_path: Path) -> None:
+    bad = tmp_path / "inv.yml"
+    bad.write_text("all:\n  hosts:\n    a: [\n")
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text("- hosts: all\n  tasks: []\n")
+    result = run_cli(["run", str(playbook), "-i", str(bad)])
+    assert result.code == 5
+    assert "inv.yml:" in result.err
+
+
+def test_bad_flag_exits_3(tmp_path: Path, inv: Path) -> None:
+    result = run_cli(["run", "x.yml", "-i", str(inv), "--no-such-flag"])
+    assert result.code == 3
+    assert "no-such-flag" in result.err
+
+
+def test_list_tasks_and_hosts(tmp_path: Path, inv: Path) -> None:
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(
+        "- hosts: all\n  tasks:\n    - name: one\n      debug: {msg: a}\n      tags: [x]\n"
+        "    - name: two\n      debug: {msg: b}\n"
+    )
+    result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks", "--list-hosts", "-t", "x"])
+    assert result.code == 0
+    assert "one" in result.out and "two" not in result.out and "ghost" in result.out
