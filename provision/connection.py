@@ -274,6 +274,10 @@ class SSHConnection:
                 raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise UnreachableError(self.name, f"cannot connect to {target}: {exc or type(exc).__name__}") from None
+            transport = conn.client.get_transport()
+            if transport is not None and isinstance(transport.sock, socket.socket):
+                # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             COUNTERS.opened()
             self._conn = conn
             return conn

@@ -166,11 +166,11 @@ class Executor:
         for name in hosts:
             self.summary.stat(name)
         for batch in self.batches(hosts, play.serial):
-            self._batch(play, batch, hosts)
-            if self.summary.aborted:
+            if self._batch(play, batch, hosts) or self.summary.aborted:
                 return
 
-    def _batch(self, play: Play, batch: list[str], play_hosts: list[str]) -> None:
+    def _batch(self, play: Play, batch: list[str], play_hosts: list[str]) -> bool:
+        """Run the play's tasks and handlers on one batch; True when the play must stop."""
         from .taskrun import TaskRunner  # local import: taskrun imports this module's types
 
         runner = TaskRunner(self, play, batch, play_hosts)
@@ -187,8 +187,9 @@ class Executor:
                 continue
             self._each(batch, task.name, lambda h, t=task: runner.run(t, h), run_once=task.run_once)
             if self._check_abort(play, batch):
-                return
+                return True
         self._handlers(play, batch, runner)
+        return False
 
     def _active(self, hosts: list[str]) -> list[str]:
         return [h for h in hosts if self.host_state(h).active]
@@ -243,7 +244,7 @@ class Executor:
                 )
                 return True
         if len(bad) == len(batch):
-            self.summary.aborted = "every host of the batch failed or was unreachable"
+            self.reporter.line("\nNO MORE HOSTS LEFT: every host of the batch failed or was unreachable")
             return True
         return False
 

@@ -20,6 +20,7 @@ import jinja2.nodes
 from . import templating
 from .errors import InputError, PlaybookError, TemplateError
 from .inventory import Inventory
+from .modules.base import find_controller_file
 from .playbook import Play, Task
 
 MAGIC_VARS = {
@@ -67,7 +68,8 @@ def task_names(task: Task) -> set[str]:
     for text in _strings([task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)
-    for expr in (task.when, task.changed_when, task.failed_when, task.until):
+    expressions = [task.args.get(name) for name in task.module_class.expression_args]
+    for expr in (task.when, task.changed_when, task.failed_when, task.until, *expressions):
         for item in expr if isinstance(expr, list) else [expr]:
             if isinstance(item, str):
                 wrapped = f"{{{{ {item} }}}}"
@@ -75,21 +77,11 @@ def task_names(task: Task) -> set[str]:
     return needed
 
 
-def template_source(playbook_dir: str, src: str) -> Path | None:
-    """Where a ``template``/``copy`` ``src`` is found: beside the playbook, in its templates/, or ../templates/."""
-    base = Path(playbook_dir)
-    if Path(src).is_absolute():
-        candidates = [Path(src)]
-    else:
-        candidates = [base / src, base / "templates" / src, base.parent / "templates" / src, base / "files" / src]
-    return next((c for c in candidates if c.is_file()), None)
-
-
 def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
     src = task.args.get("src")
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
-    path = template_source(playbook_dir, src)
+    path = find_controller_file(playbook_dir, src)
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
     text = path.read_text(encoding="utf-8")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .executor import Executor
 
 NO_LOG_MSG = "the output has been hidden due to no_log: true"
+CHECK_SKIPPED = "_check_mode_skipped"  # marks a registered result that check mode did not really produce
 
 
 class HostVarsView(Mapping[str, Any]):
@@ -135,6 +136,11 @@ class TaskRunner:
     def _run(self, task: Task, host: str) -> TaskResult:
         variables = self.host_vars(host, task)
         where = f"task {task.name!r} ({task.where})"
+        if self.options.check:
+            unknown = self._unproduced_inputs(task, host)
+            if unknown:
+                msg = f"skipped in check mode: needs {unknown!r}, which check mode did not really run"
+                return TaskResult(host, task.name, Status.SKIPPED, msg, {CHECK_SKIPPED: True})
         if task.when is not None and not templating.condition(task.when, variables, where):
             return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
         if task.loop is None:
@@ -155,6 +161,18 @@ class TaskRunner:
             if res.failed and not task.ignore_errors:
                 break
         return _combine(host, task.name, results)
+
+    def _unproduced_inputs(self, task: Task, host: str) -> str | None:
+        """In check mode, a task that reads the result of a task check mode skipped is skipped too (instead of
+        failing on a result that does not exist): the first such variable name, or None."""
+        from .plan import task_names
+
+        set_vars = self.executor.host_state(host).set_vars
+        for name in sorted(task_names(task)):
+            value = set_vars.get(name)
+            if isinstance(value, dict) and value.get(CHECK_SKIPPED):
+                return name
+        return None
 
     def _context(self, task: Task, host: str, variables: templating.Vars, where: str) -> ModuleContext:
         target = host
@@ -223,6 +241,8 @@ class TaskRunner:
             Status.CHANGED if mres.changed else Status.OK
         )  # fmt: skip
         result = TaskResult(host, task.name, status, mres.msg, dict(mres.data), mres.diff)
+        if ctx.check and mres.skipped:
+            result.data[CHECK_SKIPPED] = True
         if mres.facts:
             state = self.executor.host_state(host)
             MASKER.add_vars(mres.facts)

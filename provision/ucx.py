@@ -131,6 +131,8 @@ def default_min_gbps(link_kind: str | None) -> float:
 _LINE_RE = re.compile(r"^\[[\d.]+\]\s+\[[^\]]*\]\s+(?P<body>[+|].*)$")
 _TRANSPORT_RE = re.compile(r"\b([a-z][a-z0-9_]*)/([A-Za-z0-9_.\-]+(?::\d+)?)")
 _RANGE_RE = re.compile(r"^\d+(\.\.(\d+|inf))?$")
+# which tables carry a DRAM→DRAM or VRAM→VRAM WRITE: "... by ucp_put*(multi) from cuda/GPU0 to cuda/dev[3]"
+_MEM_SOURCE = {"dram": "from host memory to host", "vram": "from cuda"}
 DATA_PATH_OPS = ("remote memory write", "remote memory read")  # NIXL WRITE/READ → ucp_put*/ucp_get*
 
 
@@ -186,15 +188,37 @@ def parse_proto_tables(text: str) -> list[ProtoTable]:
     return tables
 
 
-def parse_proto_info(text: str, data_path_only: bool = True) -> list[str]:
+def parse_proto_info(text: str, mem: str | None = None, data_path_only: bool = True) -> list[str]:
     """Transports UCX reported in ``UCX_PROTO_INFO=y`` output, in order seen, e.g. ``["tcp/lo"]``.
 
-    With ``data_path_only`` (default): only the RMA tables (``remote memory write/read``, what NIXL's
-    WRITE/READ use) of endpoints to a peer — not the agent's ``self`` endpoint, not the active messages that
-    carry notifications. Falls back to every non-self table when no RMA table was printed.
+    With ``data_path_only`` (default): only the RMA tables (``remote memory write/read``: what NIXL's
+    WRITE/READ use) of endpoints to a peer — not the agent's ``self`` endpoints, not the active messages that
+    carry notifications. ``mem`` (``dram``/``vram``) keeps the tables whose SOURCE is that memory: UCX also
+    prints host→GPU tables that a VRAM→VRAM transfer never uses (``software emulation | tcp/lo``, seen on
+    H200). Each filter is dropped when it would leave nothing.
     """
     tables = [t for t in parse_proto_tables(text) if not t.is_self]
     if data_path_only:
-        rma = [t for t in tables if t.operation.startswith(DATA_PATH_OPS)]
-        tables = rma or tables
+        tables = [t for t in tables if t.operation.startswith(DATA_PATH_OPS)] or tables
+        source = _MEM_SOURCE.get(mem or "")
+        if source:
+            tables = [t for t in tables if source in t.operation] or tables
     return _unique(t for table in tables for t in table.transports())
+
+
+# ------------------------------------------------------------------------------------------ diagnostics
+_UCX_LOG_RE = re.compile(r"\bUCX\s+(?P<level>WARN|ERROR|FATAL)\s+(?P<msg>.*)$")
+_GLOG_RE = re.compile(r"^(?P<level>[EWF])\d{4} [\d:.]+\s+\d+ [^\]]+\] (?P<msg>.*)$")
+
+
+def diagnostics(text: str, limit: int = 6) -> list[str]:
+    """UCX's and NIXL's own warning/error lines in a process's output, shortened — they say what is wrong
+    (``UCX WARN network device 'x' is not available, please use one or more of: 'eth0'(tcp), 'lo'(tcp)``)
+    where the Python exception only says ``NIXL_ERR_BACKEND``."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if m := _UCX_LOG_RE.search(line):
+            found.append(f"UCX {m['level']}: {m['msg'].strip()}")
+        elif m := _GLOG_RE.match(line.strip()):
+            found.append(f"NIXL {'ERROR' if m['level'] != 'W' else 'WARN'}: {m['msg'].strip()}")
+    return _unique(found)[:limit]

@@ -1,5 +1,6 @@
 """Run the test lab by hand: N real sshd hosts on loopback (see tests/lab.py). Needs root.
 
+Usage:
     python scripts/lab.py up -n 4 --dir .lab     # prints the inventory path, stays up until Ctrl-C
     python scripts/lab.py down --dir .lab        # from another shell: stops it (or cleans up a crash)
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from lab import Lab, LabError  # noqa: E402
+from lab import Lab, LabError
 
 
 def up(n: int, base_dir: Path, prefix: str) -> int:
@@ -30,8 +31,10 @@ def up(n: int, base_dir: Path, prefix: str) -> int:
         lab.start()
         print(lab.inventory_path, flush=True)
         for h in lab.hosts:
-            print(f"  {h.name}: ssh -F {lab.ssh_config_path} {h.name}   ({h.user}@{h.address}:{h.port})",
-                  file=sys.stderr)
+            print(
+                f"  {h.name}: ssh -F {lab.ssh_config_path} {h.name}   ({h.user}@{h.address}:{h.port})",
+                file=sys.stderr,
+            )
         print("up; Ctrl-C or `down` to stop", file=sys.stderr, flush=True)
         stop.wait()
     except LabError as exc:
@@ -51,7 +54,9 @@ def down(base_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a lab and keep it up until Ctrl-C or `down`")
     p_up.add_argument("-n", type=int, default=4, help="number of hosts (default 4)")

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `from lab import Lab` in tests
 
-from lab import Lab  # noqa: E402
+from lab import Lab
 
 # lab fixtures
 

@@ -6,7 +6,9 @@ with a lock file, so labs running in parallel (other pytest sessions, xdist work
 
 Everything the lab writes lives in ``base_dir``: host keys, sshd configs and logs, one client key pair
 authorized on every host, ``known_hosts``, ``ssh_config``, ``inventory.yml`` and ``lab.json`` (the state a
-later run needs to clean up after a crashed one, see :meth:`Lab.cleanup_stale`).
+later run needs to clean up after a crashed one, see :meth:`Lab.cleanup_stale`). A copy of lab.json in
+/tmp/provision-lab/ lets :meth:`Lab.cleanup_orphans` (run by every ``start()``) find labs whose process died
+even after their ``base_dir`` was deleted.
 
 Teardown (``stop()``, the context manager, an ``atexit`` hook) kills every process of the lab's sshds and
 users, deletes the users with their homes and removes ``base_dir``. Needs root.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -37,9 +40,18 @@ import yaml
 SSHD = "/usr/sbin/sshd"
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
 PORT = 2222
-LOCK_DIR = Path("/tmp/provision-lab-locks")
+REGISTRY = Path("/tmp/provision-lab")  # address locks, and a copy of every live lab's lab.json
 START_TIMEOUT = 10.0
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
+_PR_SET_CHILD_SUBREAPER = 36
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
+
+
+def _become_subreaper() -> None:
+    """In the sshd child before exec: processes orphaned under it (session children whose monitor exited
+    first, ``nohup cmd &``) are re-parented to that sshd, which reaps them, instead of lingering as zombies
+    of init; and they stay in its process tree, where teardown finds them."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 class LabError(RuntimeError):
@@ -205,6 +217,7 @@ class Lab:
         self.hosts: list[LabHost] = []
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock: IO[str] | None = None
+        self._token = ""
         self._started = False
 
     # -- paths
@@ -242,10 +255,12 @@ class Lab:
     def start(self) -> Lab:
         if self._started:
             return self
+        Lab.cleanup_orphans()
         Lab.cleanup_stale(self.base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base_dir, 0o755)
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+        REGISTRY.mkdir(mode=0o755, exist_ok=True)
         self._started = True
         atexit.register(self.stop)
         try:
@@ -257,7 +272,7 @@ class Lab:
 
     def _setup(self) -> None:
         subnet = self._reserve_subnet()
-        token = self._user_token()
+        token = self._token = self._user_token()
         client_pub = _keygen(self.client_key, "provision-lab-client")
         for i in range(self.n):
             user = f"{self.prefix}{i}-{token}"
@@ -283,7 +298,10 @@ class Lab:
         for h in self.hosts:
             self._wait_listening(h)
         self.known_hosts_path.write_text(
-            "".join(f"{h.known_hosts_name} {' '.join(k.split()[:2])}\n" for h, k in zip(self.hosts, host_keys))
+            "".join(
+                f"{h.known_hosts_name} {' '.join(k.split()[:2])}\n"
+                for h, k in zip(self.hosts, host_keys, strict=True)
+            )
         )
         self._write_ssh_config()
         self.write_inventory(self.inventory_path)
@@ -300,6 +318,8 @@ class Lab:
             _remove_user(h.user)
         self.hosts = []
         shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self._token:
+            (REGISTRY / f"lab-{self._token}.json").unlink(missing_ok=True)
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -308,8 +328,9 @@ class Lab:
     def cleanup_stale(base_dir: Path) -> bool:
         """Undo a lab left behind in ``base_dir`` by a crashed run (its lab.json); True if there was one.
 
-        Kills the recorded sshds (only processes that still run ``sshd`` with a config in ``base_dir``) and
-        every process of the recorded users, deletes the users and removes ``base_dir``.
+        A lab still up in another process (``scripts/lab.py up``) is asked to stop first (SIGTERM). Then the
+        recorded sshds (only processes still running ``sshd -f <base_dir>/...``) and every process of the
+        recorded users are killed, the users deleted and ``base_dir`` removed.
         """
         base_dir = Path(base_dir).absolute()
         try:
@@ -319,17 +340,26 @@ class Lab:
         owner = Lab.owner_pid(base_dir)
         if owner is not None and owner != os.getpid():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(owner, signal.SIGTERM)  # a lab still up (scripts/lab.py up): let it clean up itself
+                os.kill(owner, signal.SIGTERM)
             deadline = time.monotonic() + 5
             while _alive(owner) and time.monotonic() < deadline:
                 time.sleep(0.05)
-        for h in state.get("hosts", []):
-            pid = h.get("pid")
-            if isinstance(pid, int) and _is_lab_sshd(pid, base_dir):
-                _kill_tree(pid)
-            _remove_user(str(h["user"]))
-        shutil.rmtree(base_dir, ignore_errors=True)
+        _cleanup_state(state)
         return True
+
+    @staticmethod
+    def cleanup_orphans() -> int:
+        """Clean up every lab whose owning process is dead (per /tmp/provision-lab/); returns how many."""
+        count = 0
+        for path in REGISTRY.glob("lab-*.json"):
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if not _alive(state.get("owner_pid", 0)):
+                _cleanup_state(state)
+                count += 1
+        return count
 
     @staticmethod
     def owner_pid(base_dir: Path) -> int | None:
@@ -438,27 +468,32 @@ class Lab:
         }
 
     def _write_ssh_config(self) -> None:
-        blocks = [f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User {h.user}\n" for h in self.hosts]
+        blocks = [
+            f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User {h.user}\n" for h in self.hosts
+        ]
         blocks.append(
             "Host *\n"
             f"  UserKnownHostsFile {self.known_hosts_path}\n"
             f"  IdentityFile {self.client_key}\n"
             "  IdentitiesOnly yes\n"
+            "  StrictHostKeyChecking yes\n"
         )
         self.ssh_config_path.write_text("\n".join(blocks))
 
     def _write_state(self) -> None:
         state = {
             "owner_pid": os.getpid(),
+            "token": self._token,
             "base_dir": str(self.base_dir),
             "hosts": [
                 {"name": h.name, "user": h.user, "address": h.address, "port": h.port, "pid": h.pid}
                 for h in self.hosts
             ],
         }
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)
+        for path in (self.state_path, REGISTRY / f"lab-{self._token}.json"):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state, indent=2))
+            tmp.replace(path)
 
     def _write_sshd_config(self, h: LabHost) -> None:
         h.config.write_text(
@@ -482,11 +517,10 @@ class Lab:
     # -- internals
     def _reserve_subnet(self) -> int:
         """Pick X in 100..250 no other lab holds (flock on a file) and whose addresses bind on PORT."""
-        LOCK_DIR.mkdir(mode=0o755, exist_ok=True)
         candidates = list(range(100, 251))
         random.shuffle(candidates)
         for x in candidates:
-            fh = open(LOCK_DIR / f"127.0.{x}.lock", "w")  # noqa: SIM115 - held for the lab's life
+            fh = open(REGISTRY / f"127.0.{x}.lock", "w")  # noqa: SIM115 - held for the lab's life
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -525,6 +559,7 @@ class Lab:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,  # Ctrl-C in a terminal goes to us, not to the sshds
+                preexec_fn=_become_subreaper,
             )
         self._procs[proc.pid] = proc
         h.pid = proc.pid
@@ -549,6 +584,21 @@ class Lab:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
         h.pid = None
+
+
+def _cleanup_state(state: dict[str, Any]) -> None:
+    """Kill the sshds and user processes a lab.json records, delete its users, base_dir and registry entry."""
+    base_dir = Path(state.get("base_dir", "/nonexistent"))
+    for h in state.get("hosts", []):
+        pid = h.get("pid")
+        if isinstance(pid, int) and _is_lab_sshd(pid, base_dir):
+            _kill_tree(pid)
+        _remove_user(str(h["user"]))
+    if base_dir.is_absolute() and (base_dir / "lab.json").exists():
+        shutil.rmtree(base_dir, ignore_errors=True)
+    token = state.get("token")
+    if isinstance(token, str) and token.isalnum():
+        (REGISTRY / f"lab-{token}.json").unlink(missing_ok=True)
 
 
 def _orig(path: Path) -> Path:

@@ -141,6 +141,7 @@ class Module:
     free_form: ClassVar[str | None] = None  # `command: echo hi` puts the string into this argument
     controller_only: ClassVar[bool] = False  # debug/set_fact/fail/assert: no connection needed
     check_mode_support: ClassVar[bool] = True
+    expression_args: ClassVar[tuple[str, ...]] = ()  # args holding bare Jinja2 expressions (assert's `that`)
 
     # ---------------------------------------------------------------- validation
     @classmethod
@@ -264,6 +265,17 @@ def parse_kv(text: str) -> dict[str, Any]:
         key, value = word.split("=", 1)
         out[key] = value
     return out
+
+
+def find_controller_file(controller_dir: str, src: str) -> Path | None:
+    """Where a ``copy``/``template`` ``src`` lives on the controller, as Ansible looks: beside the playbook,
+    in its ``templates/`` or ``files/``, or in the project's ``templates/`` next to the playbooks dir."""
+    base = Path(controller_dir)
+    if Path(src).is_absolute():
+        candidates = [Path(src)]
+    else:
+        candidates = [base / src, base / "templates" / src, base / "files" / src, base.parent / "templates" / src]
+    return next((c for c in candidates if c.is_file()), None)
 
 
 REGISTRY: dict[str, type[Module]] = {}

@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jinja2
+
 from ..errors import ProvisionError, TemplateError
 from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, register
 
@@ -38,6 +40,7 @@ def truthy(value: Any) -> bool:
 @register
 class Debug(Module):
     name = "debug"
+    expression_args = ("var",)
     controller_only = True
     args = {"msg": Arg("raw"), "var": Arg(), "verbosity": Arg("int", default=0)}
 
@@ -53,6 +56,8 @@ class Debug(Module):
             return ModuleResult(msg=_text(msg), data={"verbosity": args["verbosity"]})
         try:
             value = _evaluate(ctx, var)
+            if isinstance(value, jinja2.Undefined):  # a bare undefined name evaluates lazily
+                value = UNDEFINED
         except TemplateError as exc:
             value = UNDEFINED if "undefined" in str(exc).lower() else f"{UNDEFINED} ({exc})"
         except Exception as exc:  # the evaluator is the executor's: keep its failures inside the task
@@ -98,6 +103,7 @@ class Fail(Module):
 @register
 class Assert(Module):
     name = "assert"
+    expression_args = ("that",)
     controller_only = True
     args = {
         "that": Arg("raw", required=True),

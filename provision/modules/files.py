@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..errors import ModuleError, TemplateError
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, find_controller_file, register
 
 HELPER = "file_state.py"
 DIFF_LIMIT = 1 << 20  # old content is fetched for --diff only up to this size
@@ -95,7 +95,8 @@ def state_diff(before: dict[str, Any], after: dict[str, Any], path: str) -> str:
 
 
 def read_controller_file(ctx: ModuleContext, src: str) -> tuple[str, bytes]:
-    path = os.path.join(ctx.controller_dir, os.path.expanduser(src))
+    found = find_controller_file(ctx.controller_dir, os.path.expanduser(src))
+    path = str(found) if found else os.path.join(ctx.controller_dir, os.path.expanduser(src))
     if os.path.isdir(path):
         raise ModuleError(ctx.host, f"src {path} is a directory: only single files are supported")
     try:
@@ -259,6 +260,10 @@ def converge_file(
         return ModuleResult(failed=True, msg=f"dest {target} is a directory")
     if not st["parent"]:
         parent = posixpath.dirname(target.rstrip("/")) or "."
+        if ctx.check:  # an earlier task of the run may create it: predict, don't break the check run
+            msg = f"would create {target} (its directory {parent} does not exist yet)"
+            diff = text_diff(b"", data, target) if ctx.diff else None
+            return ModuleResult(changed=True, msg=msg, diff=diff, data={"dest": target})
         return ModuleResult(failed=True, msg=f"Destination directory {parent} does not exist")
     data_info = {"dest": target, "checksum": sha, "size": len(data)}
     if src_name:

@@ -28,7 +28,7 @@ from typing import Any
 from ..commands import Command
 from ..connection import CommandResult, Connection
 from ..errors import HostError, ModuleError
-from ..ucx import check_ucx_env, default_min_gbps, parse_proto_info, split_list, ucx_env
+from ..ucx import check_ucx_env, default_min_gbps, diagnostics, parse_proto_info, split_list, ucx_env
 from .base import REMOTE_DIR, Arg, Module, ModuleContext, ModuleResult, register
 
 LINKS = ("nvlink", "pcie", "cross-host", "loopback")
@@ -201,7 +201,8 @@ def _judge(result: ModuleResult, floor: float, link: str, args: dict[str, Any], 
             hint = " — UCX did not use cuda_ipc (check UCX_TLS)"
         msg = f"{head}: {figures} is below the floor of {floor:g} GB/s for a {link} link{hint}"
         return ModuleResult(failed=True, msg=msg, data=d)
-    return ModuleResult(changed=False, msg=f"{head}: {figures}, bytes verified", data=d)
+    warnings = "".join(f" (warning: {w})" for w in d.get("warnings", []))
+    return ModuleResult(changed=False, msg=f"{head}: {figures}, bytes verified{warnings}", data=d)
 
 
 class _Run:
@@ -252,14 +253,14 @@ class _Run:
             "size_bytes": self.size,
             "mem": self.args["mem"],
             "mem_types": report.get("mem_types"),
-            "transports": parse_proto_info(result.stderr),
+            "transports": parse_proto_info(result.stderr, mem=self.args["mem"]),
             "iterations": report.get("iterations", []),
             "verified": bool(report.get("verified")) and bool(target and target.get("verified")),
             "target_result": target,
         }
         if not report.get("ok") or not target:
             why = report.get("error") or (target or {}).get("error") or "the target wrote no result"
-            tail = "\n".join(line for line in result.stderr.splitlines()[-8:] if "| " not in line)
+            tail = "\n".join(diagnostics(result.stderr) or result.stderr.strip().splitlines()[-8:])
             return ModuleResult(
                 failed=True, msg=f"NIXL transfer to {self.args['target']} failed: {why}\n{tail}", data=data
             )
@@ -310,7 +311,7 @@ class _Run:
 
     def target_failed(self, result: dict[str, Any]) -> ModuleResult:
         log = (self.peer.get(f"{self.tdir}/target.log") or b"").decode(errors="replace")
-        tail = "\n".join(log.strip().splitlines()[-8:])
+        tail = "\n".join(diagnostics(log) or log.strip().splitlines()[-8:])
         error = result.get("error") or "; ".join(result.get("errors", [])) or "unknown error"
         msg = f"the NIXL target on {self.args['target']} failed: {error}"
         if "NIXL_ERR_BACKEND" in error + log:

@@ -49,7 +49,13 @@ class Pip(Module):
     # ------------------------------------------------------------------------------------ planning
     @staticmethod
     def wanted(args: dict[str, Any]) -> list[str]:
-        names = [str(n).strip() for n in args["name"] or [] if str(n).strip()]
+        names: list[str] = []
+        for item in args["name"] or []:
+            text = str(item).strip()
+            if names and text[:1] in "<>=!~" and text:  # `foo>=1,<2` was split at its comma: rejoin
+                names[-1] += f",{text}"
+            elif text:
+                names.append(text)
         if args["version"]:
             if len(names) != 1 or any(c in names[0] for c in "<>=!~"):
                 raise ArgError("pip: version needs exactly one name without a version specifier")

@@ -92,7 +92,7 @@ class Buffer:
             self.tensor = torch.zeros(size, dtype=torch.uint8, device=f"cuda:{gpu}")
             self.addr, self.dev, self.kind = self.tensor.data_ptr(), gpu, "VRAM"
         else:
-            self.array = np.zeros(size, dtype=np.uint8)
+            self.array: Any = np.zeros(size, dtype=np.uint8)
             self.addr, self.dev, self.kind = self.array.ctypes.data, 0, "DRAM"
         self._words = np.arange((size + 7) // 8, dtype=np.uint64)
 

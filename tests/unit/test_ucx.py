@@ -10,6 +10,7 @@ from provision.ucx import (
     Problem,
     check_ucx_env,
     default_min_gbps,
+    diagnostics,
     parse_proto_info,
     parse_proto_tables,
     transports_in,
@@ -121,13 +122,36 @@ def test_parse_real_output_default_tls() -> None:
     text = (FIXTURES / "proto_info_cma.txt").read_text()
     assert parse_proto_info(text) == ["cma/memory"]
     assert parse_proto_info(text, data_path_only=False) == ["cma/memory", "tcp/lo"]
-    am = [t for t in parse_proto_tables(text) if t.operation.startswith("active message by ucp_am_send* from")]
+    am = [
+        t for t in parse_proto_tables(text) if t.operation.startswith("active message by ucp_am_send* from")
+    ]
     assert ("1..16515", "zero-copy", "tcp/lo") in am[0].rows
+
+
+def test_parse_real_output_vram_over_nvlink() -> None:
+    """2x H200 (NV18), VRAM GPU0 → VRAM GPU1, two processes, default UCX_TLS: UCX also prints host-memory
+    tables (cma, and ``software emulation`` over tcp/lo for host→GPU); the GPU data path is cuda_ipc."""
+    text = (FIXTURES / "proto_info_cuda_ipc.txt").read_text()
+    assert parse_proto_info(text, mem="vram") == ["cuda_ipc/cuda"]
+    assert parse_proto_info(text, mem="dram") == ["cma/memory"]
+    assert "cuda_ipc/cuda" in parse_proto_info(text)
+    (gpu,) = [t for t in parse_proto_tables(text) if "from cuda/GPU0" in t.operation]
+    assert gpu.endpoint == "initiator intra-node cfg#2"
+    assert gpu.rows == [("0..inf", "zero-copy", "cuda_ipc/cuda")]
+
+
+def test_parse_mem_filter_falls_back() -> None:
+    text = (FIXTURES / "proto_info_tcp.txt").read_text()
+    assert parse_proto_info(text, mem="dram") == ["tcp/lo", "tcp/eth0"]
+    assert parse_proto_info(text, mem="vram") == ["tcp/lo", "tcp/eth0"]  # no GPU table: all RMA tables
 
 
 def test_parse_ignores_other_lines_and_self_endpoints() -> None:
     assert parse_proto_info("") == []
-    assert parse_proto_info("2026-11-30 NIXL INFO _api.py:281 Initialized NIXL agent: x\n| not | a | ucx |") == []
+    assert (
+        parse_proto_info("2026-11-30 NIXL INFO _api.py:281 Initialized NIXL agent: x\n| not | a | ucx |")
+        == []
+    )
     text = """\
 [1.5] [gpu0:42 :0]   +------------------+--------------------+
 [1.5] [gpu0:42 :0]   | prefill self cfg#0                     |
@@ -167,3 +191,29 @@ def test_transports_in_config_cells() -> None:
     assert transports_in("52% on tcp/lo and 48% on tcp/eth0") == ["tcp/lo", "tcp/eth0"]
     assert transports_in("cuda_ipc/cuda") == ["cuda_ipc/cuda"]
     assert transports_in("(?) rendezvous no data fetch") == []
+
+
+def test_diagnostics_pick_ucx_and_nixl_lines() -> None:
+    """Real output of a NIXL agent created with UCX_NET_DEVICES=nosuchdev0 (nixl-cu13 1.5.1)."""
+    text = """\
+[1796011441.133478] [vm:6037 :0]     ucp_context.c:1508 UCX  WARN  network device 'nosuchdev0' is not \
+available, please use one or more of: 'eth0'(tcp), 'lo'(tcp)
+[1796011441.143119] [vm:6037 :0]          select.c:722  UCX  ERROR   no active messages transport to \
+<no debug data>: self/memory - no peer failure handler, cma/memory - no am bcopy
+W1130 04:04:01.143138    6037 ucx_enums.cpp:58] Unexpected UCX error: Destination is unreachable
+E1130 04:04:01.143222    6037 nixl_agent.cpp:371] createBackend: backend 'UCX' encountered error during \
+intra-agent transfer setup with status NIXL_ERR_BACKEND
+Traceback (most recent call last):
+  File "nixl_transfer.py", line 1, in <module>
+nixl_cu13._bindings.nixlBackendError: NIXL_ERR_BACKEND
+"""
+    assert diagnostics(text) == [
+        "UCX WARN: network device 'nosuchdev0' is not available, please use one or more of: 'eth0'(tcp), "
+        "'lo'(tcp)",
+        "UCX ERROR: no active messages transport to <no debug data>: self/memory - no peer failure handler, "
+        "cma/memory - no am bcopy",
+        "NIXL WARN: Unexpected UCX error: Destination is unreachable",
+        "NIXL ERROR: createBackend: backend 'UCX' encountered error during intra-agent transfer setup with "
+        "status NIXL_ERR_BACKEND",
+    ]
+    assert diagnostics("all fine\n") == []

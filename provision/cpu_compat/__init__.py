@@ -1,0 +1,84 @@
+"""CPU mode: every compatibility piece that lets a REAL SGLang prefill/decode pair run on hosts without a GPU.
+
+This is a way to test and try provision (CI, a laptop, a person without GPUs), NOT a way to serve models:
+the model is a tiny random-weight Llama generated on the host, and the KV cache moves between host-memory
+buffers. Everything here was made for, and is tested against, the pinned stack below; a new SGLang must be
+re-checked with ``tests/integration/test_pd_compat.py``, which fails loudly when a piece became unnecessary or
+broken.
+
+Pinned: sglang 0.5.23, sglang-kernel 0.4.10, sglang-router 0.3.2, nixl / nixl-cu13 1.5.1.
+
+The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spec` imports it from here):
+
+1. ``SGLANG_USE_CPU_ENGINE=1`` (:data:`CPU_ENV`). Without it SGLang treats ``--device cpu`` as unknown and
+   its RoPE falls back to vllm's kernels.
+2. Server flags (:data:`CPU_SERVER_FLAGS`): ``--device cpu --attention-backend torch_native
+   --disable-cuda-graph --skip-server-warmup --disable-radix-cache --max-total-tokens N``.
+   ``--mem-fraction-static`` does not bound the CPU KV pool; without ``--max-total-tokens`` a server
+   allocated ~2 GB.
+3. Decode flag (:data:`CPU_DECODE_FLAGS`): ``--disaggregation-decode-retraction-backup cpu_tensor``: the
+   default backup pins host memory through CUDA.
+4. ``shipped/common_ops.py``: an EMPTY module named ``common_ops``. The sglang-kernel wheel ships CUDA builds
+   only; the last fallback of its loader (``sgl_kernel/load_utils.py``) is ``import common_ops``. A Llama on
+   CPU never calls a kernel op, so an empty module is enough for ``import sgl_kernel`` to succeed.
+5. ``shipped/provision_cpu_compat.py`` + ``shipped/sitecustomize.py``: the DRAM relabel. SGLang's NIXL
+   connector labels the KV buffers "VRAM"; on CPU they are host memory and UCX refuses to register host
+   memory as VRAM (``NIXL_ERR_BACKEND``). The patch relabels "VRAM" as "DRAM" in the NIXL agent's
+   ``get_reg_descs``, ``get_xfer_descs`` AND ``prep_xfer_dlist`` (patching only the first two hangs the
+   request with ``no available backends for mem type 'VRAM_SEG'``). ``sitecustomize`` applies it at
+   interpreter start in EVERY process of the server (SGLang's scheduler runs in spawned children, which
+   inherit ``PYTHONPATH`` but not a parent's monkey patches), then runs the ``sitecustomize`` it shadows.
+
+The shipped files go to one directory on the host (``pd_compat_dir``); the launch env puts it first on
+``PYTHONPATH`` and sets ``PROVISION_CPU_COMPAT=1`` (:func:`cpu_env`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SGLANG_VERSION = "0.5.23"
+SGLANG_KERNEL_VERSION = "0.4.10"
+NIXL_VERSION = "1.5.1"
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
+SHIPPED = ("common_ops.py", "provision_cpu_compat.py", "sitecustomize.py")
+PATCHED_METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")  # of nixl._api.nixl_agent
+
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "PROVISION_CPU_COMPAT": "1"}
+DEFAULT_MAX_TOTAL_TOKENS = 16384
+CPU_DECODE_FLAGS = (("--disaggregation-decode-retraction-backup", "cpu_tensor"),)
+
+
+def cpu_server_flags(max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS) -> list[list[str]]:
+    """The server flags CPU mode needs, one flag (with its value) per entry."""
+    return [
+        ["--device", "cpu"],
+        ["--attention-backend", "torch_native"],
+        ["--disable-cuda-graph"],
+        ["--skip-server-warmup"],
+        ["--disable-radix-cache"],
+        ["--max-total-tokens", str(max_total_tokens)],
+    ]
+
+
+def cpu_env(compat_dir: str) -> dict[str, str]:
+    """Environment of a CPU-mode server: the engine switch, and the shipped modules first on PYTHONPATH."""
+    return {**CPU_ENV, "PYTHONPATH": compat_dir}
+
+
+def shipped_files() -> dict[str, bytes]:
+    """Name → content of every file shipped to the host's compat directory."""
+    return {name: (SHIPPED_DIR / name).read_bytes() for name in SHIPPED}
+
+
+__all__ = [
+    "CPU_DECODE_FLAGS",
+    "CPU_ENV",
+    "PATCHED_METHODS",
+    "SGLANG_VERSION",
+    "SHIPPED",
+    "cpu_env",
+    "cpu_server_flags",
+    "shipped_files",
+]

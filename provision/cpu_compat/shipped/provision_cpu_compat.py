@@ -1,0 +1,95 @@
+"""Shipped by provision for CPU mode: relabel NIXL "VRAM" memory as "DRAM" (pinned: sglang 0.5.23, nixl 1.5.1).
+
+SGLang's NIXL connector (``sglang/srt/disaggregation/nixl/conn.py``) labels every KV buffer "VRAM". On a CPU
+host those buffers are host memory and UCX refuses to register host memory as VRAM (``NIXL_ERR_BACKEND``).
+:func:`install` wraps ``nixl_agent.get_reg_descs``, ``get_xfer_descs`` and ``prep_xfer_dlist`` so that a
+``mem_type`` of "VRAM" becomes "DRAM" (all three are needed: with only the first two the transfer hangs with
+``no available backends for mem type 'VRAM_SEG'``). The agent class is patched when its module is first
+imported (an import hook), or at once when it already is.
+
+Only for testing and trying provision without GPUs: never set ``PROVISION_CPU_COMPAT=1`` on a GPU server.
+"""
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import sys
+
+MODULES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
+METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")
+MARK = "_provision_dram_relabel"
+
+
+def relabel(mem_type):
+    return "DRAM" if isinstance(mem_type, str) and mem_type.upper() in ("VRAM", "VRAM_SEG") else mem_type
+
+
+def _wrap(original):
+    params = list(inspect.signature(original).parameters)
+    if "mem_type" not in params:
+        raise RuntimeError("%s has no mem_type parameter any more" % original.__qualname__)
+    index = params.index("mem_type")
+
+    def wrapper(*args, **kwargs):
+        if "mem_type" in kwargs:
+            kwargs["mem_type"] = relabel(kwargs["mem_type"])
+        elif len(args) > index:
+            args = args[:index] + (relabel(args[index]),) + args[index + 1 :]
+        return original(*args, **kwargs)
+
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = original.__name__
+    wrapper.__qualname__ = original.__qualname__
+    return wrapper
+
+
+def patch_agent(cls):
+    """Patch the three methods of a ``nixl_agent`` class once; returns the patched names."""
+    if getattr(cls, MARK, False):
+        return []
+    missing = [name for name in METHODS if not hasattr(cls, name)]
+    if missing:
+        raise RuntimeError("nixl_agent lacks %s: the DRAM relabel no longer fits this NIXL" % ", ".join(missing))
+    for name in METHODS:
+        setattr(cls, name, _wrap(getattr(cls, name)))
+    setattr(cls, MARK, True)
+    sys.stderr.write("provision cpu compat: NIXL mem type VRAM relabelled DRAM in %s\n" % ", ".join(METHODS))
+    return list(METHODS)
+
+
+def _patch_module(module):
+    cls = getattr(module, "nixl_agent", None)
+    if cls is not None:
+        patch_agent(cls)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        _patch_module(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def install():
+    """Patch now if NIXL is already imported, and on import otherwise."""
+    for name in MODULES:
+        if name in sys.modules:
+            _patch_module(sys.modules[name])
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())

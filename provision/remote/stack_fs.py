@@ -1,0 +1,117 @@
+"""Filesystem steps of a stack install, run ON the host (stdlib only; Python 3.6+).
+
+    python - ACTION REQUEST_JSON
+
+Actions (each prints ONE JSON object; exit 1 with ``{"msg": ...}`` on failure):
+
+* ``prepare {"dirs": [...]}``: create directories (parents too).
+* ``switch {"venv", "new", "envs"}``: make ``venv`` a symlink to ``new`` atomically (a temp link renamed over
+  the old one). A plain directory at ``venv`` (a manual install) is moved aside into ``envs`` first. Keeps
+  the previous environment for rollback and deletes older ones inside ``envs`` (nothing outside it).
+  Answer: ``{"previous", "moved_aside", "removed": [...]}``.
+* ``discard {"path", "envs"}``: delete a failed build (only a direct child of ``envs``).
+* ``list {"dir"}``: ``{"files": {name: [size, mtime]}}`` of the regular files in ``dir`` (flat).
+* ``utime {"dir", "times": {name: mtime}}``: set modification times (after a sync: the next ``list`` matches).
+"""
+
+import json
+import os
+import shutil
+import sys
+import time
+
+
+class Failure(Exception):
+    pass
+
+
+def prepare(req):
+    for path in req["dirs"]:
+        os.makedirs(path, exist_ok=True)
+    return {}
+
+
+def _inside(path, envs):
+    return os.path.dirname(os.path.normpath(path)) == os.path.normpath(envs)
+
+
+def switch(req):
+    venv, new, envs = req["venv"], req["new"], req["envs"]
+    if not os.path.isfile(os.path.join(new, "bin", "python")) and not os.path.islink(
+        os.path.join(new, "bin", "python")
+    ):
+        raise Failure(f"refusing to switch to {new}: it has no bin/python")
+    previous = moved = None
+    if os.path.islink(venv):
+        target = os.readlink(venv)
+        previous = os.path.normpath(os.path.join(os.path.dirname(venv), target))
+    elif os.path.isdir(venv):
+        moved = os.path.join(envs, "manual-" + time.strftime("%Y%m%d-%H%M%S"))
+        os.rename(venv, moved)  # same filesystem: envs is the venv's sibling
+        previous = moved
+    elif os.path.lexists(venv):
+        raise Failure(f"{venv} exists and is not a directory or a symlink: move it away")
+    tmp = f"{venv}.provision-link-{os.getpid()}"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(new, tmp)
+    os.rename(tmp, venv)  # rename(2) over a symlink is atomic: readers see the old or the new env
+    removed = []
+    keep = {os.path.normpath(new), os.path.normpath(previous or new)}
+    for name in sorted(os.listdir(envs)):
+        path = os.path.join(envs, name)
+        if os.path.normpath(path) in keep or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return {"previous": previous, "moved_aside": moved, "removed": removed}
+
+
+def discard(req):
+    path, envs = req["path"], req["envs"]
+    if not _inside(path, envs):
+        raise Failure(f"refusing to delete {path}: not inside {envs}")
+    shutil.rmtree(path, ignore_errors=True)
+    return {"removed": not os.path.exists(path)}
+
+
+def list_files(req):
+    files = {}
+    try:
+        names = os.listdir(req["dir"])
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            st = os.stat(os.path.join(req["dir"], name))
+        except OSError:
+            continue
+        if os.path.isfile(os.path.join(req["dir"], name)):
+            files[name] = [st.st_size, int(st.st_mtime)]
+    return {"files": files}
+
+
+def utime(req):
+    for name, mtime in req["times"].items():
+        os.utime(os.path.join(req["dir"], name), (mtime, mtime))
+    return {}
+
+
+ACTIONS = {"prepare": prepare, "switch": switch, "discard": discard, "list": list_files, "utime": utime}
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in ACTIONS:
+        print(json.dumps({"msg": "usage: stack_fs.py {} REQUEST_JSON".format("|".join(ACTIONS))}))
+        return 1
+    try:
+        answer = ACTIONS[argv[1]](json.loads(argv[2]))
+    except (Failure, OSError, ValueError, KeyError) as exc:
+        print(json.dumps({"msg": str(exc)}))
+        return 1
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

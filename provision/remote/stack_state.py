@@ -1,0 +1,153 @@
+"""What a host's Python stack looks like, in ONE command (stdlib only; runs on Python 3.6+ so that an
+interpreter that is too old can still say so).
+
+Run by the ``venv_stack`` / ``nixl_variant`` modules with the host's base interpreter as
+``python - REQUEST_JSON``. REQUEST: ``{"venv": path, "packages": [names], "uv": path-or-null,
+"need_venv": bool, "imports": [modules], "disk": path-or-null}``. Prints ONE JSON object:
+
+    {"python": {"path", "version", "venv_ok"}, "machine", "system",
+     "venv": {"path", "kind": "link"|"dir"|"absent"|"other", "target", "python_ok", "version",
+              "installed": {name: version-or-null}, "torch_cuda", "import_error", "error"},
+     "uv": {"exists", "sha256"} | null, "disk": {"path", "free"} | null}
+
+The installed versions come from ``importlib.metadata`` run by the venv's own Python (``-I``: no user
+site, no PYTHON* variables): one extra interpreter start, about 0.1 s with the state check. ``torch_cuda``
+is the CUDA version torch was built for (read from ``torch/version.py`` without importing torch).
+"""
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+
+# Run by the venv's python: versions of the named distributions, and torch's CUDA (no import of torch).
+PROBE = r"""
+import json, platform, re, sys
+import importlib.metadata as md
+out = {"version": platform.python_version(), "installed": {}, "torch_cuda": None}
+for name in json.loads(sys.argv[1]):
+    try:
+        out["installed"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["installed"][name] = None
+try:
+    text = md.distribution("torch").locate_file("torch/version.py").read_text()
+    m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([0-9.]+)", text, re.M)
+    out["torch_cuda"] = m.group(1) if m else None
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+# Run by the venv's python after a build: the stack imports (the gate before the switch).
+IMPORTS = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+
+
+def run(argv, timeout=300):
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return 124, out.decode(errors="replace"), (err.decode(errors="replace") + "\n(timed out)")
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def last_line(text):
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def venv_ok():
+    try:
+        import ensurepip  # noqa: F401
+        import venv  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def venv_state(path, packages, imports):
+    out = {"path": path, "kind": "absent", "target": None, "python_ok": False, "version": None,
+           "installed": {}, "torch_cuda": None, "import_error": None, "error": None}  # fmt: skip
+    if os.path.islink(path):
+        out["kind"] = "link"
+        out["target"] = os.readlink(path)
+    elif os.path.isdir(path):
+        out["kind"] = "dir"
+    elif os.path.lexists(path):
+        out["kind"] = "other"
+    python = os.path.join(path, "bin", "python")
+    if out["kind"] in ("absent", "other") or not os.path.exists(python):
+        return out
+    rc, stdout, stderr = run([python, "-I", "-c", PROBE, json.dumps(packages)], timeout=120)
+    try:
+        probe = json.loads(last_line(stdout))
+    except ValueError:
+        out["error"] = last_line(stderr) or f"the venv's python did not run (rc={rc})"
+        return out
+    out.update(python_ok=True, version=probe["version"], installed=probe["installed"])
+    out["torch_cuda"] = probe["torch_cuda"]
+    if imports:
+        rc, stdout, stderr = run([python, "-I", "-c", IMPORTS, *imports], timeout=300)
+        if rc != 0:
+            out["import_error"] = last_line(stderr) or f"import failed (rc={rc})"
+    return out
+
+
+def uv_state(path):
+    exists = os.path.isfile(path)
+    return {"exists": exists, "sha256": sha256(path) if exists else None}
+
+
+def disk_state(path):
+    probe = path
+    while probe and not os.path.isdir(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    try:
+        st = os.statvfs(probe or "/")
+    except OSError:
+        return None
+    return {"path": probe, "free": st.f_bavail * st.f_frsize}
+
+
+def main(argv):
+    request = json.loads(argv[1]) if len(argv) > 1 else {}
+    python = {"path": sys.executable, "version": platform.python_version(), "venv_ok": None}
+    if request.get("need_venv"):
+        python["venv_ok"] = venv_ok()
+    answer = {
+        "python": python,
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "venv": None,
+        "uv": None,
+        "disk": None,
+    }
+    if request.get("venv"):
+        answer["venv"] = venv_state(request["venv"], request.get("packages", []), request.get("imports", []))
+    uv = request.get("uv")
+    if uv:
+        answer["uv"] = uv_state(uv)
+    if request.get("disk"):
+        answer["disk"] = disk_state(request["disk"])
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
