@@ -70,7 +70,10 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp, Lab(args.hosts, Path(tmp) / "lab") as lab:
+    with (
+        tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp,
+        Lab(args.hosts, Path(tmp) / "lab") as lab,
+    ):
         os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
         work = Path(tmp)
         (work / "t.j2").write_text("three {{ inventory_hostname }}\n")

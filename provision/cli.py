@@ -46,7 +46,9 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 raise InputError(f"-e {text}: {exc.strerror}", file=str(path)) from None
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
-                raise InputError(f"-e: YAML error: {exc}", file=str(path), line=mark.line + 1 if mark else None) from None
+                raise InputError(
+                    f"-e: YAML error: {exc}", file=str(path), line=mark.line + 1 if mark else None
+                ) from None
             if not isinstance(data, dict):
                 raise InputError("-e file must hold a mapping", file=str(path))
             out.update(data)
@@ -164,7 +166,9 @@ def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start
     return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=playbook)
 
 
-def _listing(plays: list[Play], inventory: Inventory, options: RunOptions, *, list_hosts: bool, list_tasks: bool) -> int:
+def _listing(
+    plays: list[Play], inventory: Inventory, options: RunOptions, *, list_hosts: bool, list_tasks: bool
+) -> int:
     from .executor import task_selected
 
     executor = Executor(inventory, options, Reporter(stream=sys.stdout))

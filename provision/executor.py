@@ -19,11 +19,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from .commands import MASKER, Command
-from .connection import ConnectOptions, Connection, LocalConnection, open_connection
+from .connection import Connection, ConnectOptions, LocalConnection, open_connection
 from .errors import HostError, Interrupted, UnreachableError
 from .inventory import Inventory
 from .playbook import Play, Task
@@ -91,7 +92,7 @@ class Executor:
         self._conn_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, options.forks), thread_name_prefix="provision")
         self._started = options.start_at_task is None
-        for name, host in inventory.hosts.items():
+        for _name, host in inventory.hosts.items():
             MASKER.add_vars(host.vars)
         MASKER.add_vars(options.extra_vars)
 
@@ -147,10 +148,7 @@ class Executor:
         i, step = 0, 0
         while i < len(hosts):
             spec = serial[min(step, len(serial) - 1)]
-            if isinstance(spec, str):
-                size = max(1, int(len(hosts) * int(spec[:-1]) / 100))
-            else:
-                size = spec
+            size = max(1, int(len(hosts) * int(spec[:-1]) / 100)) if isinstance(spec, str) else spec
             out.append(hosts[i : i + size])
             i += size
             step += 1
@@ -185,7 +183,7 @@ class Executor:
                 self._started = True
             if not task_selected(task, self.options.tags, self.options.skip_tags):
                 continue
-            self._each(batch, task.name, lambda h, t=task: runner.run(t, h), run_once=task.run_once)
+            self._each(batch, task.name, partial(runner.run, task), run_once=task.run_once)
             if self._check_abort(play, batch):
                 return True
         self._handlers(play, batch, runner)
@@ -288,7 +286,7 @@ class Executor:
             hosts = [h for h in self._active(batch) if keys & set(self.host_state(h).notified)]
             if not hosts:
                 continue
-            results = self._each(hosts, handler.name, lambda h, t=handler: runner.run(t, h), handler=True)
+            results = self._each(hosts, handler.name, partial(runner.run, handler), handler=True)
             for result in results:
                 if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED):
                     state = self.host_state(result.host)

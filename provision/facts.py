@@ -123,14 +123,10 @@ class HostFacts:
         """Plain JSON-able data (for host vars and the JSON report)."""
         return asdict(self)
 
-    def best_python(
-        self, min_version: tuple[int, ...] = (3, 10), need_venv: bool = True
-    ) -> PythonInfo | None:
+    def best_python(self, min_version: tuple[int, ...] = (3, 10), need_venv: bool = True) -> PythonInfo | None:
         """The newest interpreter at least ``min_version`` (that can make venvs, unless told otherwise);
         among equal versions the first found (``python3`` comes first)."""
-        fit = [
-            p for p in self.pythons if p.version_tuple >= tuple(min_version) and (p.venv_ok or not need_venv)
-        ]
+        fit = [p for p in self.pythons if p.version_tuple >= tuple(min_version) and (p.venv_ok or not need_venv)]
         return max(fit, key=lambda p: p.version_tuple, default=None)
 
     @property

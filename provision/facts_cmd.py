@@ -65,8 +65,6 @@ def run_facts(inventory: Inventory, options: Any, *, json_mode: bool) -> int:
             doc[name] = value
             if not json_mode:
                 click.echo(_summary(name, value))
-    if json_mode:
-        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
-    elif options.verbosity:
+    if json_mode or options.verbosity:
         click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
     return code

@@ -129,9 +129,7 @@ def _load_yaml(path: Path, text: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
-        raise InventoryError(
-            f"invalid YAML: {exc.problem or exc.context}", file=str(path), line=line
-        ) from exc
+        raise InventoryError(f"invalid YAML: {exc.problem or exc.context}", file=str(path), line=line) from exc
     except yaml.YAMLError as exc:
         raise InventoryError(f"invalid YAML: {exc}", file=str(path)) from exc
 
@@ -322,9 +320,7 @@ def _parse_yaml_inventory(b: _Builder, path: Path, data: Any) -> None:
     if data is None:
         return
     if not isinstance(data, dict):
-        raise InventoryError(
-            f"inventory must be a mapping of groups, not a {_kind(data)}", file=str(path), line=1
-        )
+        raise InventoryError(f"inventory must be a mapping of groups, not a {_kind(data)}", file=str(path), line=1)
     for name, group_data in data.items():
         _yaml_group(b, path, str(name), group_data, _line_of(data, str(name)))
 
@@ -359,9 +355,7 @@ def _yaml_hosts(b: _Builder, path: Path, group: str, hosts: dict[Any, Any]) -> N
     for host, hvars in hosts.items():
         where = (str(path), _line_of(hosts, str(host)))
         if hvars is not None and not isinstance(hvars, dict):
-            raise _fail(
-                f"host {host!r} in group {group!r}: vars must be a mapping, not a {_kind(hvars)}", where
-            )
+            raise _fail(f"host {host!r} in group {group!r}: vars must be a mapping, not a {_kind(hvars)}", where)
         b.add_hosts(group, str(host), _plain(hvars or {}), where)
 
 

@@ -11,7 +11,6 @@ tasks are parsed too.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import jinja2

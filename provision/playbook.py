@@ -31,7 +31,7 @@ TASK_KEYS = {
 }  # fmt: skip
 
 
-class LineDict(dict):  # type: ignore[type-arg]
+class LineDict(dict[str, Any]):
     """A mapping loaded from YAML that remembers where it came from."""
 
     file: str = ""
@@ -320,7 +320,9 @@ def parse_play(node: Any, path: str) -> Play:
     for task in tasks + handlers:
         for target in task.notify:
             if target not in names and not templating.is_template(target):
-                raise PlaybookError(f"task {task.name!r} notifies unknown handler {target!r}", file=task.file, line=task.line)
+                raise PlaybookError(
+                    f"task {task.name!r} notifies unknown handler {target!r}", file=task.file, line=task.line
+                )
     base = Path(path).parent
     for vf in play.vars_files:
         data = load_yaml(base / vf) if not templating.is_template(vf) else {}

@@ -223,7 +223,7 @@ def _render_text(source: str, variables: Mapping[str, Any], where: str) -> str:
     try:
         template = _compile(source)
         ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
-        return ENV.concat(template.root_render_func(ctx))  # type: ignore[attr-defined,no-any-return]
+        return str(ENV.concat(template.root_render_func(ctx)))
     except jinja2.TemplateSyntaxError as exc:
         raise _syntax_error(exc, source, where) from None
     except jinja2.UndefinedError as exc:
@@ -247,7 +247,9 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
             str(result)  # StrictUndefined raises UndefinedError naming the variable
         return result
     except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"syntax error in expression {expr.strip()!r} ({where or 'expression'}): {exc.message}") from None
+        raise TemplateError(
+            f"syntax error in expression {expr.strip()!r} ({where or 'expression'}): {exc.message}"
+        ) from None
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"{_undefined_message(exc)} in {where or repr(expr.strip())}") from None
     except TemplateError:

@@ -54,9 +54,7 @@ def down(base_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a lab and keep it up until Ctrl-C or `down`")
     p_up.add_argument("-n", type=int, default=4, help="number of hosts (default 4)")

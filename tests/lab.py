@@ -299,8 +299,7 @@ class Lab:
             self._wait_listening(h)
         self.known_hosts_path.write_text(
             "".join(
-                f"{h.known_hosts_name} {' '.join(k.split()[:2])}\n"
-                for h, k in zip(self.hosts, host_keys, strict=True)
+                f"{h.known_hosts_name} {' '.join(k.split()[:2])}\n" for h, k in zip(self.hosts, host_keys, strict=True)
             )
         )
         self._write_ssh_config()
@@ -468,9 +467,7 @@ class Lab:
         }
 
     def _write_ssh_config(self) -> None:
-        blocks = [
-            f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User {h.user}\n" for h in self.hosts
-        ]
+        blocks = [f"Host {h.name}\n  HostName {h.address}\n  Port {h.port}\n  User {h.user}\n" for h in self.hosts]
         blocks.append(
             "Host *\n"
             f"  UserKnownHostsFile {self.known_hosts_path}\n"
@@ -486,8 +483,7 @@ class Lab:
             "token": self._token,
             "base_dir": str(self.base_dir),
             "hosts": [
-                {"name": h.name, "user": h.user, "address": h.address, "port": h.port, "pid": h.pid}
-                for h in self.hosts
+                {"name": h.name, "user": h.user, "address": h.address, "port": h.port, "pid": h.pid} for h in self.hosts
             ],
         }
         for path in (self.state_path, REGISTRY / f"lab-{self._token}.json"):

@@ -59,9 +59,7 @@ def _run(argv: list[str]) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise RuntimeError(
-            f"building the NIXL test venv failed (rc={proc.returncode}): {' '.join(argv)}\n{tail}"
-        )
+        raise RuntimeError(f"building the NIXL test venv failed (rc={proc.returncode}): {' '.join(argv)}\n{tail}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
 from pathlib import Path
+from typing import Any, ClassVar
 
 from ..commands import Command
 from ..connection import CommandResult, Connection
@@ -31,8 +30,7 @@ BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}
 # run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
 _BOOTSTRAP = (
-    "import sys;n=int(sys.stdin.buffer.readline());"
-    "exec(compile(sys.stdin.buffer.read(n),'<provision>','exec'))"
+    "import sys;n=int(sys.stdin.buffer.readline());exec(compile(sys.stdin.buffer.read(n),'<provision>','exec'))"
 )
 
 
@@ -274,7 +272,12 @@ def find_controller_file(controller_dir: str, src: str) -> Path | None:
     if Path(src).is_absolute():
         candidates = [Path(src)]
     else:
-        candidates = [base / src, base / "templates" / src, base / "files" / src, base.parent / "templates" / src]
+        candidates = [
+            base / src,
+            base / "templates" / src,
+            base / "files" / src,
+            base.parent / "templates" / src,
+        ]
     return next((c for c in candidates if c.is_file()), None)
 
 

@@ -58,9 +58,7 @@ class WaitFor(Module):
         return what if args["state"] in ("started", "present") else f"{what} to be {args['state']}"
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        request = {
-            k: args[k] for k in ("host", "port", "path", "state", "sleep", "connect_timeout", "search_regex")
-        }
+        request = {k: args[k] for k in ("host", "port", "path", "state", "sleep", "connect_timeout", "search_regex")}
         probe_once = ctx.check and (args["port"] is not None or args["path"])
         request["timeout"] = 0 if probe_once else args["timeout"]
         request["delay"] = 0 if probe_once else args["delay"]
@@ -70,9 +68,7 @@ class WaitFor(Module):
         what = self.describe(args)
         if res.rc != 0 or answer is None:
             reason = answer.get("msg") if answer else res.tail()
-            return ModuleResult(
-                failed=True, msg=f"wait_for could not run on the host (rc={res.rc}): {reason}"
-            )
+            return ModuleResult(failed=True, msg=f"wait_for could not run on the host (rc={res.rc}): {reason}")
         data = {
             "state": args["state"],
             "elapsed": answer["elapsed"],
@@ -141,9 +137,7 @@ class Uri(Module):
             "validate_certs": args["validate_certs"],
             "follow_redirects": "none" if args["follow_redirects"] in ("none", "no") else "yes",
         }
-        res = ctx.run_script(
-            "http_request.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 30
-        )
+        res = ctx.run_script("http_request.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 30)
         answer = _answer(res)
         if res.rc != 0 or answer is None:
             reason = (answer or {}).get("error") or res.tail()

@@ -57,9 +57,7 @@ def helper_failed(what: str, python: str, result: CommandResult) -> ModuleResult
         msg = f"{what}: cannot run {python} (rc={result.rc}): is the venv there? {result.tail(5)}"
     else:
         msg = f"{what} printed no JSON (rc={result.rc}):\n{result.tail()}"
-    return ModuleResult(
-        failed=True, msg=msg, data={"rc": result.rc, "stdout": result.stdout, "stderr": result.stderr}
-    )
+    return ModuleResult(failed=True, msg=msg, data={"rc": result.rc, "stdout": result.stdout, "stderr": result.stderr})
 
 
 # ------------------------------------------------------------------------------------------------ smoke
@@ -125,9 +123,7 @@ class NixlTransfer(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         if ctx.peer is None:
-            return ModuleResult(
-                failed=True, msg="nixl_transfer needs the target's connection (no peers here)"
-            )
+            return ModuleResult(failed=True, msg="nixl_transfer needs the target's connection (no peers here)")
         if args["size_mb"] <= 0 or args["iters"] <= 0:
             return ModuleResult(failed=True, msg="nixl_transfer: size_mb and iters must be positive")
         peer = ctx.peer(args["target"])
@@ -208,9 +204,7 @@ def _judge(result: ModuleResult, floor: float, link: str, args: dict[str, Any], 
 class _Run:
     """One transfer: files under ``~/.provision/nixl-<id>-{t,i}`` on each side, removed afterwards."""
 
-    def __init__(
-        self, ctx: ModuleContext, peer: Connection, args: dict[str, Any], env: dict[str, str]
-    ) -> None:
+    def __init__(self, ctx: ModuleContext, peer: Connection, args: dict[str, Any], env: dict[str, str]) -> None:
         self.ctx, self.peer, self.args, self.env = ctx, peer, args, env
         tag = uuid.uuid4().hex[:10]
         self.tdir = peer.expand_path(f"~/.provision/nixl-{tag}-t")

@@ -70,9 +70,7 @@ class Pip(Module):
         if reqs_file and args["chdir"] and not reqs_file.startswith(("/", "~")):
             reqs_file = posixpath.join(args["chdir"], reqs_file)
         if args["executable"]:
-            res = ctx.run(
-                Command.of(args["executable"], "list", "--format=json", "--disable-pip-version-check")
-            )
+            res = ctx.run(Command.of(args["executable"], "list", "--format=json", "--disable-pip-version-check"))
             self._check(ctx, res, "pip list")
             installed = {canonical(p["name"]): p["version"] for p in json.loads(res.stdout or "[]")}
             results = evaluate(names, installed)
@@ -142,9 +140,7 @@ class Pip(Module):
         if venv_missing:
             res = ctx.run(self.venv_command(args, venv))
             if res.rc != 0:
-                return ModuleResult(
-                    failed=True, msg=f"creating virtualenv {venv} failed (rc={res.rc}): {res.tail()}"
-                )
+                return ModuleResult(failed=True, msg=f"creating virtualenv {venv} failed (rc={res.rc}): {res.tail()}")
             changed = True
         if plan:
             res = ctx.run(Command.of(*pip, chdir=args["chdir"]))
@@ -176,9 +172,7 @@ class Pip(Module):
             if res.rc == 0:
                 changed = "Would install" in res.stdout
         what = "create the virtualenv and install" if venv_missing else " ".join(pip)
-        return ModuleResult(
-            changed=changed, msg=f"check mode: would run {what}" if changed else "", data=data
-        )
+        return ModuleResult(changed=changed, msg=f"check mode: would run {what}" if changed else "", data=data)
 
     @staticmethod
     def plan(

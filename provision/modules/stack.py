@@ -87,9 +87,7 @@ class Wanted:
                 have = res["installed"] or "missing"
                 reasons.append(f"{res['name']} {have} (want {res['req']})")
         reasons += [
-            f"{a} {installed[canonical(a)]} must not be installed"
-            for a in self.absent
-            if canonical(a) in installed
+            f"{a} {installed[canonical(a)]} must not be installed" for a in self.absent if canonical(a) in installed
         ]
         return reasons
 
@@ -111,9 +109,7 @@ def controller_uv(source: str | None) -> tuple[str, bytes, str]:
 
             path = uv.find_uv_bin()
         except (ImportError, FileNotFoundError):
-            raise StackError(
-                "uv is not installed on the controller: pip install uv, or set installer=pip"
-            ) from None
+            raise StackError("uv is not installed on the controller: pip install uv, or set installer=pip") from None
     path = os.path.expanduser(path)
     try:
         st = os.stat(path)
@@ -157,9 +153,7 @@ class Installer:
         flags = ["--no-deps"] if no_deps else []
         py = posixpath.join(new, "bin", "python")
         if self.kind == "uv":
-            return Command.of(
-                self.uv, "pip", "install", "--python", py, *self.options, *flags, *reqs, env=self.env
-            )
+            return Command.of(self.uv, "pip", "install", "--python", py, *self.options, *flags, *reqs, env=self.env)
         pip = [
             py,
             "-m",
@@ -227,13 +221,17 @@ class VenvStack(Module):
             return ModuleResult(failed=True, msg=str(exc))
 
     def _run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        wanted = Wanted.of(args)
-        python, uv = args["python"], args["installer"] == "uv"
+        wanted, python = Wanted.of(args), args["python"]
         venv = ctx.expand(args["venv"]).rstrip("/")
-        envs = venv + ".envs"
-        uv_path = ctx.expand(args["uv_path"]) if uv else None
+        uv_path = ctx.expand(args["uv_path"]) if args["installer"] == "uv" else None
         state = host_state(
-            ctx, python, venv=venv, packages=wanted.names, uv=uv_path, need_venv=not uv, disk=envs
+            ctx,
+            python,
+            venv=venv,
+            packages=wanted.names,
+            uv=uv_path,
+            need_venv=not uv_path,
+            disk=venv + ".envs",
         )
         py = state["python"]
         if version_tuple(py["version"]) < MIN_PYTHON:
@@ -242,61 +240,66 @@ class VenvStack(Module):
                 "(e.g. python3.11) and set python=python3.11 (playbooks/bootstrap.yml checks this)"
             )
         reasons = wanted.drift(state["venv"], py["version"])
-        data: dict[str, Any] = {
-            "venv": venv,
-            "installer": args["installer"],
-            "reasons": reasons,
-            "actions": [],
-        }
+        data: dict[str, Any] = {"venv": venv, "installer": args["installer"], "packages": wanted.install}
+        data.update(no_deps_packages=wanted.no_deps, reasons=reasons, actions=[])
         if not reasons:
             data["installed"] = {k: v for k, v in state["venv"]["installed"].items() if v}
             return ModuleResult(msg=f"{len(wanted.reqs)} requirements met in {venv}", data=data)
         if ctx.check:
             return ModuleResult(changed=True, msg=f"would rebuild {venv}: {'; '.join(reasons)}", data=data)
-        if not uv and not py["venv_ok"]:
+        if not uv_path and not py["venv_ok"]:
+            short = ".".join(map(str, version_tuple(py["version"])[:2]))
             raise StackError(
                 f"{py['path']} ({py['version']}) cannot create venvs (no ensurepip): install "
-                f"python{'.'.join(map(str, version_tuple(py['version'])[:2]))}-venv (playbooks/bootstrap.yml "
-                "with become_allowed=true does), or use installer=uv"
+                f"python{short}-venv (bootstrap.yml with become_allowed=true does), or use installer=uv"
             )
-        self._check_disk(state, args["min_free_gb"], envs)
-        new = posixpath.join(envs, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
-        remote(
-            ctx,
-            python,
-            FS,
-            "prepare",
-            json.dumps({"dirs": [envs] + ([posixpath.dirname(uv_path)] if uv_path else [])}),
-        )
-        if uv_path and bring_uv(ctx, state, args["uv_source"], uv_path):
-            data["actions"].append(f"copied uv to {uv_path}")
-        installer = installer_for(args, py["path"], uv_path)
-        try:
-            data["seconds"] = self._build(ctx, installer, wanted, new, args)
-            data["actions"].append(f"built {new}")
-            verified = host_state(
-                ctx, python, venv=new, packages=wanted.names, imports=args["verify_imports"]
-            )
-            still = wanted.drift(verified["venv"], py["version"])
-            if still or verified["venv"]["import_error"]:
-                raise StackError(
-                    f"the new venv does not verify: {'; '.join(still) or verified['venv']['import_error']}"
-                )
-        except (StackError, HostError) as exc:
-            self._discard(ctx, python, new, envs)
-            msg = exc.msg if isinstance(exc, HostError) else str(exc)
-            raise StackError(f"{msg} (the previous venv at {venv} is left as it was)") from None
-        switched = remote(ctx, python, FS, "switch", json.dumps({"venv": venv, "new": new, "envs": envs}))
+        self._check_disk(state, args["min_free_gb"])
+        new = self._build(ctx, args, wanted, state, venv, uv_path, data)
+        request = {"venv": venv, "new": new, "envs": venv + ".envs"}
+        switched = remote(ctx, python, FS, "switch", json.dumps(request))
         data.update(env=new, previous=switched["previous"], removed=switched["removed"])
-        data["installed"] = {k: v for k, v in verified["venv"]["installed"].items() if v}
         pins = ", ".join(f"{k} {v}" for k, v in data["installed"].items())
         took = sum(data["seconds"].values())
-        return ModuleResult(
-            changed=True, msg=f"{venv} -> {new}: {pins} ({args['installer']}, {took:.1f}s)", data=data
-        )
+        msg = f"{venv} -> {new}: {pins} ({args['installer']}, {took:.1f}s)"
+        return ModuleResult(changed=True, msg=msg, data=data)
+
+    def _build(
+        self, ctx: ModuleContext, args: dict[str, Any], wanted: Wanted, state: dict[str, Any], venv: str,
+        uv_path: str | None, data: dict[str, Any],
+    ) -> str:  # fmt: skip
+        """Build and verify a new env beside the live one; its path. On failure it is deleted again."""
+        python, envs = args["python"], venv + ".envs"
+        new = posixpath.join(envs, time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6])
+        dirs = [envs] + ([posixpath.dirname(uv_path)] if uv_path else [])
+        remote(ctx, python, FS, "prepare", json.dumps({"dirs": dirs}))
+        if uv_path and bring_uv(ctx, state, args["uv_source"], uv_path):
+            data["actions"].append(f"copied uv to {uv_path}")
+        installer = installer_for(args, state["python"]["path"], uv_path)
+        source = args["find_links"] if args["no_index"] else (args["index_url"] or "the package index")
+        try:
+            seconds = {"venv": step(ctx, installer.create(new), f"creating the venv with {installer.kind}", source)}
+            if wanted.install:
+                cmd = installer.install(new, wanted.install, False)
+                seconds["install"] = step(ctx, cmd, "installing", source)
+            if wanted.no_deps:
+                cmd = installer.install(new, wanted.no_deps, True)
+                seconds["no_deps"] = step(ctx, cmd, "installing (no deps)", source)
+            data.update(seconds=seconds)
+            data["actions"].append(f"built {new}")
+            found = host_state(ctx, python, venv=new, packages=wanted.names, imports=args["verify_imports"])["venv"]
+            still = wanted.drift(found, state["python"]["version"])
+            if still or found["import_error"]:
+                raise StackError(f"the new venv does not verify: {'; '.join(still) or found['import_error']}")
+        except (StackError, HostError) as exc:
+            with contextlib.suppress(StackError, HostError):  # best effort: the next switch prunes it
+                remote(ctx, python, FS, "discard", json.dumps({"path": new, "envs": envs}))
+            msg = exc.msg if isinstance(exc, HostError) else str(exc)
+            raise StackError(f"{msg} (the previous venv at {venv} is left as it was)") from None
+        data["installed"] = {k: v for k, v in found["installed"].items() if v}
+        return new
 
     @staticmethod
-    def _check_disk(state: dict[str, Any], min_free_gb: float, envs: str) -> None:
+    def _check_disk(state: dict[str, Any], min_free_gb: float) -> None:
         disk = state.get("disk")
         if disk and disk["free"] < min_free_gb * GB:
             raise StackError(
@@ -304,29 +307,6 @@ class VenvStack(Module):
                 f"{min_free_gb:g} GB (min_free_gb): free space there or point venv_path at a bigger disk; "
                 "nothing was installed"
             )
-
-    @staticmethod
-    def _build(
-        ctx: ModuleContext, installer: Installer, wanted: Wanted, new: str, args: dict[str, Any]
-    ) -> dict[str, float]:
-        source = args["find_links"] if args["no_index"] else (args["index_url"] or "the package index")
-        seconds = {
-            "venv": step(ctx, installer.create(new), f"creating the venv with {installer.kind}", source)
-        }
-        if wanted.install:
-            seconds["install"] = step(
-                ctx, installer.install(new, wanted.install, False), "installing", source
-            )
-        if wanted.no_deps:
-            seconds["no_deps"] = step(
-                ctx, installer.install(new, wanted.no_deps, True), "installing (no deps)", source
-            )
-        return seconds
-
-    @staticmethod
-    def _discard(ctx: ModuleContext, python: str, new: str, envs: str) -> None:
-        with contextlib.suppress(StackError, HostError):  # best effort: the next switch prunes it
-            remote(ctx, python, FS, "discard", json.dumps({"path": new, "envs": envs}))
 
 
 @register
@@ -366,9 +346,8 @@ class NixlVariant(Module):
         if not args["venv"]:
             return None
         try:
-            venv = host_state(ctx, args["python"], venv=ctx.expand(args["venv"]).rstrip("/"), packages=[])[
-                "venv"
-            ]
+            path = ctx.expand(args["venv"]).rstrip("/")
+            venv = host_state(ctx, args["python"], venv=path, packages=[])["venv"]
         except StackError:
             return None  # no Python yet: the install step says so, with what to do
         return venv.get("torch_cuda") if venv else None

@@ -66,9 +66,7 @@ def explain(output: str, source: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ remote calls
-def remote(
-    ctx: ModuleContext, python: str, script: str, *args: object, timeout: float = 600
-) -> dict[str, Any]:
+def remote(ctx: ModuleContext, python: str, script: str, *args: object, timeout: float = 600) -> dict[str, Any]:
     """Run a stack helper with the host's base Python; its JSON answer, or StackError with the reason."""
     result = ctx.run_script(script, *args, python=python, timeout=timeout)
     lines = result.stdout.strip().splitlines()
@@ -117,9 +115,7 @@ class Progress:
 # ------------------------------------------------------------------------------------------ python_check
 @dataclass
 class Probe:
-    pythons: dict[str, tuple[str, str, bool]] = field(
-        default_factory=dict
-    )  # name -> (path, version, venv_ok)
+    pythons: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # name -> (path, version, venv_ok)
     pm: str = ""  # apt-get | dnf | yum | ""
     root: bool = False
     sudo: bool = False
@@ -175,9 +171,7 @@ class PythonCheck(Module):
         packages = venv_packages(probe.pm, short)
         if not args["install"]:
             if not args["need_venv"]:
-                return ModuleResult(
-                    msg=f"{path} (Python {version}) has no venv/ensurepip: fine for uv", data=data
-                )
+                return ModuleResult(msg=f"{path} (Python {version}) has no venv/ensurepip: fine for uv", data=data)
             return ModuleResult(
                 failed=True,
                 data=data,
@@ -209,9 +203,7 @@ class PythonCheck(Module):
     @staticmethod
     def _no_python(python: str, found: tuple[str, str, bool] | None, probe: Probe, minimum: str) -> str:
         what = f"{python} is Python {found[1]}, older than {minimum}" if found else f"no {python} on the host"
-        fits = [
-            (n, v) for n, (_, v, _) in probe.pythons.items() if version_tuple(v) >= version_tuple(minimum)
-        ]
+        fits = [(n, v) for n, (_, v, _) in probe.pythons.items() if version_tuple(v) >= version_tuple(minimum)]
         if fits:
             name, version = max(fits, key=lambda f: version_tuple(f[1]))
             return f"{what}: set python={name} (Python {version} is there)"
@@ -221,14 +213,10 @@ class PythonCheck(Module):
     @staticmethod
     def _install(ctx: ModuleContext, probe: Probe, packages: list[str]) -> str:
         if not probe.pm:
-            raise StackError(
-                f"no apt-get/dnf/yum on the host: install {packages[0]} (or its equivalent) yourself"
-            )
+            raise StackError(f"no apt-get/dnf/yum on the host: install {packages[0]} (or its equivalent) yourself")
         sudo = not probe.root and not ctx.become
         if sudo and not probe.sudo:
-            raise StackError(
-                f"become_allowed is set but `sudo -n` fails here; {install_hint(probe.pm, packages[0])}"
-            )
+            raise StackError(f"become_allowed is set but `sudo -n` fails here; {install_hint(probe.pm, packages[0])}")
         env = {"DEBIAN_FRONTEND": "noninteractive"} if probe.pm == "apt-get" else {}
         updated = probe.pm != "apt-get"
         result: CommandResult | None = None
@@ -289,9 +277,7 @@ class WheelSync(Module):
             size = sum(local[n][0] for n in send)
             data["bytes_sent"] = size
             if ctx.check:
-                return ModuleResult(
-                    changed=True, msg=f"would send {len(send)} files ({size / 1e6:.0f} MB)", data=data
-                )
+                return ModuleResult(changed=True, msg=f"would send {len(send)} files ({size / 1e6:.0f} MB)", data=data)
             remote(ctx, args["python"], FS, "prepare", json.dumps({"dirs": [dest]}))
             for i, name in enumerate(send, 1):
                 if ctx.progress:

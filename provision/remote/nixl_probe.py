@@ -134,9 +134,7 @@ def import_hint(variants: dict[str, str], driver: int | None) -> str:
     if driver:
         hint += f" (this driver supports CUDA {driver // 1000}.{driver % 1000 // 10})"
     if len(variants) > 1:
-        hint += (
-            "; both variants are installed (the `nixl` meta package pulls both): pin the one the driver runs"
-        )
+        hint += "; both variants are installed (the `nixl` meta package pulls both): pin the one the driver runs"
     if not variants:
         hint = "no nixl variant installed: pip install nixl-cu13 (or nixl-cu12) matching the driver's CUDA"
     return hint

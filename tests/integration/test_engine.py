@@ -169,7 +169,7 @@ def test_failed_host_stops_others_go_on_and_retry_file_reruns_them(lab, inv: Pat
     assert "lab1" not in after and {"lab0", "lab2", "lab3"} <= set(after)
     retry = tmp_path / "failing.retry"
     assert retry.read_text() == "lab1\n"
-    again, doc2 = run_json("run", pb, "-i", inv, "-l", f"@{retry}", cwd=tmp_path)
+    _again, doc2 = run_json("run", pb, "-i", inv, "-l", f"@{retry}", cwd=tmp_path)
     assert set(doc2["stats"]) == {"lab1"}
 
 
@@ -223,7 +223,7 @@ def test_unknown_host_key_refused_then_accepted_when_asked(lab, lab_env, tmp_pat
     os.environ["PROVISION_SSH_CONFIG"] = str(config)
     try:
         refused = run("run", pb, "-i", inv, cwd=tmp_path)
-        assert refused.code == 4 and "not in known_hosts" in refused.err
+        assert refused.code == 4 and "not in known_hosts" in refused.out
         assert known.read_text() == ""
         accepted = run("run", pb, "-i", inv, "--accept-new-host-keys", cwd=tmp_path)
         assert accepted.code == 0, accepted.err
@@ -236,8 +236,7 @@ def test_unknown_host_key_refused_then_accepted_when_asked(lab, lab_env, tmp_pat
 def test_command_timeout_fails_task_and_kills_remote_process(lab, inv: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pb = write(
         tmp_path / "slow.yml",
-        "- hosts: lab0\n  gather_facts: false\n  tasks:\n"
-        "    - shell: sleep 300; echo never\n      timeout: 1\n",
+        "- hosts: lab0\n  gather_facts: false\n  tasks:\n    - shell: sleep 300; echo never\n      timeout: 1\n",
     )
     result, doc = run_json("run", pb, "-i", inv, cwd=tmp_path)
     assert result.code == 2
@@ -259,7 +258,7 @@ def test_hostile_values_reach_files_and_arguments_verbatim(lab, inv: Path, tmp_p
         "    - copy:\n        content: '{{ evil }}'\n        dest: ~/hostile.txt\n"
         "    - command:\n        argv: [printf, '%s', '{{ evil }}']\n      register: out\n"
         "    - assert:\n        that: out.stdout == evil\n"
-        "    - file:\n        path: '~/{{ evil | regex_replace(\"[/\\n]\", \"_\") }}'\n        state: touch\n",
+        '    - file:\n        path: \'~/{{ evil | regex_replace("[/\\n]", "_") }}\'\n        state: touch\n',
     )
     extra = tmp_path / "extra.yml"
     extra.write_text(json.dumps({"evil": HOSTILE}))
@@ -325,7 +324,10 @@ def test_adhoc_task_and_inventory_commands(lab, inv: Path, tmp_path: Path) -> No
     result, doc = run_json("task", "command", "-a", "id -un", "-i", inv, "-l", "lab1:lab2", cwd=tmp_path)
     assert result.code == 0, result.err
     hosts = doc["plays"][0]["tasks"][0]["hosts"]
-    assert {h: r["stdout"] for h, r in hosts.items()} == {"lab1": lab.hosts[1].user, "lab2": lab.hosts[2].user}
+    assert {h: r["stdout"] for h, r in hosts.items()} == {
+        "lab1": lab.hosts[1].user,
+        "lab2": lab.hosts[2].user,
+    }
     copied = run("task", "copy", "-a", "content=hi dest=~/adhoc.txt mode=0600", "-i", inv, "-l", "lab1")
     assert copied.code == 0
     assert lab.run_as(1, ["cat", "adhoc.txt"]).stdout == "hi"

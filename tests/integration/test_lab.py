@@ -321,13 +321,9 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
             inventory = Path(up.stdout.readline().strip())
             assert inventory == base / "inventory.yml" and inventory.exists()
             users = [h["user"] for h in json.loads((base / "lab.json").read_text())["hosts"]]
-            again = subprocess.run(
-                [sys.executable, script, "up", "--dir", str(base)], capture_output=True, text=True
-            )
+            again = subprocess.run([sys.executable, script, "up", "--dir", str(base)], capture_output=True, text=True)
             assert again.returncode == 1 and "already up" in again.stderr
-            down = subprocess.run(
-                [sys.executable, script, "down", "--dir", str(base)], capture_output=True, text=True
-            )
+            down = subprocess.run([sys.executable, script, "down", "--dir", str(base)], capture_output=True, text=True)
             assert down.returncode == 0, down.stderr
             assert up.wait(timeout=30) == 0
             assert _gone(users, []) and not base.exists()

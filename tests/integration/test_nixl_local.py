@@ -103,9 +103,7 @@ def test_probe_with_empty_plugin_dir_fails_actionably(python: str, tmp_path: Pat
     assert "LD_LIBRARY_PATH" in hint and "libucp" in hint
 
 
-def test_probe_with_unloadable_ucx_plugin_names_the_loader_error(
-    python: str, plugin_dir: Path, tmp_path: Path
-) -> None:
+def test_probe_with_unloadable_ucx_plugin_names_the_loader_error(python: str, plugin_dir: Path, tmp_path: Path) -> None:
     """A plugin dir whose libplugin_UCX.so cannot find its UCX (what a shadowed/missing libucp looks like):
     NIXL still LISTS UCX (by file name) but cannot load it — the probe must not call that ok."""
     broken = tmp_path / "plugins"
@@ -228,9 +226,7 @@ def test_nixl_transfer_refuses_a_ucx_tls_without_tcp(venv: str, home: Path) -> N
 
 def test_nixl_transfer_reports_a_target_that_cannot_start(venv: str, home: Path) -> None:
     """UCX_NET_DEVICES naming no real device: the target's backend creation fails; the module says so."""
-    result = run(
-        NixlTransfer, context(), venv=venv, target="lab1", size_mb=1, ucx_net_devices="nosuchdev0", timeout=60
-    )
+    result = run(NixlTransfer, context(), venv=venv, target="lab1", size_mb=1, ucx_net_devices="nosuchdev0", timeout=60)
     assert result.failed, result.msg
     assert "lab1" in result.msg and "NIXL_ERR_BACKEND" in result.msg
     assert "network device 'nosuchdev0' is not available" in result.msg  # UCX's own words, not a traceback

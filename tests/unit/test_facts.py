@@ -420,9 +420,7 @@ exit 0
 
 @needs_sh
 @pytest.mark.parametrize("mode", ["ok", "old", "broken"])
-def test_gather_script_with_fake_nvidia_smi(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
-) -> None:
+def test_gather_script_with_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     smi = tmp_path / "nvidia-smi"
     smi.write_text(FAKE_SMI)
     smi.chmod(0o755)

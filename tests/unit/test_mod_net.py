@@ -98,14 +98,9 @@ def test_wait_for_path_and_search_regex(tmp_path: Path) -> None:
     missing = run(ctx, "wait_for", {"path": str(log), "timeout": 0.5, "sleep": 0.1})
     assert missing.failed and str(log) in missing.msg
     log.write_text("booting\nThe server is fired up and ready to roll! port=30000\n")
-    found = run(
-        ctx, "wait_for", {"path": str(log), "search_regex": r"ready to roll! port=(\d+)", "timeout": 2}
-    )
+    found = run(ctx, "wait_for", {"path": str(log), "search_regex": r"ready to roll! port=(\d+)", "timeout": 2})
     assert not found.failed and found.data["match_groups"] == ["30000"]
-    assert (
-        run(ctx, "wait_for", {"path": str(tmp_path / "gone"), "state": "absent", "timeout": 1}).failed
-        is False
-    )
+    assert run(ctx, "wait_for", {"path": str(tmp_path / "gone"), "state": "absent", "timeout": 1}).failed is False
 
 
 def test_wait_for_check_mode_probes_once() -> None:

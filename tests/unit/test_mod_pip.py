@@ -66,10 +66,7 @@ def test_pip_needs_name_or_requirements() -> None:
 
 def test_requirement_evaluation() -> None:
     installed = {"six": "1.16.0", "my-pkg": "2.0"}
-    got = {
-        r["req"]: r["satisfied"]
-        for r in evaluate(["six==1.16.0", "My_Pkg>=2", "six<1", "nope", "./a"], installed)
-    }
+    got = {r["req"]: r["satisfied"] for r in evaluate(["six==1.16.0", "My_Pkg>=2", "six<1", "nope", "./a"], installed)}
     assert got == {"six==1.16.0": True, "My_Pkg>=2": True, "six<1": False, "nope": False, "./a": None}
 
 

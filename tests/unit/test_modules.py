@@ -117,9 +117,7 @@ def test_command_stdin(tmp_path: Path) -> None:
 # -------------------------------------------------------------------------------------------------- shell
 def test_shell_runs_shell_text_with_chdir_and_creates(tmp_path: Path) -> None:
     ctx = make_ctx(tmp_path)
-    result = run(
-        ctx, "shell", {"cmd": "echo one | tr a-z A-Z > out.txt && cat out.txt", "chdir": str(tmp_path)}
-    )
+    result = run(ctx, "shell", {"cmd": "echo one | tr a-z A-Z > out.txt && cat out.txt", "chdir": str(tmp_path)})
     assert result.changed and result.data["stdout"] == "ONE"
     result = run(ctx, "shell", f"echo again > out.txt chdir={tmp_path} creates=out.txt")
     assert not result.changed and (tmp_path / "out.txt").read_text() == "ONE\n"

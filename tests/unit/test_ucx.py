@@ -122,9 +122,7 @@ def test_parse_real_output_default_tls() -> None:
     text = (FIXTURES / "proto_info_cma.txt").read_text()
     assert parse_proto_info(text) == ["cma/memory"]
     assert parse_proto_info(text, data_path_only=False) == ["cma/memory", "tcp/lo"]
-    am = [
-        t for t in parse_proto_tables(text) if t.operation.startswith("active message by ucp_am_send* from")
-    ]
+    am = [t for t in parse_proto_tables(text) if t.operation.startswith("active message by ucp_am_send* from")]
     assert ("1..16515", "zero-copy", "tcp/lo") in am[0].rows
 
 
@@ -148,10 +146,7 @@ def test_parse_mem_filter_falls_back() -> None:
 
 def test_parse_ignores_other_lines_and_self_endpoints() -> None:
     assert parse_proto_info("") == []
-    assert (
-        parse_proto_info("2026-11-30 NIXL INFO _api.py:281 Initialized NIXL agent: x\n| not | a | ucx |")
-        == []
-    )
+    assert parse_proto_info("2026-11-30 NIXL INFO _api.py:281 Initialized NIXL agent: x\n| not | a | ucx |") == []
     text = """\
 [1.5] [gpu0:42 :0]   +------------------+--------------------+
 [1.5] [gpu0:42 :0]   | prefill self cfg#0                     |
@@ -208,8 +203,7 @@ Traceback (most recent call last):
 nixl_cu13._bindings.nixlBackendError: NIXL_ERR_BACKEND
 """
     assert diagnostics(text) == [
-        "UCX WARN: network device 'nosuchdev0' is not available, please use one or more of: 'eth0'(tcp), "
-        "'lo'(tcp)",
+        "UCX WARN: network device 'nosuchdev0' is not available, please use one or more of: 'eth0'(tcp), 'lo'(tcp)",
         "UCX ERROR: no active messages transport to <no debug data>: self/memory - no peer failure handler, "
         "cma/memory - no am bcopy",
         "NIXL WARN: Unexpected UCX error: Destination is unreachable",

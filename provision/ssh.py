@@ -1,0 +1,319 @@
+"""SSH transport over Fabric/paramiko, with host-key verification and timeouts.
+
+See :mod:`provision.connection` for the contract this implements.
+
+paramiko/socket exceptions never leave this module: they become :class:`UnreachableError` and friends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import posixpath
+import select
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import fabric
+import paramiko
+
+from .commands import Command
+from .connection import (
+    COUNTERS,
+    TIMEOUT_RC,
+    CommandResult,
+    ConnectOptions,
+    _expand,
+    _LineFeed,
+)
+from .errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
+
+# --------------------------------------------------------------------------------------------- host keys
+_known_hosts_lock = threading.Lock()
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Trust-on-first-use, as OpenSSH's ``StrictHostKeyChecking=accept-new``: save the key, under a lock."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _known_hosts_lock, open(self.path, "a", encoding="ascii") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # other provision processes append to the same file
+            fh.write(line)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class _RefusePolicy(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise _UnknownKey(hostname, key)
+
+
+class _UnknownKey(Exception):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        self.hostname = hostname
+        self.key = key
+
+
+def _known_hosts_files(conn: fabric.Connection, opts: ConnectOptions) -> list[str]:
+    files = list(opts.known_hosts)
+    configured = conn.ssh_config.get("userknownhostsfile")
+    if configured:
+        files += [os.path.expanduser(p) for p in str(configured).split()]
+    files.append(os.path.expanduser("~/.ssh/known_hosts"))
+    return files
+
+
+# --------------------------------------------------------------------------------------------------- SSH
+class SSHConnection:
+    """An SSH connection to one host, opened lazily on first use and kept for the whole run."""
+
+    def __init__(
+        self,
+        name: str,
+        variables: Mapping[str, Any],
+        opts: ConnectOptions,
+        password: str | None = None,
+    ) -> None:
+        self.name = name
+        self.opts = opts
+        self.commands_run = 0
+        self._vars = variables
+        self._password = password
+        self._conn: fabric.Connection | None = None
+        self._sftp: paramiko.SFTPClient | None = None
+        self._home: str | None = None
+        self._lock = threading.Lock()
+
+    # -- opening
+    def _config(self) -> fabric.Config:
+        path = self.opts.ssh_config or os.environ.get("PROVISION_SSH_CONFIG")
+        if path:
+            return fabric.Config(runtime_ssh_path=path)
+        return fabric.Config()
+
+    def _make(self, host: str, user: str | None, port: int | None, key: str | None) -> fabric.Connection:
+        connect_kwargs: dict[str, Any] = {
+            "banner_timeout": self.opts.banner_timeout,
+            "auth_timeout": self.opts.auth_timeout,
+            "channel_timeout": self.opts.channel_timeout,
+        }
+        if key:
+            connect_kwargs["key_filename"] = [os.path.expanduser(key)]
+        if self._password:
+            connect_kwargs["password"] = self._password
+        conn = fabric.Connection(
+            host,
+            user=user,
+            port=port,
+            config=self._config(),
+            connect_timeout=self.opts.connect_timeout,
+            connect_kwargs=connect_kwargs,
+        )
+        self._secure(conn)
+        return conn
+
+    def _secure(self, conn: fabric.Connection) -> None:
+        """Replace Fabric's trust-everything default with known_hosts verification."""
+        files = _known_hosts_files(conn, self.opts)
+        client = conn.client
+        client.get_host_keys().clear()
+        for path in files:
+            if os.path.exists(path):
+                with contextlib.suppress(OSError):
+                    client.load_system_host_keys(path)
+        if self.opts.accept_new_host_keys:
+            client.set_missing_host_key_policy(_AcceptNewPolicy(files[len(self.opts.known_hosts) :][0]))
+        else:
+            client.set_missing_host_key_policy(_RefusePolicy())
+
+    def _open(self, conn: fabric.Connection) -> None:
+        gateway = conn.gateway
+        if isinstance(gateway, fabric.Connection):
+            # ProxyJump: open the jump host ourselves so that it gets host-key checks and a channel timeout
+            self._secure(gateway)
+            self._open(gateway)
+            transport = gateway.client.get_transport()
+            assert transport is not None
+            channel = transport.open_channel(
+                "direct-tcpip", (conn.host, int(conn.port)), ("", 0), timeout=self.opts.channel_timeout
+            )
+            conn.gateway = None
+            conn.connect_kwargs["sock"] = channel
+        conn.open()
+
+    def connect(self) -> fabric.Connection:
+        with self._lock:
+            if self._conn is not None:
+                return self._conn
+            v = self._vars
+            conn = self._make(
+                str(v.get("ansible_host") or self.name),
+                v.get("ansible_user"),
+                int(v["ansible_port"]) if v.get("ansible_port") else None,
+                v.get("ansible_ssh_private_key_file"),
+            )
+            target = f"{conn.user}@{conn.host}:{conn.port}"
+            try:
+                self._open(conn)
+            except _UnknownKey as exc:
+                raise HostKeyUnknown(
+                    self.name,
+                    f"host key of {exc.hostname} ({exc.key.get_name()}) is not in known_hosts; "
+                    "verify it, add it with ssh-keyscan, or rerun with --accept-new-host-keys",
+                ) from None
+            except paramiko.BadHostKeyException as exc:
+                raise HostKeyChanged(
+                    self.name,
+                    f"HOST KEY FOR {exc.hostname} HAS CHANGED (got {exc.key.get_name()} "
+                    f"{exc.key.get_fingerprint().hex()}); refusing to connect — someone may be intercepting, "
+                    "or the host was reinstalled: remove the old key from known_hosts after checking",
+                ) from None
+            except paramiko.AuthenticationException as exc:
+                raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise UnreachableError(self.name, f"cannot connect to {target}: {exc or type(exc).__name__}") from None
+            transport = conn.client.get_transport()
+            if transport is not None and isinstance(transport.sock, socket.socket):
+                # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            COUNTERS.opened()
+            self._conn = conn
+            return conn
+
+    def _transport(self) -> paramiko.Transport:
+        transport = self.connect().client.get_transport()
+        if transport is None or not transport.is_active():
+            raise UnreachableError(self.name, "the SSH session was closed by the host")
+        return transport
+
+    # -- commands
+    def run(
+        self,
+        cmd: Command,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> CommandResult:
+        text = cmd.render(timeout)
+        started = time.monotonic()
+        try:
+            channel = self._transport().open_session(timeout=self.opts.channel_timeout)
+            channel.exec_command(text)
+            if stdin:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            out, err = self._drain(channel, None if timeout is None else timeout + 15.0, on_output)
+            rc = channel.recv_exit_status()
+            channel.close()
+        except TimeoutError:
+            raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(self.name, f"SSH session lost while running a command: {exc}") from None
+        self.commands_run += 1
+        elapsed = time.monotonic() - started
+        if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
+            raise CommandTimeout(self.name, cmd.display(), timeout)
+        return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), cmd.display(), elapsed)
+
+    @staticmethod
+    def _drain(
+        channel: paramiko.Channel, limit: float | None, on_output: Callable[[str], None] | None
+    ) -> tuple[bytes, bytes]:
+        out: list[bytes] = []
+        err: list[bytes] = []
+        lines = _LineFeed(on_output)
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            progressed = False
+            while channel.recv_ready():
+                out.append(channel.recv(65536))
+                lines.feed(out[-1])
+                progressed = True
+            while channel.recv_stderr_ready():
+                err.append(channel.recv_stderr(65536))
+                lines.feed(err[-1])
+                progressed = True
+            drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+            if channel.exit_status_ready() and drained and (channel.eof_received or channel.closed):
+                break
+            if progressed:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                channel.close()
+                raise TimeoutError()
+            select.select([channel], [], [], 0.2)
+        return b"".join(out), b"".join(err)
+
+    # -- files
+    def _sftp_client(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            self._sftp = self.connect().sftp()
+            channel = self._sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(max(self.opts.channel_timeout, 60.0))
+        return self._sftp
+
+    def expand_path(self, path: str) -> str:
+        if not path.startswith("~"):
+            return path
+        if self._home is None:
+            try:
+                self._home = self._sftp_client().normalize(".")
+            except (paramiko.SSHException, OSError) as exc:
+                raise UnreachableError(self.name, f"SFTP failed: {exc}") from None
+        return _expand(path, self._home)
+
+    def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        path = self.expand_path(path)
+        tmp = posixpath.join(
+            posixpath.dirname(path) or ".", f".{posixpath.basename(path)}.provision-{uuid.uuid4().hex[:8]}"
+        )
+        try:
+            sftp = self._sftp_client()
+            if mode is None:
+                try:
+                    mode = (sftp.stat(path).st_mode or 0o644) & 0o7777  # keep the mode of the file it replaces
+                except FileNotFoundError:
+                    mode = 0o644
+            with sftp.open(tmp, "wb") as fh:
+                fh.set_pipelined(True)
+                fh.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (paramiko.SSHException, OSError) as exc:
+            with contextlib.suppress(Exception):
+                self._sftp_client().remove(tmp)
+            if isinstance(exc, OSError) and not isinstance(exc, socket.error | EOFError):
+                raise HostError(self.name, f"cannot write {path}: {exc}") from None
+            raise UnreachableError(self.name, f"SFTP failed writing {path}: {exc}") from None
+
+    def get(self, path: str) -> bytes | None:
+        path = self.expand_path(path)
+        try:
+            with self._sftp_client().open(path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+        except (paramiko.SSHException, OSError) as exc:
+            raise HostError(self.name, f"cannot read {path}: {exc}") from None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._sftp is not None:
+                self._sftp.close()
+        with contextlib.suppress(Exception):
+            if self._conn is not None:
+                self._conn.close()
+        self._conn = None
+        self._sftp = None
