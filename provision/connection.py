@@ -131,12 +131,64 @@ class _LineFeed:
 
 
 # ------------------------------------------------------------------------------------------------- local
+class _PipeStream:
+    """The agent's stream for a local process: its stdin and stdout pipes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def recv(self, n: int, deadline: float | None) -> bytes:
+        assert self.proc.stdout is not None
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([self.proc.stdout], [], [], remaining)
+        if not ready:
+            raise TimeoutError()
+        return os.read(self.proc.stdout.fileno(), n)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ProcessLookupError):
+            os.killpg(self.proc.pid, 9)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
 class LocalConnection:
     """``ansible_connection: local``: the same commands, run on the controller."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.commands_run = 0
+        self.agent_calls = 0
+        self._agents: dict[str, Any] = {}
+
+    def python_agent(self, interpreter: str) -> Any:
+        from .agent import AgentUnavailable, PythonAgent
+
+        agent = self._agents.get(interpreter)
+        if agent is None or agent.dead:
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", PythonAgent.command(interpreter).render()],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise AgentUnavailable(str(exc)) from None
+            agent = PythonAgent(self.name, _PipeStream(proc), self._agent_answered)
+            self._agents[interpreter] = agent
+        return agent
+
+    def _agent_answered(self) -> None:
+        self.agent_calls += 1  # a round trip like a command: counted in both
+        self.commands_run += 1
 
     def run(
         self,
@@ -249,7 +301,12 @@ class LocalConnection:
             raise HostError(self.name, f"cannot read {path}: {exc}") from None
 
     def close(self) -> None:
-        pass
+        for agent in self._agents.values():
+            agent.close()
+        self._agents.clear()
+
+    def __del__(self) -> None:  # an agent process must not outlive a connection nobody closed
+        self.close()
 
 
 def open_connection(name: str, variables: Mapping[str, Any], opts: ConnectOptions) -> Connection:

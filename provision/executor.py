@@ -116,6 +116,7 @@ class Executor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def commands_run(self) -> dict[str, int]:
+        """Remote round trips per host (commands and calls to the persistent python helper)."""
         return {h: c.commands_run for h, c in self._conns.items()}
 
     def host_state(self, host: str) -> HostState:

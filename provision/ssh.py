@@ -23,6 +23,7 @@ from typing import Any
 import fabric
 import paramiko
 
+from .agent import AgentUnavailable, PythonAgent
 from .commands import Command
 from .connection import (
     COUNTERS,
@@ -75,6 +76,30 @@ def _known_hosts_files(conn: fabric.Connection, opts: ConnectOptions) -> list[st
 
 
 # --------------------------------------------------------------------------------------------------- SSH
+class _ChannelStream:
+    """The agent's stream: an exec channel kept open for the whole run."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self.channel = channel
+
+    def send(self, data: bytes) -> None:
+        self.channel.sendall(data)
+
+    def recv(self, n: int, deadline: float | None) -> bytes:
+        while True:
+            while self.channel.recv_stderr_ready():  # never let a chatty child fill the window
+                self.channel.recv_stderr(65536)
+            if self.channel.recv_ready() or self.channel.eof_received or self.channel.closed:
+                return bytes(self.channel.recv(n))
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError()
+            select.select([self.channel], [], [], 1.0 if remaining is None else min(remaining, 1.0))
+
+    def close(self) -> None:
+        self.channel.close()
+
+
 class SSHConnection:
     """An SSH connection to one host, opened lazily on first use and kept for the whole run."""
 
@@ -94,6 +119,8 @@ class SSHConnection:
         self._sftp: paramiko.SFTPClient | None = None
         self._home: str | None = None
         self._lock = threading.Lock()
+        self._agents: dict[str, PythonAgent] = {}
+        self.agent_calls = 0
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -255,6 +282,23 @@ class SSHConnection:
             select.select([channel], [], [], 0.2)
         return b"".join(out), b"".join(err)
 
+    # -- the persistent python helper
+    def python_agent(self, interpreter: str) -> PythonAgent:
+        agent = self._agents.get(interpreter)
+        if agent is None or agent.dead:
+            try:
+                channel = self._transport().open_session(timeout=self.opts.channel_timeout)
+                channel.exec_command(PythonAgent.command(interpreter).render())
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise AgentUnavailable(str(exc)) from None
+            agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
+            self._agents[interpreter] = agent
+        return agent
+
+    def _agent_answered(self) -> None:
+        self.agent_calls += 1  # a round trip like a command: counted in both
+        self.commands_run += 1
+
     # -- files
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None:
@@ -309,6 +353,9 @@ class SSHConnection:
             raise HostError(self.name, f"cannot read {path}: {exc}") from None
 
     def close(self) -> None:
+        for agent in self._agents.values():
+            agent.close()
+        self._agents.clear()
         with contextlib.suppress(Exception):
             if self._sftp is not None:
                 self._sftp.close()

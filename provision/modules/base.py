@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..agent import QUICK_SCRIPTS, AgentUnavailable
 from ..commands import Command
 from ..connection import CommandResult, Connection
 from ..errors import ModuleError
@@ -116,8 +117,17 @@ class ModuleContext:
         ``stdin``: data for the script (read with ``sys.stdin.buffer.read()``): file content, request bodies,
         anything that must not appear on the host's process list. The source then travels length-prefixed
         in front of it and a one-line bootstrap (``python3 -c``) runs it."""
-        source = (REMOTE_DIR / script).read_bytes()
         interpreter = python or str(self.variables.get("ansible_python_interpreter") or "python3")
+        if script in QUICK_SCRIPTS and not self.become and not self.environment:
+            agent_of = getattr(self.conn, "python_agent", None)
+            if agent_of is not None:
+                try:
+                    return agent_of(interpreter).call(
+                        script, [str(a) for a in args], stdin, timeout or self.timeout
+                    )
+                except AgentUnavailable:
+                    pass  # no agent on this host: a fresh process below says what is wrong
+        source = (REMOTE_DIR / script).read_bytes()
         if stdin is None:
             return self.run(Command.of(interpreter, "-", *args), stdin=source, timeout=timeout)
         payload = b"%d\n" % len(source) + source + stdin

@@ -129,7 +129,8 @@ class NixlTransfer(Module):
         peer = ctx.peer(args["target"])
         same_host = args["target"] == ctx.host or _same_machine(ctx.conn, peer)
         link = args["link"] or _default_link(args["mem"], same_host)
-        floor = args["min_gbps"] if args["min_gbps"] is not None else default_min_gbps(link)
+        size = args["size_mb"] * 1024 * 1024
+        floor = args["min_gbps"] if args["min_gbps"] is not None else default_min_gbps(link, size)
 
         ucx_vars = {
             "ucx_tls": _first(args["ucx_tls"], ctx.environment.get("UCX_TLS"), ctx.variables.get("ucx_tls")),
@@ -168,11 +169,15 @@ def _default_link(mem: str, same_host: bool) -> str:
 
 
 def _machine_id(conn: Connection) -> str | None:
-    try:
-        result = conn.run(Command.of("cat", "/etc/machine-id"), timeout=30)
-    except HostError:
-        return None
-    return (result.stdout.strip() or None) if result.rc == 0 else None
+    """The running kernel's boot id (shared by containers and namespaces on one machine), else machine-id."""
+    for path in ("/proc/sys/kernel/random/boot_id", "/etc/machine-id"):
+        try:
+            result = conn.run(Command.of("cat", path), timeout=30)
+        except HostError:
+            return None
+        if result.rc == 0 and result.stdout.strip():
+            return result.stdout.strip()
+    return None
 
 
 def _same_machine(a: Connection, b: Connection) -> bool:
@@ -193,7 +198,8 @@ def _judge(result: ModuleResult, floor: float, link: str, args: dict[str, Any], 
         return ModuleResult(failed=True, msg=f"{head}: {figures}, but the bytes did NOT verify", data=d)
     if d["gbps_best"] < floor:
         hint = ""
-        if args["mem"] == "vram" and d.get("same_host") and not any("cuda_ipc" in t for t in d["transports"]):
+        local_gpus = d.get("same_host") or link in ("nvlink", "pcie") or link.upper().startswith("NV")
+        if args["mem"] == "vram" and local_gpus and not any("cuda_ipc" in t for t in d["transports"]):
             hint = " — UCX did not use cuda_ipc (check UCX_TLS)"
         msg = f"{head}: {figures} is below the floor of {floor:g} GB/s for a {link} link{hint}"
         return ModuleResult(failed=True, msg=msg, data=d)

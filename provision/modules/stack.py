@@ -177,9 +177,13 @@ def installer_for(args: dict[str, Any], python: str, uv: str | None) -> Installe
         options.append("--no-index")
     extra = args["extra_args"]
     options += shlex.split(extra) if isinstance(extra, str) else [str(e) for e in extra or []]
-    env = {"UV_PYTHON_DOWNLOADS": "never"} if args["installer"] == "uv" else {}
-    if args["installer"] == "uv" and args["uv_cache_dir"]:
-        env["UV_CACHE_DIR"] = args["uv_cache_dir"]
+    env: dict[str, str] = {}
+    if args["installer"] == "uv":
+        env["UV_PYTHON_DOWNLOADS"] = "never"  # the host's interpreter, never one uv would download
+        if args["system_certs"]:  # trust the host's CA store (a corporate proxy's root), as pip/curl do
+            env.update(UV_SYSTEM_CERTS="1", UV_NATIVE_TLS="1")  # uv >= 0.10 / older uv
+        if args["uv_cache_dir"]:
+            env["UV_CACHE_DIR"] = args["uv_cache_dir"]
     return Installer(args["installer"], uv, python, options, env)
 
 
@@ -211,6 +215,7 @@ class VenvStack(Module):
         "uv_cache_dir": Arg(),
         "uv_path": Arg("path", default="~/.provision/bin/uv"),
         "uv_source": Arg("path"),
+        "system_certs": Arg("bool", default=True),
         "verify_imports": Arg("list", default=[]),
     }
 
@@ -222,6 +227,9 @@ class VenvStack(Module):
 
     def _run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         wanted, python = Wanted.of(args), args["python"]
+        for key in ("find_links", "uv_cache_dir"):  # installers do not expand ~ themselves
+            if str(args[key] or "").startswith("~"):
+                args[key] = ctx.expand(args[key])
         venv = ctx.expand(args["venv"]).rstrip("/")
         uv_path = ctx.expand(args["uv_path"]) if args["installer"] == "uv" else None
         state = host_state(

@@ -40,6 +40,7 @@ NETWORK = (
     "temporary failure in name resolution", "name or service not known", "could not fetch url",
     "proxyerror", "max retries exceeded",
 )  # fmt: skip
+TLS = ("invalid peer certificate", "unknownissuer", "certificate_verify_failed", "certificate verify failed")
 MISSING = (
     re.compile(r"there is no version of ([^\s,]+)"),
     re.compile(r"(\S+) was not found in the (?:package registry|provided package locations)"),
@@ -52,6 +53,11 @@ def explain(output: str, source: str) -> str:
     low = output.lower()
     if "no space left on device" in low:
         return "the disk filled up (No space left on device): free space, or point venv_path at a bigger disk"
+    if any(word in low for word in TLS):
+        return (
+            f"the TLS certificate of {source} is not trusted: add its CA to the host's store "
+            "(uv then uses it: uv_system_certs=true) or to pip's cert setting"
+        )
     if any(word in low for word in NETWORK):
         return (f"cannot reach {source}: check the host's network or proxy (index_url), or install offline "
                 "from a wheel directory (pip_find_links + pip_no_index)")  # fmt: skip

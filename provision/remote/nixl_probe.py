@@ -7,12 +7,15 @@ types of each required backend, and prints ONE JSON object on stdout:
 
     {"ok", "error", "hint", "nixl_version", "variants": {"nixl-cu13": "1.5.1"}, "variant", "plugins",
      "mem_types": {"UCX": [...]}, "import_seconds", "nixl_plugin_dir_env", "plugin_dir", "bundled_plugin_dir",
-     "ucx_libs", "ld_library_path", "cuda_driver"}
+     "ucx_libs", "ld_library_path", "nixl_config_files", "cuda_driver"}
 
 Where the wheels keep their plugins (nixl-cu13 1.5.1): ``site-packages/.nixl_cu13.mesonpy.libs/plugins/
 libplugin_UCX.so`` (and the other backends); the UCX it links (``libucp-<hash>.so``) and UCX's transport
-modules sit in ``site-packages/nixl_cu13.libs/`` and ``nixl_cu13.libs/ucx/``. ``NIXL_PLUGIN_DIR``, when set,
-REPLACES the bundled plugin directory.
+modules sit in ``site-packages/nixl_cu13.libs/`` and ``nixl_cu13.libs/ucx/`` (with NIXL_LOG_LEVEL=DEBUG NIXL
+logs ``Loading plugins from: .../nixl_cu13/../.nixl_cu13.mesonpy.libs/plugins``). ``NIXL_PLUGIN_DIR``, from
+the environment or from a NIXL config file (``$NIXL_CONFIG_FILE``, ``~/.nixl.cfg``, ``/etc/nixl.cfg``),
+REPLACES the bundled plugin directory. A plugin is LISTED by its file name even when it cannot be loaded, so
+the probe requires each backend's memory types too (empty = the library did not load).
 
 Nothing but the JSON reaches stdout (NIXL's logger writes to stdout: it is sent to stderr). A failure is
 reported as ``ok: false`` with an actionable ``hint``, exit code 0; exit 1 means bad usage only.
@@ -75,6 +78,12 @@ def loaded_ucx_libs() -> list[str]:
     return found
 
 
+def nixl_config_files() -> list[str]:
+    """NIXL config files that exist: they can set NIXL_PLUGIN_DIR too."""
+    candidates = [os.environ.get("NIXL_CONFIG_FILE") or "", "~/.nixl.cfg", "/etc/nixl.cfg"]
+    return [p for c in candidates if c and os.path.isfile(p := os.path.expanduser(c))]
+
+
 def cuda_driver_version() -> int | None:
     """CUDA version the driver supports (e.g. 13000 for 13.0), via libcuda; None without a driver."""
     try:
@@ -103,6 +112,8 @@ def missing_plugin_hint(report: dict[str, Any], missing: list[str]) -> str:
         f"NIXL could not load the {'/'.join(missing)} plugin from {searched}",
         f"NIXL_PLUGIN_DIR={env!r}" if env else "NIXL_PLUGIN_DIR is unset (the wheel's bundled dir is used)",
     ]
+    if report["nixl_config_files"]:
+        parts.append(f"NIXL config file(s) {', '.join(report['nixl_config_files'])} may set NIXL_PLUGIN_DIR")
     bundled = report["bundled_plugin_dir"]
     if env and bundled and os.path.realpath(env) != bundled:
         parts.append(f"unset NIXL_PLUGIN_DIR to use the wheel's own plugins in {bundled}")
@@ -161,6 +172,7 @@ def probe(backends: list[str], require_vram: bool) -> dict[str, Any]:
         "plugin_dir": env_dir or bundled,
         "ucx_libs": [],
         "ld_library_path": os.environ.get("LD_LIBRARY_PATH", ""),
+        "nixl_config_files": nixl_config_files(),
         "cuda_driver": cuda_driver_version(),
     }
     started = time.monotonic()

@@ -101,6 +101,17 @@ def test_default_min_gbps(kind: str | None, floor: float) -> None:
     assert default_min_gbps(kind) == floor
 
 
+def test_nvlink_floor_scales_below_1_gib() -> None:
+    """Measured on H200 NV18: 64 MiB reach 83 GB/s, 1 GiB 346 — a 64 MiB check must not fail a good link,
+    and must still fail the 0.40 GB/s of a pair without cuda_ipc."""
+    assert default_min_gbps("NV18", 1 << 30) == 200.0
+    assert default_min_gbps("nvlink", 4 << 30) == 200.0
+    assert default_min_gbps("nvlink", 64 << 20) == 12.5
+    assert 0.40 < default_min_gbps("nvlink", 64 << 20) < 83
+    assert default_min_gbps("PIX", 64 << 20) == 10.0
+    assert default_min_gbps("cross-host", 1 << 20) == 1.0
+
+
 def test_default_min_gbps_rejects_unknown_kinds() -> None:
     with pytest.raises(ValueError, match="unknown link kind"):
         default_min_gbps("carrier-pigeon")
@@ -136,6 +147,14 @@ def test_parse_real_output_vram_over_nvlink() -> None:
     (gpu,) = [t for t in parse_proto_tables(text) if "from cuda/GPU0" in t.operation]
     assert gpu.endpoint == "initiator intra-node cfg#2"
     assert gpu.rows == [("0..inf", "zero-copy", "cuda_ipc/cuda")]
+
+
+def test_parse_real_output_vram_without_cuda_ipc() -> None:
+    """Same pair with UCX_TLS=cuda_copy,tcp: UCX emulates the GPU put over tcp/lo (0.40 GB/s measured)."""
+    text = (FIXTURES / "proto_info_no_cuda_ipc.txt").read_text()
+    assert parse_proto_info(text, mem="vram") == ["tcp/lo"]
+    (gpu,) = [t for t in parse_proto_tables(text) if "(multi) from cuda/GPU0" in t.operation]
+    assert gpu.rows == [("0..inf", "software emulation", "tcp/lo")]
 
 
 def test_parse_mem_filter_falls_back() -> None:

@@ -1,0 +1,137 @@
+"""Controller side of the persistent Python helper (``remote/agent.py``).
+
+Modules run small helper scripts on hosts for nearly every task (``file``/``copy``/``template`` state, pip
+state). Starting a Python interpreter for each costs 30–100 ms of host CPU; with one interpreter per host kept
+for the whole run, a converged task costs one round trip and about a millisecond. Only scripts listed in
+:data:`QUICK_SCRIPTS` go through the agent (short, read-mostly, no long-lived children); everything else, and
+anything under ``become`` or a task ``environment``, runs as a fresh process.
+
+If the agent cannot start or dies, callers fall back to a fresh process (:class:`AgentUnavailable`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from .commands import Command
+from .connection import CommandResult
+from .errors import CommandTimeout
+
+REMOTE_DIR = Path(__file__).resolve().parent / "remote"
+QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py"})
+
+# reads the agent's source unbuffered (nothing of the first request may be swallowed by a buffer), runs it
+BOOTSTRAP = """\
+import os
+h = b''
+while not h.endswith(b'\\n'):
+    c = os.read(0, 1)
+    if not c:
+        raise SystemExit(1)
+    h += c
+n = int(h)
+s = b''
+while len(s) < n:
+    c = os.read(0, n - len(s))
+    if not c:
+        raise SystemExit(1)
+    s += c
+exec(compile(s, 'provision-agent', 'exec'))
+"""
+
+
+class AgentUnavailable(Exception):
+    """The agent could not be started or stopped answering: run the script as a fresh process."""
+
+
+class Stream(Protocol):
+    """A duplex byte stream to a remote process (an SSH channel, or pipes to a local process)."""
+
+    def send(self, data: bytes) -> None: ...
+    def recv(self, n: int, deadline: float | None) -> bytes: ...  # b"" at EOF; raises TimeoutError
+    def close(self) -> None: ...
+
+
+class PythonAgent:
+    def __init__(self, host: str, stream: Stream, on_answer: Callable[[], None] | None = None) -> None:
+        self.host = host
+        self._on_answer = on_answer
+        self._stream = stream
+        self._sent: set[str] = set()
+        self._lock = threading.Lock()
+        self._buf = b""
+        self.dead = False
+        source = (REMOTE_DIR / "agent.py").read_bytes()
+        try:
+            stream.send(b"%d\n" % len(source) + source)
+        except OSError as exc:
+            self.dead = True
+            raise AgentUnavailable(str(exc)) from None
+
+    @staticmethod
+    def command(interpreter: str) -> Command:
+        return Command.of(interpreter, "-c", BOOTSTRAP)
+
+    def _read(self, n: int, deadline: float | None) -> bytes:
+        while len(self._buf) < n:
+            chunk = self._stream.recv(65536, deadline)
+            if not chunk:
+                raise AgentUnavailable("agent closed its stream")
+            self._buf += chunk
+        data, self._buf = self._buf[:n], self._buf[n:]
+        return data
+
+    def _read_line(self, deadline: float | None) -> bytes:
+        while b"\n" not in self._buf:
+            chunk = self._stream.recv(65536, deadline)
+            if not chunk:
+                raise AgentUnavailable("agent closed its stream")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def call(self, script: str, args: list[str], stdin: bytes | None, timeout: float | None) -> CommandResult:
+        with self._lock:
+            if self.dead:
+                raise AgentUnavailable("agent is gone")
+            request = {
+                "name": script,
+                "source": None if script in self._sent else (REMOTE_DIR / script).read_text(encoding="utf-8"),
+                "args": args,
+                "stdin": base64.b64encode(stdin or b"").decode(),
+                "timeout": timeout,
+            }
+            data = json.dumps(request).encode()
+            started = time.monotonic()
+            deadline = None if timeout is None else started + timeout + 15.0
+            try:
+                self._stream.send(b"%d\n" % len(data) + data)
+                self._sent.add(script)
+                answer = json.loads(self._read(int(self._read_line(deadline)), deadline))
+            except TimeoutError:
+                self.close()
+                raise CommandTimeout(self.host, f"python {script}", timeout or 0) from None
+            except (OSError, ValueError, AgentUnavailable) as exc:
+                self.close()
+                raise AgentUnavailable(str(exc)) from None
+            elapsed = time.monotonic() - started
+            if self._on_answer is not None:
+                self._on_answer()
+            if answer["rc"] == 124 and timeout:
+                raise CommandTimeout(self.host, f"python {script}", timeout)
+            out = base64.b64decode(answer["out"]).decode(errors="replace")
+            err = base64.b64decode(answer["err"]).decode(errors="replace")
+            return CommandResult(answer["rc"], out, err, f"python - {script}", elapsed)
+
+    def close(self) -> None:
+        self.dead = True
+        try:
+            self._stream.close()
+        except OSError:
+            pass

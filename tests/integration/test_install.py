@@ -1,0 +1,253 @@
+"""install.yml, bootstrap.yml, smoke.yml and preflight.yml against the lab: real sshd hosts, real venvs with
+real nixl-cu13 1.5.1 + nixl 1.5.1 + numpy (install_sglang=false, nixl_no_deps=true: no torch), uv brought
+from the controller. The uv cache is shared by every lab user (a world-writable dir with a default ACL), so
+each wheel is downloaded once per machine, not once per host and test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import CliResult, run_cli
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE_ROOT = Path("/var/cache/provision-test")
+VENV_TASK = "Venv with the pinned stack"
+CHECK = "import importlib.metadata as m, sys; print(*(m.version(n) for n in sys.argv[1:]))"
+LAB_VARS = {"python": "/usr/bin/python3", "install_sglang": False, "nixl_no_deps": True}
+
+
+# --------------------------------------------------------------------------------------- shared helpers
+def shared_dir(name: str) -> Path:
+    """A directory every lab user can read and write, and whose new files and subdirectories are too
+    (a default POSIX ACL of rwx for all overrides the users' umask): a uv cache the lab hosts share."""
+    path = CACHE_ROOT / name
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(CACHE_ROOT, 0o755)
+    os.chmod(path, 0o777)
+    entries = b"".join(struct.pack("<HHI", tag, 7, 0xFFFFFFFF) for tag in (0x01, 0x04, 0x20))
+    os.setxattr(path, "system.posix_acl_default", struct.pack("<I", 2) + entries)
+    return path
+
+
+def stack_inventory(lab: Any, directory: Path, hosts: list[int], per_host: dict[int, dict[str, Any]] | None = None,
+                    **common: Any) -> Path:  # fmt: skip
+    """An inventory of some lab hosts beside a copy of the shipped group_vars/ (the defaults)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "inventory" / "group_vars", directory / "group_vars", dirs_exist_ok=True)
+    extra = {lab.hosts[i].name: {**common, **(per_host or {}).get(i, {})} for i in hosts}
+    return lab.write_inventory(directory / "hosts.yml", names=hosts, extra_host_vars=extra)
+
+
+def provision(playbook: str, inventory: Path, *args: str, cwd: Path) -> tuple[CliResult, dict[str, Any]]:
+    """``provision run playbooks/PLAYBOOK -i INVENTORY ARGS --json`` in-process; (result, JSON report)."""
+    old = Path.cwd()
+    os.chdir(cwd)  # the retry file of a failed run lands here
+    try:
+        result = run_cli(["run", str(REPO / "playbooks" / playbook), "-i", str(inventory), *args, "--json"])
+    finally:
+        os.chdir(old)
+    try:
+        report = json.loads(result.out)
+    except ValueError:
+        pytest.fail(f"no JSON report (exit {result.code}): {result.err[-3000:]}")
+    return result, report
+
+
+def task_result(report: dict[str, Any], task: str, host: str) -> dict[str, Any]:
+    for play in report["plays"]:
+        for entry in play["tasks"]:
+            if entry["task"]["name"] == task and host in entry["hosts"]:
+                return dict(entry["hosts"][host])
+    raise AssertionError(f"no result of {task!r} for {host}")
+
+
+def versions(lab: Any, i: int, *names: str) -> list[str]:
+    out = lab.run_as(i, [".provision/venv/bin/python", "-c", CHECK, *names])
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def uv_as(lab: Any, i: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the uv that provision brought to host i, as its user, on its live venv."""
+    env = ["env", f"UV_CACHE_DIR={CACHE_ROOT / 'uv'}", "UV_SYSTEM_CERTS=1"]
+    out = lab.run_as(i, [*env, ".provision/bin/uv", *argv, "--python", ".provision/venv/bin/python"], timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+# -------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def lab_env(lab: Any) -> Iterator[Any]:
+    """Point provision at the lab's ssh_config (its UserKnownHostsFile holds the lab's host keys)."""
+    old = os.environ.get("PROVISION_SSH_CONFIG")
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    yield lab
+    if old is None:
+        os.environ.pop("PROVISION_SSH_CONFIG", None)
+    else:
+        os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+@pytest.fixture(scope="module")
+def uv_cache() -> Path:
+    return shared_dir("uv")
+
+
+@pytest.fixture(scope="module")
+def wheel_dir() -> Path:
+    """Wheels for an offline install, downloaded once per machine (cp311 / manylinux x86_64)."""
+    path = CACHE_ROOT / "wheels-nixl-1.5.1"
+    if not any(path.glob("numpy-*.whl")):
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(tmp),
+                "nixl-cu13==1.5.1", "nixl==1.5.1", "numpy"]  # fmt: skip
+        subprocess.run(argv, check=True, capture_output=True, timeout=600)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    return path
+
+
+def clean(lab: Any, *hosts: int) -> None:
+    for i in hosts:
+        lab.run_as(i, ["rm", "-rf", ".provision", ".cache/uv"])
+
+
+# ---------------------------------------------------------------------------------------------- tests
+def test_bootstrap_finds_a_python_that_builds_venvs(lab_env: Any, tmp_path: Path) -> None:
+    inv = stack_inventory(lab_env, tmp_path / "inv", [0, 1], python="/usr/bin/python3")
+    result, report = provision("bootstrap.yml", inv, "-e", "installer=pip", cwd=tmp_path)
+    assert result.code == 0, result.err
+    for host in ("lab0", "lab1"):
+        res = task_result(report, "Python 3.10+ with venv/ensurepip", host)
+        assert res["venv_ok"] and res["python"] == "/usr/bin/python3" and not res["changed"]
+
+
+def test_install_on_two_hosts_then_rerun_changes_nothing(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    clean(lab, 0, 1)
+    inv = stack_inventory(lab, tmp_path / "inv", [0, 1], uv_cache_dir=str(uv_cache), **LAB_VARS)
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert report["stats"]["lab0"]["changed"] == report["stats"]["lab1"]["changed"] == 1
+    for i in (0, 1):
+        assert versions(lab, i, "nixl-cu13", "nixl", "numpy")[:2] == ["1.5.1", "1.5.1"]
+        assert lab.run_as(i, [".provision/venv/bin/python", "-c", CHECK, "nixl-cu12"]).returncode != 0
+        assert lab.run_as(i, ["test", "-L", ".provision/venv"]).returncode == 0
+        done = task_result(report, VENV_TASK, f"lab{i}")
+        assert any(a.startswith("copied uv to") for a in done["actions"]), done
+        assert done["packages"] == ["numpy"] and done["no_deps_packages"] == ["nixl-cu13==1.5.1", "nixl==1.5.1"]
+
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    for host in ("lab0", "lab1"):
+        assert report["stats"][host]["changed"] == 0, report["stats"]
+        again = task_result(report, VENV_TASK, host)
+        assert again["actions"] == [] and "requirements met" in again["msg"]  # one version check, no resolver
+
+
+def test_smoke_lists_ucx(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    inv = stack_inventory(lab_env, tmp_path / "inv", [0, 1], uv_cache_dir=str(uv_cache), **LAB_VARS)
+    assert provision("install.yml", inv, cwd=tmp_path)[0].code == 0
+    result, report = provision("smoke.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    for host in ("lab0", "lab1"):
+        smoke = task_result(report, "NIXL loads its plugins", host)
+        assert "UCX" in smoke["plugins"] and smoke["nixl_version"] == "1.5.1", smoke
+        assert not smoke["changed"]
+
+
+def test_preflight_writes_from_prefill_into_decode(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    inv = stack_inventory(lab, tmp_path / "inv", [0, 1], uv_cache_dir=str(uv_cache), **LAB_VARS)
+    assert provision("install.yml", inv, cwd=tmp_path)[0].code == 0
+    roles = {lab.hosts[0].name: {**LAB_VARS, "uv_cache_dir": str(uv_cache)}}
+    lab.write_inventory(inv, extra_host_vars={**roles, lab.hosts[1].name: roles[lab.hosts[0].name]},
+                        groups={"prefill": ["lab0"], "decode": ["lab1"]})  # fmt: skip
+    result, report = provision("preflight.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    transfer = task_result(report, "NIXL WRITE prefill -> decode, verified and timed", "lab0")
+    assert transfer["results"][0]["verified"], transfer
+    assert report["stats"]["lab0"]["changed"] == report["stats"]["lab1"]["changed"] == 0
+
+
+def test_drift_is_changed_and_fixed(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    inv = stack_inventory(lab, tmp_path / "inv", [0, 1], uv_cache_dir=str(uv_cache), **LAB_VARS)
+    assert provision("install.yml", inv, cwd=tmp_path)[0].code == 0
+    uv_as(lab, 0, "pip", "install", "--no-deps", "nixl-cu13==1.5.0")  # by hand, in the live venv
+    uv_as(lab, 1, "pip", "uninstall", "numpy")
+    assert versions(lab, 0, "nixl-cu13") == ["1.5.0"]
+
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert report["stats"]["lab0"]["changed"] == report["stats"]["lab1"]["changed"] == 1
+    assert "nixl-cu13 1.5.0 (want nixl-cu13==1.5.1)" in task_result(report, VENV_TASK, "lab0")["reasons"]
+    assert "numpy missing (want numpy)" in task_result(report, VENV_TASK, "lab1")["reasons"]
+    assert versions(lab, 0, "nixl-cu13", "nixl") == ["1.5.1", "1.5.1"]
+    assert len(versions(lab, 1, "numpy")) == 1
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert report["stats"]["lab0"]["changed"] == report["stats"]["lab1"]["changed"] == 0
+
+
+def test_missing_version_fails_that_host_only_and_keeps_its_venv(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    common = {"uv_cache_dir": str(uv_cache), **LAB_VARS}
+    inv = stack_inventory(lab, tmp_path / "inv", [0, 1], **common)
+    assert provision("install.yml", inv, cwd=tmp_path)[0].code == 0
+    live = lab.run_as(0, ["readlink", ".provision/venv"]).stdout.strip()
+
+    inv = stack_inventory(lab, tmp_path / "bad", [0, 1], per_host={0: {"nixl_version": "9.9.9"}}, **common)
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 2
+    assert report["stats"]["lab0"]["failed"] == 1 and report["stats"]["lab1"]["failed"] == 0
+    msg = task_result(report, VENV_TASK, "lab0")["msg"]
+    assert "\n" not in msg and "nixl-cu13==9.9.9 is not available from the package index" in msg, msg
+    assert "left as it was" in msg
+    assert lab.run_as(0, ["readlink", ".provision/venv"]).stdout.strip() == live
+    works = lab.run_as(0, [".provision/venv/bin/python", "-c", "import nixl._api"])
+    assert works.returncode == 0, works.stderr
+    envs = lab.run_as(0, ["ls", ".provision/venv.envs"]).stdout.split()
+    assert envs == [Path(live).name] or (Path(live).name in envs and len(envs) <= 2)  # the failed build is gone
+
+
+def test_no_disk_space_fails_before_installing(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    clean(lab, 2)
+    inv = stack_inventory(lab, tmp_path / "inv", [2], uv_cache_dir=str(uv_cache), min_free_gb=100000, **LAB_VARS)
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 2
+    msg = task_result(report, VENV_TASK, "lab2")["msg"]
+    assert "GB free at" in msg and "needs 100000 GB (min_free_gb)" in msg and "nothing was installed" in msg
+    assert lab.run_as(2, ["test", "-e", ".provision"]).returncode != 0  # not even uv was copied
+
+
+def test_offline_install_from_a_controller_wheel_dir(lab_env: Any, wheel_dir: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    clean(lab, 3)
+    offline = {
+        "pip_find_links": str(wheel_dir),
+        "pip_no_index": True,
+        "pip_index_url": "http://127.0.0.1:9/simple",  # an index that does not answer: it must not be asked
+        "uv_cache_dir": None,  # the user's own, empty cache: nothing can come from a previous test
+    }
+    inv = stack_inventory(lab, tmp_path / "inv", [3], **LAB_VARS, **offline)
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    synced = task_result(report, "Wheel directory synced to the host (offline install)", "lab3")
+    assert synced["changed"] and len(synced["sent"]) == len(list(wheel_dir.iterdir()))
+    assert versions(lab, 3, "nixl-cu13", "nixl")[:2] == ["1.5.1", "1.5.1"]
+    result, report = provision("install.yml", inv, cwd=tmp_path)
+    assert result.code == 0 and report["stats"]["lab3"]["changed"] == 0, report["stats"]
