@@ -16,7 +16,6 @@ import base64
 import json
 import os
 import re
-import shlex
 import threading
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
@@ -27,6 +26,7 @@ import jinja2.meta
 import jinja2.nodes
 import yaml
 
+from .commands import quote
 from .errors import TemplateError
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
@@ -93,7 +93,7 @@ def _make_env() -> jinja2.Environment:
         regex_search=_regex_search,
         basename=os.path.basename,
         dirname=os.path.dirname,
-        quote=lambda v: shlex.quote(str(v)),
+        quote=quote,  # the one quoting function (provision.commands): for launch scripts
         b64encode=lambda v: base64.b64encode(str(v).encode()).decode(),
         b64decode=lambda v: base64.b64decode(str(v)).decode(),
         mandatory=_mandatory,
