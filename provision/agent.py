@@ -1,7 +1,7 @@
 """Controller side of the persistent Python helper (``remote/agent.py``).
 
 Modules run small helper scripts on hosts for nearly every task (``file``/``copy``/``template`` state, pip
-state). Starting a Python interpreter for each costs 30–100 ms of host CPU; with one interpreter per host kept
+state). Starting a Python interpreter for each costs 30-100 ms of host CPU; with one interpreter per host kept
 for the whole run, a converged task costs one round trip and about a millisecond. Only scripts listed in
 :data:`QUICK_SCRIPTS` go through the agent (short, read-mostly, no long-lived children); everything else, and
 anything under ``become`` or a task ``environment``, runs as a fresh process.
@@ -12,6 +12,7 @@ If the agent cannot start or dies, callers fall back to a fresh process (:class:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import time
@@ -131,7 +132,5 @@ class PythonAgent:
 
     def close(self) -> None:
         self.dead = True
-        try:
+        with contextlib.suppress(OSError):
             self._stream.close()
-        except OSError:
-            pass

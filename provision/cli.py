@@ -292,3 +292,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(MASKER.mask(f"ERROR: {exc}"), err=True)
         code = exc.exit_code
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# `provision pd ...`: registered last, because provision.pd_cli reuses the helpers above
+from .pd_cli import pd  # noqa: E402
+
+cli.add_command(pd)

@@ -262,8 +262,10 @@ class LocalConnection:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, 9)
                 proc.wait()
+                proc.stdout.close()
                 raise CommandTimeout(self.name, cmd.display(), timeout or 0)
         rc = proc.wait()
+        proc.stdout.close()
         self.commands_run += 1
         elapsed = time.monotonic() - started
         if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:

@@ -292,7 +292,8 @@ def _int_or_none(text: str) -> int | None:
 
 def parse_gpu_csv(text: str) -> list[GPU]:
     """``nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id[,compute_cap]
-    --format=csv,noheader,nounits`` → GPUs. Error text (driver not loaded...) gives no rows."""
+    --format=csv,noheader,nounits`` → GPUs (a header line and ``MiB`` units, as plain ``--format=csv``
+    prints them, are accepted too). Error text (driver not loaded...) gives no rows."""
     gpus: list[GPU] = []
     for row in csv.reader(text.splitlines(), skipinitialspace=True):
         cells = [c.strip() for c in row]
@@ -304,7 +305,7 @@ def parse_gpu_csv(text: str) -> list[GPU]:
                 index=int(cells[0]),
                 name=cells[1],
                 uuid=cells[2],
-                memory_mib=_int_or_none(cells[3]),
+                memory_mib=_int_or_none(cells[3].removesuffix("MiB").strip()),  # `--format=csv` keeps units
                 driver_version=cells[4],
                 pci_bus_id=cells[5],
                 compute_capability=cap,

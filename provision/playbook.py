@@ -190,8 +190,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
     load_all()
     candidates = [k for k in node if k not in TASK_KEYS]
-    if "block" in node or "include_tasks" in node or "import_tasks" in node:
-        raise _err("block/include_tasks/import_tasks are not supported (use import_playbook)", node, path)
+    if "block" in node or "include_tasks" in node:
+        raise _err("block/include_tasks are not supported (use import_tasks or import_playbook)", node, path)
     if not candidates:
         raise _err("task has no module (one of its keys must name a module)", node, path)
     if len(candidates) > 1:
@@ -248,6 +248,44 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     return task
 
 
+IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
+
+
+def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, ...] = ()) -> list[Task]:
+    """Parse a task list, expanding ``import_tasks: FILE`` in place (static, as Ansible's import: the file is
+    read now, relative to the file that imports it; the import's ``tags``, ``when`` and ``vars`` apply to
+    each imported task)."""
+    out: list[Task] = []
+    for node in nodes:
+        if not (isinstance(node, dict) and "import_tasks" in node):
+            out.append(parse_task(node, path, inherited_tags=tags))
+            continue
+        unknown = [k for k in node if k not in IMPORT_KEYS]
+        if unknown:
+            raise _err(
+                f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS))})", node, path
+            )
+        target = Path(path).parent / str(node["import_tasks"])
+        real = str(target.resolve())
+        if real in _seen:
+            raise _err(f"import_tasks loop through {target}", node, path)
+        if not target.is_file():
+            raise _err(f"import_tasks: {target} does not exist", node, path)
+        data = load_yaml(target)
+        if not isinstance(data, list):
+            raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        imported = parse_tasks(data, str(target), tags | _tags(node.get("tags"), node, path), (*_seen, real))
+        extra_vars = _mapping(node.get("vars"), "vars", node, path)
+        for task in imported:
+            if node.get("when") is not None:
+                conditions = node["when"] if isinstance(node["when"], list) else [node["when"]]
+                own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
+                task.when = [*conditions, *own]
+            task.vars = {**extra_vars, **task.vars}
+        out += imported
+    return out
+
+
 def _check_templates(task: Task, node: Any, path: str) -> None:
     try:
         templating.names_used([task.args, task.loop, task.environment, task.vars, task.delegate_to])
@@ -292,7 +330,7 @@ def parse_play(node: Any, path: str) -> Play:
             continue
         if not isinstance(section, list):
             raise _err("tasks must be a list", node, path)
-        tasks += [parse_task(t, path, inherited_tags=tags) for t in section]
+        tasks += parse_tasks(section, path, tags)
     raw_handlers = node.get("handlers") or []
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)

@@ -86,7 +86,7 @@ class Reporter:
         for item in result.item_results:
             label = item.data.get("item_label", "")
             body += "\n  " + self._paint(f"{item.status.value}: [{host}] => (item={label})", item.status)
-            if item.status is Status.FAILED:
+            if item.status is Status.FAILED or (item.msg and (self.verbosity or item.data.get("_show_msg"))):
                 body += f" {item.msg}"
         if result.diff:
             body += "\n" + result.diff.rstrip("\n")

@@ -241,6 +241,8 @@ class TaskRunner:
             Status.CHANGED if mres.changed else Status.OK
         )  # fmt: skip
         result = TaskResult(host, task.name, status, mres.msg, dict(mres.data), mres.diff)
+        if cls.show_msg:
+            result.data["_show_msg"] = True
         if ctx.check and mres.skipped:
             result.data[CHECK_SKIPPED] = True
         if mres.facts:

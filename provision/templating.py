@@ -179,7 +179,8 @@ class Vars(Mapping[str, Any]):
 def _contains_template(value: Any) -> bool:
     if isinstance(value, str):
         return is_template(value)
-    if isinstance(value, Mapping):
+    # plain containers only: mapping views such as `hostvars` are lazy and render themselves on access
+    if isinstance(value, dict):
         return any(_contains_template(v) for v in value.values())
     if isinstance(value, (list, tuple)):
         return any(_contains_template(v) for v in value)
@@ -207,7 +208,7 @@ def render(value: Any, variables: Mapping[str, Any], where: str = "") -> Any:
         if match:
             return evaluate(match.group("expr"), variables, where=where)
         return _render_text(value, variables, where)
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return {k: render(v, variables, where) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [render(v, variables, where) for v in value]

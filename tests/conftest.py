@@ -11,6 +11,9 @@ sys.path.insert(0, str(Path(__file__).parent))  # `from lab import Lab` in tests
 
 from lab import Lab
 
+# the session's full SGLang venv on lab host 0 (tests/stack_support.py)
+from tests.stack_support import sglang_stack  # noqa: F401
+
 # lab fixtures
 
 

@@ -12,10 +12,11 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
 
 1. ``SGLANG_USE_CPU_ENGINE=1`` (:data:`CPU_ENV`). Without it SGLang treats ``--device cpu`` as unknown and
    its RoPE falls back to vllm's kernels.
-2. Server flags (:data:`CPU_SERVER_FLAGS`): ``--device cpu --attention-backend torch_native
+2. Server flags (:func:`cpu_server_flags`): ``--device cpu --attention-backend torch_native
    --disable-cuda-graph --skip-server-warmup --disable-radix-cache --max-total-tokens N``.
    ``--mem-fraction-static`` does not bound the CPU KV pool; without ``--max-total-tokens`` a server
-   allocated ~2 GB.
+   allocated ~2 GB. (Known cost, not fixed here: an idle CPU server's scheduler keeps about one core
+   busy, with or without ``--sleep-on-idle``; on 2 cores an idle pair slows everything else.)
 3. Decode flag (:data:`CPU_DECODE_FLAGS`): ``--disaggregation-decode-retraction-backup cpu_tensor``: the
    default backup pins host memory through CUDA.
 4. ``shipped/common_ops.py``: an EMPTY module named ``common_ops``. The sglang-kernel wheel ships CUDA builds

@@ -122,9 +122,7 @@ class ModuleContext:
             agent_of = getattr(self.conn, "python_agent", None)
             if agent_of is not None:
                 try:
-                    return agent_of(interpreter).call(
-                        script, [str(a) for a in args], stdin, timeout or self.timeout
-                    )
+                    return agent_of(interpreter).call(script, [str(a) for a in args], stdin, timeout or self.timeout)
                 except AgentUnavailable:
                     pass  # no agent on this host: a fresh process below says what is wrong
         source = (REMOTE_DIR / script).read_bytes()
@@ -150,6 +148,7 @@ class Module:
     controller_only: ClassVar[bool] = False  # debug/set_fact/fail/assert: no connection needed
     check_mode_support: ClassVar[bool] = True
     expression_args: ClassVar[tuple[str, ...]] = ()  # args holding bare Jinja2 expressions (assert's `that`)
+    show_msg: ClassVar[bool] = False  # the result's message is worth printing without -v (debug, measurements)
 
     # ---------------------------------------------------------------- validation
     @classmethod

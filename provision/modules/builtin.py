@@ -40,6 +40,7 @@ def truthy(value: Any) -> bool:
 @register
 class Debug(Module):
     name = "debug"
+    show_msg = True
     expression_args = ("var",)
     controller_only = True
     args = {"msg": Arg("raw"), "var": Arg(), "verbosity": Arg("int", default=0)}

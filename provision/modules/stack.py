@@ -25,6 +25,7 @@ import os
 import platform
 import posixpath
 import shlex
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -100,16 +101,30 @@ def _read_uv(path: str, mtime_ns: int, size: int) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
+LOCK_WAIT = 3600  # seconds a build waits for another build of the same venv on the same machine
+
+
+@lru_cache(maxsize=1)
+def _own_uv() -> str:
+    """The controller's uv binary (the ``uv`` Python package). Cached, and so looked up once: find_uv_bin()
+    reads sysconfig, whose first initialisation races when several hosts' install threads do it at once."""
+    try:
+        import uv
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        raise StackError("uv is not installed on the controller: pip install uv, or set installer=pip") from None
+
+
+_OWN_UV_LOCK = threading.Lock()
+
+
 def controller_uv(source: str | None) -> tuple[str, bytes, str]:
     """The uv binary to copy to hosts: ``source``, or the controller's own (the ``uv`` Python package)."""
     path = source
     if not path:
-        try:
-            import uv  # the controller's uv package (pip install uv)
-
-            path = uv.find_uv_bin()
-        except (ImportError, FileNotFoundError):
-            raise StackError("uv is not installed on the controller: pip install uv, or set installer=pip") from None
+        with _OWN_UV_LOCK:
+            path = _own_uv()
     path = os.path.expanduser(path)
     try:
         st = os.stat(path)
@@ -143,11 +158,13 @@ class Installer:
     python: str  # the host's base interpreter (absolute)
     options: list[str]  # index/find-links/no-index and extra args
     env: dict[str, str]
+    system_site_packages: bool = False  # the venv sees the base interpreter's packages (a GPU image's torch)
 
     def create(self, new: str) -> Command:
+        site = ["--system-site-packages"] if self.system_site_packages else []
         if self.kind == "uv":
-            return Command.of(self.uv, "venv", "--no-project", "--python", self.python, new, env=self.env)
-        return Command.of(self.python, "-m", "venv", new, env=self.env)
+            return Command.of(self.uv, "venv", "--no-project", *site, "--python", self.python, new, env=self.env)
+        return Command.of(self.python, "-m", "venv", *site, new, env=self.env)
 
     def install(self, new: str, reqs: list[str], no_deps: bool) -> Command:
         flags = ["--no-deps"] if no_deps else []
@@ -184,7 +201,7 @@ def installer_for(args: dict[str, Any], python: str, uv: str | None) -> Installe
             env.update(UV_SYSTEM_CERTS="1", UV_NATIVE_TLS="1")  # uv >= 0.10 / older uv
         if args["uv_cache_dir"]:
             env["UV_CACHE_DIR"] = args["uv_cache_dir"]
-    return Installer(args["installer"], uv, python, options, env)
+    return Installer(args["installer"], uv, python, options, env, bool(args.get("system_site_packages")))
 
 
 def step(ctx: ModuleContext, cmd: Command, stage: str, source: str) -> float:
@@ -200,6 +217,7 @@ def step(ctx: ModuleContext, cmd: Command, stage: str, source: str) -> float:
 @register
 class VenvStack(Module):
     name = "venv_stack"
+    show_msg = True
     args = {
         "venv": Arg("path", required=True),
         "python": Arg(default="python3"),
@@ -217,6 +235,7 @@ class VenvStack(Module):
         "uv_source": Arg("path"),
         "system_certs": Arg("bool", default=True),
         "verify_imports": Arg("list", default=[]),
+        "system_site_packages": Arg("bool", default=False),
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
@@ -261,7 +280,27 @@ class VenvStack(Module):
                 f"{py['path']} ({py['version']}) cannot create venvs (no ensurepip): install "
                 f"python{short}-venv (bootstrap.yml with become_allowed=true does), or use installer=uv"
             )
-        self._check_disk(state, args["min_free_gb"])
+        self._check_disk(state, args["min_free_gb"])  # before anything is written to the host
+        lock = json.dumps({"path": venv + ".lock", "wait": LOCK_WAIT, "stale": LOCK_WAIT * 2})
+        remote(ctx, python, FS, "prepare", json.dumps({"dirs": [posixpath.dirname(venv)]}))
+        if remote(ctx, python, FS, "lock", lock, timeout=LOCK_WAIT + 60)["waited"]:
+            # another inventory host on this machine (same user) held the lock: it may have built the venv
+            state["venv"] = host_state(ctx, python, venv=venv, packages=wanted.names)["venv"]
+            if not wanted.drift(state["venv"], py["version"]):
+                remote(ctx, python, FS, "unlock", lock)
+                data["installed"] = {k: v for k, v in state["venv"]["installed"].items() if v}
+                return ModuleResult(msg=f"{len(wanted.reqs)} requirements met in {venv} (built meanwhile)", data=data)
+        try:
+            return self._build_and_switch(ctx, args, wanted, state, venv, uv_path, data)
+        finally:
+            with contextlib.suppress(StackError, HostError):
+                remote(ctx, python, FS, "unlock", lock)
+
+    def _build_and_switch(
+        self, ctx: ModuleContext, args: dict[str, Any], wanted: Wanted, state: dict[str, Any], venv: str,
+        uv_path: str | None, data: dict[str, Any],
+    ) -> ModuleResult:  # fmt: skip
+        python = args["python"]
         new = self._build(ctx, args, wanted, state, venv, uv_path, data)
         request = {"venv": venv, "new": new, "envs": venv + ".envs"}
         switched = remote(ctx, python, FS, "switch", json.dumps(request))
@@ -286,6 +325,8 @@ class VenvStack(Module):
         source = args["find_links"] if args["no_index"] else (args["index_url"] or "the package index")
         try:
             seconds = {"venv": step(ctx, installer.create(new), f"creating the venv with {installer.kind}", source)}
+            if installer.system_site_packages:
+                remote(ctx, python, FS, "inherit", json.dumps({"new": new}))
             if wanted.install:
                 cmd = installer.install(new, wanted.install, False)
                 seconds["install"] = step(ctx, cmd, "installing", source)

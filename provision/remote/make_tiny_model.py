@@ -7,10 +7,12 @@ every host makes the same model), plus a byte-level BPE tokenizer trained in-pro
 saved with ``save_pretrained``. It is for testing and trying provision, not for serving.
 
 Idempotent: a marker file holding the spec is written last; when it is there and matches, nothing is done.
-The model is built in a temp directory beside DEST and renamed into place. Prints one JSON line:
+The model is built in a temp directory beside DEST and renamed into place, under a lock (two inventory names
+of one machine make it at the same time). Prints one JSON line:
 ``{"changed": bool, "path": DEST, "seconds": s}``; on failure ``{"changed": false, "error": ...}``, exit 1.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -120,6 +122,14 @@ def main(argv):
         print(json.dumps({"changed": False, "error": "usage: make_tiny_model.py DEST"}))
         return 2
     dest = os.path.abspath(os.path.expanduser(argv[1]))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    # two inventory names of one machine (prefill and decode) make the same model at once: one builds it
+    with open(os.path.join(os.path.dirname(dest), ".%s.lock" % os.path.basename(dest)), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return make(dest)
+
+
+def make(dest):
     marker = os.path.join(dest, MARKER)
     try:
         with open(marker) as fh:
@@ -132,7 +142,6 @@ def main(argv):
     parent = os.path.dirname(dest)
     tmp = os.path.join(parent, ".%s.tmp-%s" % (os.path.basename(dest), uuid.uuid4().hex[:8]))
     try:
-        os.makedirs(parent, exist_ok=True)
         tokenizer = build_tokenizer(tmp)
         build_model(tmp, tokenizer)
         with open(os.path.join(tmp, MARKER), "w") as fh:

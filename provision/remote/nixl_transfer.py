@@ -262,6 +262,8 @@ def run_initiator(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
         agent.send_notif(target, notif("bye"))
+        if args.reference_gpu is not None and args.mem == "vram":
+            out["copy_gbps"] = reference_copy(args.size, args.gpu, args.reference_gpu, args.iters)
         times = [it["seconds"] for it in out["iterations"]]
         out["gbps_best"] = args.size / min(times) / 1e9
         out["gbps_median"] = args.size / statistics.median(times) / 1e9
@@ -273,6 +275,27 @@ def run_initiator(args: argparse.Namespace) -> dict[str, Any]:
         traceback.print_exc()
         out["error"] = f"{type(exc).__name__}: {exc}"
     return out
+
+
+def reference_copy(size: int, src: int, dst: int, iters: int) -> float:
+    """What the link itself does: a plain torch device-to-device copy, GPU src → GPU dst, best of ``iters``
+    (after one warm-up copy). The preflight compares NIXL's figure with this one, measured in the same run."""
+    import torch
+
+    a = torch.ones(size, dtype=torch.uint8, device=f"cuda:{src}")
+    b = torch.empty(size, dtype=torch.uint8, device=f"cuda:{dst}")
+    best = float("inf")
+    for i in range(iters + 1):
+        torch.cuda.synchronize(src)
+        torch.cuda.synchronize(dst)
+        started = time.perf_counter()
+        b.copy_(a, non_blocking=True)
+        torch.cuda.synchronize(src)
+        torch.cuda.synchronize(dst)
+        if i:  # the first copy warms up the peer mapping
+            best = min(best, time.perf_counter() - started)
+    del a, b
+    return size / best / 1e9
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -293,6 +316,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.add_argument("--log", default=os.devnull)
         else:
             p.add_argument("--meta-in", required=True)
+            p.add_argument("--reference-gpu", type=int, help="also time a plain torch copy GPU --gpu → this GPU")
     args = parser.parse_args(argv)
     if args.size <= 0 or args.iters <= 0 or args.timeout <= 0:
         parser.error("--size, --iters and --timeout must be positive")

@@ -14,9 +14,11 @@ Actions (each prints ONE JSON object; exit 1 with ``{"msg": ...}`` on failure):
 * ``utime {"dir", "times": {name: mtime}}``: set modification times (after a sync: the next ``list`` matches).
 """
 
+import glob
 import json
 import os
 import shutil
+import site
 import sys
 import time
 
@@ -97,7 +99,62 @@ def utime(req):
     return {}
 
 
-ACTIONS = {"prepare": prepare, "switch": switch, "discard": discard, "list": list_files, "utime": utime}
+def lock(req):
+    """Take the venv's build lock (an atomic mkdir), waiting up to ``wait`` seconds: two inventory hosts that
+    are one machine and one user (inventory/local.yml) must not build the same venv at once. A lock older
+    than ``stale`` seconds was left by a killed run and is taken over."""
+    deadline = time.time() + float(req["wait"])
+    waited = False
+    while True:
+        try:
+            os.mkdir(req["path"], 0o700)
+            return {"waited": waited}
+        except FileExistsError:
+            try:
+                if time.time() - os.stat(req["path"]).st_mtime > float(req["stale"]):
+                    os.rmdir(req["path"])
+                    continue
+            except OSError:
+                continue
+        if time.time() > deadline:
+            raise Failure("another install holds {} for more than {}s".format(req["path"], req["wait"]))
+        waited = True
+        time.sleep(0.5)
+
+
+def unlock(req):
+    try:
+        os.rmdir(req["path"])
+    except FileNotFoundError:
+        pass
+    return {}
+
+
+def inherit(req):
+    """Run by the BASE interpreter: when it is itself a venv (a GPU image's /opt/.../.venv with torch),
+    ``--system-site-packages`` would only reach ITS base; a .pth file in the new venv adds the base venv's
+    site-packages after the new venv's own (the new venv's packages still win)."""
+    if sys.prefix == getattr(sys, "base_prefix", sys.prefix):
+        return {"inherited": []}
+    paths = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    found = glob.glob(os.path.join(req["new"], "lib", "python*", "site-packages"))
+    if not found:
+        raise Failure("no site-packages in {}".format(req["new"]))
+    with open(os.path.join(found[0], "_provision_base_venv.pth"), "w") as fh:
+        fh.write("\n".join(paths) + "\n")
+    return {"inherited": paths}
+
+
+ACTIONS = {
+    "prepare": prepare,
+    "switch": switch,
+    "discard": discard,
+    "list": list_files,
+    "utime": utime,
+    "inherit": inherit,
+    "lock": lock,
+    "unlock": unlock,
+}
 
 
 def main(argv):

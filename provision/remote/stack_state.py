@@ -22,11 +22,12 @@ import platform
 import subprocess
 import sys
 
-# Run by the venv's python: versions of the named distributions, and torch's CUDA (no import of torch).
+# Run by the venv's python: versions of the named distributions, torch's CUDA (read, not imported), then
+# the imports asked for (the gate before a new env is switched in).
 PROBE = r"""
-import json, platform, re, sys
+import importlib, json, platform, re, sys
 import importlib.metadata as md
-out = {"version": platform.python_version(), "installed": {}, "torch_cuda": None}
+out = {"version": platform.python_version(), "installed": {}, "torch_cuda": None, "import_error": None}
 for name in json.loads(sys.argv[1]):
     try:
         out["installed"][name] = md.version(name)
@@ -38,11 +39,20 @@ try:
     out["torch_cuda"] = m.group(1) if m else None
 except Exception:
     pass
-print(json.dumps(out))
+import os
+sys.stdout.flush()
+real_stdout = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)  # whatever the imports print (Python or C) goes to stderr: stdout holds the JSON only
+sys.stdout = sys.stderr
+for name in sys.argv[2:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        out["import_error"] = "import %s: %s: %s" % (name, type(exc).__name__, exc)
+        break
+real_stdout.write(json.dumps(out) + "\n")
+real_stdout.flush()
 """
-
-# Run by the venv's python after a build: the stack imports (the gate before the switch).
-IMPORTS = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
 
 
 def run(argv, timeout=300):
@@ -91,18 +101,14 @@ def venv_state(path, packages, imports):
     python = os.path.join(path, "bin", "python")
     if out["kind"] in ("absent", "other") or not os.path.exists(python):
         return out
-    rc, stdout, stderr = run([python, "-I", "-c", PROBE, json.dumps(packages)], timeout=120)
+    rc, stdout, stderr = run([python, "-I", "-c", PROBE, json.dumps(packages), *imports], timeout=300)
     try:
         probe = json.loads(last_line(stdout))
     except ValueError:
         out["error"] = last_line(stderr) or f"the venv's python did not run (rc={rc})"
         return out
     out.update(python_ok=True, version=probe["version"], installed=probe["installed"])
-    out["torch_cuda"] = probe["torch_cuda"]
-    if imports:
-        rc, stdout, stderr = run([python, "-I", "-c", IMPORTS, *imports], timeout=300)
-        if rc != 0:
-            out["import_error"] = last_line(stderr) or f"import failed (rc={rc})"
+    out.update(torch_cuda=probe["torch_cuda"], import_error=probe["import_error"])
     return out
 
 

@@ -73,8 +73,9 @@ def task_result(report: dict[str, Any], task: str, host: str) -> dict[str, Any]:
     raise AssertionError(f"no result of {task!r} for {host}")
 
 
-def versions(lab: Any, i: int, *names: str) -> list[str]:
-    out = lab.run_as(i, [".provision/venv/bin/python", "-c", CHECK, *names])
+def versions(lab: Any, i: int, *names: str, venv: str = ".provision/venv") -> list[str]:
+    """Installed versions of ``names`` in host i's venv, read as its user."""
+    out = lab.run_as(i, [f"{venv}/bin/python", "-c", CHECK, *names])
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -251,3 +252,27 @@ def test_offline_install_from_a_controller_wheel_dir(lab_env: Any, wheel_dir: Pa
     assert versions(lab, 3, "nixl-cu13", "nixl")[:2] == ["1.5.1", "1.5.1"]
     result, report = provision("install.yml", inv, cwd=tmp_path)
     assert result.code == 0 and report["stats"]["lab3"]["changed"] == 0, report["stats"]
+
+
+def test_rollout_goes_batch_by_batch_and_stops_at_a_failed_batch(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    clean(lab, 0, 1, 2)
+    inv = stack_inventory(lab, tmp_path / "inv", [0, 1, 2], uv_cache_dir=str(uv_cache), **LAB_VARS)
+    result, report = provision("rollout.yml", inv, cwd=tmp_path)
+    assert result.code == 0, result.err
+    batches = [sorted(e["hosts"]) for p in report["plays"] for e in p["tasks"] if e["task"]["name"] == VENV_TASK]
+    assert batches == [["lab0"], ["lab1"], ["lab2"]]  # a canary, then 25% of 3 hosts (at least one) at a time
+    gates = [e for p in report["plays"] for e in p["tasks"] if e["task"]["name"].startswith("Health gate")]
+    assert all("UCX" in r["plugins"] for e in gates for r in e["hosts"].values())
+    again, report = provision("rollout.yml", inv, cwd=tmp_path)
+    assert again.code == 0 and all(s["changed"] == 0 for s in report["stats"].values()), report["stats"]
+
+    # a version that does not exist on lab1: its batch fails, the rollout stops before lab2, lab1 keeps its venv
+    broken = stack_inventory(lab, tmp_path / "broken", [0, 1, 2], per_host={1: {"nixl_version": "0.0.1"},
+                             2: {"nixl_version": "0.0.1"}}, uv_cache_dir=str(uv_cache), **LAB_VARS)  # fmt: skip
+    failed, report = provision("rollout.yml", broken, cwd=tmp_path)
+    assert failed.code == 2 and "max_fail_percentage" in failed.err
+    assert report["stats"]["lab1"]["failed"] == 1
+    assert report["stats"].get("lab2", {}).get("ok", 0) == 0  # never started
+    assert versions(lab, 1, "nixl")[0] == "1.5.1"  # the previous venv is untouched
+    assert (tmp_path / "rollout.retry").read_text() == "lab1\n"

@@ -436,3 +436,20 @@ def test_gather_script_with_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.
     assert facts.gpus[0].compute_capability == (None if mode == "old" else "9.0")
     assert (facts.driver_version, facts.cuda_version, facts.cuda_major) == ("580.159.04", "13.0", 13)
     assert facts.link_kind(0, 1) == "NV18"
+
+
+# ---- recorded by scripts/gpu_validation.sh on the validation machines (docs/gpu-validation.md)
+@pytest.mark.parametrize(
+    ("folder", "gpus", "links"),
+    [("h200x2-validation", 2, [("GPU0", "GPU1", "NV18")]), ("h200x1", 1, [])],
+)
+def test_parsers_on_the_validation_machines(folder: str, gpus: int, links: list[tuple[str, str, str]]) -> None:
+    base = FIXTURES / folder
+    parsed = parse_gpu_csv((base / "nvidia-smi-query-gpu.csv").read_text())
+    assert [g.index for g in parsed] == list(range(gpus))
+    assert {g.name for g in parsed} == {"NVIDIA H200"}
+    assert {g.memory_mib for g in parsed} == {143771}
+    assert {g.driver_version for g in parsed} == {"580.159.04"}
+    assert {g.compute_capability for g in parsed} == {"9.0"}
+    assert parse_cuda_version((base / "nvidia-smi.txt").read_text()) == "13.0"
+    assert [(link.a, link.b, link.kind) for link in parse_topo((base / "nvidia-smi-topo-m.txt").read_text())] == links

@@ -21,15 +21,10 @@ from provision import templating
 from provision.connection import LocalConnection
 from provision.modules import stack, stack_host
 from provision.modules.base import ModuleContext, ModuleResult, lookup
+from provision.playbook import load_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-# LocalConnection's streaming run (on_output) leaves the child's stdout pipe to the garbage collector:
-# a ResourceWarning in provision/connection.py, not here. Remove once it closes proc.stdout.
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -390,11 +385,11 @@ def test_wheel_sync_sends_only_missing_or_changed_files(tmp_path: Path, wheels: 
 def install_task_args(**overrides: Any) -> dict[str, Any]:
     """install.yml's venv_stack arguments, rendered with group_vars/all.yml and ``overrides``."""
     defaults = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())
-    play = yaml.safe_load((REPO / "playbooks" / "install.yml").read_text())[0]
-    task = next(t for t in play["tasks"] if "venv_stack" in t)
+    play = load_playbook(REPO / "playbooks" / "install.yml")[0]  # vars_files and import_tasks resolved
+    task = next(t for t in play.tasks if t.module == "venv_stack")
     magic = {"nixl_choice": {"variant": "cu13", "other": "cu12"}, "ansible_facts": {"cuda_version": None}}
-    variables = templating.Vars(defaults, play["vars"], magic, overrides)
-    return templating.render(task["venv_stack"], variables)
+    variables = templating.Vars(defaults, play.vars, magic, overrides)
+    return templating.render(task.args, variables)
 
 
 def test_install_playbook_composes_the_stack() -> None:

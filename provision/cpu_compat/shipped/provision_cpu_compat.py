@@ -10,6 +10,7 @@ imported (an import hook), or at once when it already is.
 Only for testing and trying provision without GPUs: never set ``PROVISION_CPU_COMPAT=1`` on a GPU server.
 """
 
+import functools
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -37,10 +38,7 @@ def _wrap(original):
             args = args[:index] + (relabel(args[index]),) + args[index + 1 :]
         return original(*args, **kwargs)
 
-    wrapper.__wrapped__ = original
-    wrapper.__name__ = original.__name__
-    wrapper.__qualname__ = original.__qualname__
-    return wrapper
+    return functools.wraps(original)(wrapper)
 
 
 def patch_agent(cls):

@@ -1,0 +1,229 @@
+"""The PD deployment's own modules. Each reads the plan (:mod:`provision.pd.spec`) built from every PD host's
+vars, so a task needs no arguments to know what its host runs.
+
+* ``pd_config``: its host's part of the plan (processes, flags, env, paths; ``~`` made absolute; on GPU
+  servers the GPU count from ``nvidia-smi``) as the task's result: ``register: pd`` makes it the ``pd`` var
+  the templates and the later tasks read.
+* ``pd_validate`` (controller, ``run_once``, after ``pd_config``): every check of
+  :mod:`provision.pd.validate`, with the GPU counts; fails with one line per problem before anything starts.
+* ``pd_wait``: waits ON the host until its processes answer (servers ``/health``, router ``/readiness``),
+  polling every ``interval`` (0.25 s); fails at once, with the log tail, when a process dies.
+* ``pd_verify`` (router hosts): a real ``/generate`` through the router, run on the router's host: the
+  completion, its latency and the TTFT of a streaming request.
+* ``pd_status`` / ``pd_logs``: each process's state and health / the tail of its log (for ``provision pd``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..commands import Command
+from ..pd import HostPlan, PlanError, build, hosts_from_task_vars, validate_pd
+from ..pd.addr import url_host
+from ..pd.spec import Proc, health_url
+from .base import Arg, Module, ModuleContext, ModuleResult, register
+from .process import format_tail, helper
+
+
+def host_plan(ctx: ModuleContext) -> HostPlan | None:
+    """This host's part of the deployment (None when it is in no PD group)."""
+    hosts = hosts_from_task_vars(ctx.variables)
+    if ctx.host not in hosts:
+        return None
+    return build(hosts, {ctx.host: ctx.expand("~")}).hosts.get(ctx.host)
+
+
+def _select(plan: HostPlan, role: str) -> list[Proc]:
+    if role == "all":
+        return plan.procs
+    if role == "server":
+        return [plan.server] if plan.server else []
+    return [p for p in plan.procs if p.role == role]
+
+
+def _plan_or_result(ctx: ModuleContext) -> HostPlan | ModuleResult:
+    try:
+        plan = host_plan(ctx)
+    except PlanError as exc:
+        return ModuleResult(failed=True, msg=str(exc))
+    if plan is None:
+        return ModuleResult(skipped=True, msg=f"{ctx.host} is in none of the groups prefill, decode, router")
+    return plan
+
+
+def gpu_count(ctx: ModuleContext) -> int:
+    """GPUs ``nvidia-smi`` lists on the host (0 when it is missing or fails): for the tp x instances check."""
+    result = ctx.run(Command.of("nvidia-smi", "--query-gpu=index", "--format=csv,noheader"), timeout=60)
+    return len([line for line in result.stdout.splitlines() if line.strip()]) if result.rc == 0 else 0
+
+
+@register
+class PdValidate(Module):
+    name = "pd_validate"
+    controller_only = True
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        hosts = hosts_from_task_vars(ctx.variables)
+        problems = validate_pd(hosts)
+        if problems:
+            body = "\n".join(f"  - {p}" for p in problems)
+            return ModuleResult(
+                failed=True, msg=f"the PD deployment is not valid:\n{body}", data={"problems": problems}
+            )
+        return ModuleResult(msg=f"{len(hosts)} hosts: the PD layout is valid", data={"problems": []})
+
+
+@register
+class PdConfig(Module):
+    name = "pd_config"
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        plan = _plan_or_result(ctx)
+        if isinstance(plan, ModuleResult):
+            return plan
+        fact = plan.fact()
+        fact["gpus"] = gpu_count(ctx) if plan.device == "cuda" and plan.server else None
+        parts = [f"{p.role} on {p.bind}:{p.port}" + (f" (bootstrap {p.bootstrap_port})" if p.bootstrap_port else "")
+                 for p in plan.procs]  # fmt: skip
+        return ModuleResult(msg=f"{', '.join(parts)}; {plan.device}", data=fact)
+
+
+@register
+class PdWait(Module):
+    name = "pd_wait"
+    args = {
+        "role": Arg(default="all", choices=("all", "server", "prefill", "decode", "router")),
+        "timeout": Arg("float", default=900.0),
+        "interval": Arg("float", default=0.25),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        plan = _plan_or_result(ctx)
+        if isinstance(plan, ModuleResult):
+            return plan
+        procs = _select(plan, args["role"])
+        if not procs:
+            return ModuleResult(skipped=True, msg=f"no {args['role']} process on {ctx.host}")
+        if ctx.check:
+            return ModuleResult(skipped=True, msg="check mode: not waiting")
+        request = {
+            "procs": [
+                {"name": p.name, "piddir": plan.pid_dir, "url": health_url(p), "log": plan.log(p)} for p in procs
+            ],
+            "timeout": args["timeout"],
+            "interval": args["interval"],
+            "log_lines": 40,
+        }
+        answer = helper(ctx, "wait", request, timeout=args["timeout"] + 60)
+        if answer.get("ok"):
+            ready = answer.get("ready", {})
+            parts = [f"{p.name} ready after {ready.get(p.name, '?')}s" for p in procs]
+            return ModuleResult(msg="; ".join(parts), data={"ready": ready, "elapsed": answer.get("elapsed")})
+        return ModuleResult(failed=True, msg=self.why(plan, procs, answer, args["timeout"]), data=answer)
+
+    @staticmethod
+    def why(plan: HostPlan, procs: list[Proc], answer: dict[str, Any], timeout: float) -> str:
+        if "why" not in answer:
+            return f"pd_wait: {answer.get('msg', 'no answer from process_ctl')}"
+        proc = next((p for p in procs if p.name == answer.get("name")), procs[0])
+        what = f"the {proc.role} {'server' if proc.role != 'router' else ''}".rstrip() + f" {proc.name} on {plan.host}"
+        if answer["why"] == "exited":
+            head = f"{what} is not running (it exited while starting, pid {answer.get('pid')})"
+        else:
+            last = answer.get("last_status") or answer.get("last_error") or "no answer"
+            head = f"{what} did not answer {answer.get('url')} with 200 within {timeout:g}s (last: {last})"
+        tail = format_tail(answer.get("log_tail") or [])
+        return f"{head}\n  last lines of {answer.get('log')}:\n{tail}" if tail else head
+
+
+@register
+class PdVerify(Module):
+    name = "pd_verify"
+    args = {
+        "prompt": Arg(default="Hello world"),
+        "max_new_tokens": Arg("int", default=8),
+        "timeout": Arg("float", default=180.0),
+        "interval": Arg("float", default=0.25),
+        "stream": Arg("bool", default=True),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        plan = _plan_or_result(ctx)
+        if isinstance(plan, ModuleResult):
+            return plan
+        if plan.router is None:
+            return ModuleResult(skipped=True, msg=f"no router on {ctx.host}")
+        if ctx.check:
+            return ModuleResult(skipped=True, msg="check mode: no request sent")
+        router = plan.router
+        local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(router.bind, router.bind)
+        request = {
+            "url": f"http://{url_host(local)}:{router.port}",
+            "prompt": args["prompt"],
+            "max_new_tokens": args["max_new_tokens"],
+            "timeout": args["timeout"],
+            "interval": args["interval"],
+            "stream": args["stream"],
+        }
+        python = str(ctx.variables.get("ansible_python_interpreter") or "python3")
+        result = ctx.run_script("pd_verify.py", python=python, stdin=json.dumps(request).encode(),
+                                timeout=args["timeout"] + 90)  # fmt: skip
+        try:
+            report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return ModuleResult(failed=True, msg=f"pd_verify printed no report (rc={result.rc}): {result.tail()}")
+        data = {k: report.get(k) for k in ("text", "output_ids", "completion_tokens", "latency", "ttft",
+                                           "stream_latency", "attempts", "waited", "status", "url")}  # fmt: skip
+        if not report.get("ok"):
+            msg = (f"no verified generation through the router {router.name} ({request['url']}): "
+                   f"HTTP {report.get('status')} {report.get('error') or ''}").rstrip()  # fmt: skip
+            return ModuleResult(failed=True, msg=msg, data=data)
+        ttft = f", TTFT {report['ttft']}s" if report.get("ttft") is not None else ""
+        msg = (f"router → prefill → decode: {report.get('text')!r} ({report.get('completion_tokens')} tokens) "
+               f"in {report.get('latency')}s{ttft}")  # fmt: skip
+        return ModuleResult(msg=msg, data={**data, "_show_msg": True})
+
+
+@register
+class PdStatus(Module):
+    name = "pd_status"
+    args = {"health_timeout": Arg("float", default=2.0)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        plan = _plan_or_result(ctx)
+        if isinstance(plan, ModuleResult):
+            return plan
+        items = [{"name": p.name, "piddir": plan.pid_dir, "script": plan.script(p), "health": health_url(p),
+                  "health_timeout": args["health_timeout"]} for p in plan.procs]  # fmt: skip
+        answer = helper(ctx, "status", {"procs": items})
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=f"pd_status: {answer.get('msg')}")
+        rows = []
+        for proc, info in zip(plan.procs, answer["procs"], strict=False):
+            changed = bool(info.get("running")) and info.get("started_sha256") != info.get("script_sha256")
+            rows.append({**info, "host": plan.host, "role": proc.role, "port": proc.port, "url": proc.url,
+                         "script_changed": changed})  # fmt: skip
+        up = sum(1 for r in rows if r.get("running"))
+        return ModuleResult(msg=f"{up} of {len(rows)} running", data={"procs": rows})
+
+
+@register
+class PdLogs(Module):
+    name = "pd_logs"
+    args = {"role": Arg(default="all", choices=("all", "server", "prefill", "decode", "router")),
+            "lines": Arg("int", default=50)}  # fmt: skip
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        plan = _plan_or_result(ctx)
+        if isinstance(plan, ModuleResult):
+            return plan
+        procs = _select(plan, args["role"])
+        if not procs:
+            return ModuleResult(skipped=True, msg=f"no {args['role']} process on {ctx.host}")
+        items = [{"name": p.name, "piddir": plan.pid_dir, "log": plan.log(p)} for p in procs]
+        answer = helper(ctx, "tail", {"procs": items, "lines": args["lines"]})
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=f"pd_logs: {answer.get('msg')}")
+        logs = [{**item, "host": plan.host, "role": p.role} for p, item in zip(procs, answer["procs"], strict=False)]
+        return ModuleResult(msg=f"{len(logs)} logs", data={"logs": logs})

@@ -1,0 +1,137 @@
+"""``process``: a supervised long-running process on a host without systemd.
+
+The launch ``script`` (an executable file, usually rendered by ``template``) is started detached in its own
+session (``setsid``), stdin from /dev/null, stdout and stderr appended to ``log``; it outlives the SSH session.
+Its record (pid, the pid's kernel start time, session, the script's sha256 at start, log, run id) lives in
+``pidfile_dir/NAME.json`` with the bare pid in ``NAME.pid``. All the work happens on the host in the stdlib
+helper ``provision/remote/process_ctl.py``, ONE round trip per task.
+
+* ``state: started`` — ``ok`` when the same script is already running (pid alive with the recorded start
+  time, and the script's sha256 unchanged since it started); a changed script restarts it (``changed``),
+  unless ``restart_on_change: false``; a dead one is started again, after ending any of its children that
+  outlived it (they hold ports and memory).
+* ``state: restarted`` — always stop (if running) and start.
+* ``state: stopped`` — TERM to the whole session, wait ``stop_timeout`` seconds, KILL what is left, wait;
+  ``ok`` when nothing was running. With ``run_id`` only a process started by that run is stopped (how
+  ``provision pd up`` cleans up after a failed run without touching what earlier runs started).
+
+Check mode asks the helper what it would do and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..connection import CommandResult
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+
+HELPER = "process_ctl.py"
+DEFAULT_PIDFILE_DIR = "~/.provision/run"
+NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
+
+
+def helper(ctx: ModuleContext, action: str, request: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
+    """Run one action of process_ctl.py on the host; its JSON answer (``ok: false`` + ``msg`` on trouble)."""
+    python = str(ctx.variables.get("ansible_python_interpreter") or "python3")
+    result = ctx.run_script(HELPER, action, python=python, stdin=json.dumps(request).encode(), timeout=timeout)
+    return parse_answer(result)
+
+
+def parse_answer(result: CommandResult) -> dict[str, Any]:
+    for line in reversed(result.stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {"ok": False, "msg": f"process_ctl printed no answer (rc={result.rc}): {result.tail()}"}
+
+
+def format_tail(lines: list[str], limit: int = 30) -> str:
+    shown = [line.rstrip() for line in lines if line.strip()][-limit:]
+    return "\n".join(f"    {line}" for line in shown)
+
+
+@register
+class Process(Module):
+    name = "process"
+    args = {
+        "name": Arg(required=True),
+        "script": Arg("path"),
+        "state": Arg(default="started", choices=("started", "stopped", "restarted")),
+        "log": Arg("path"),
+        "pidfile_dir": Arg("path", default=DEFAULT_PIDFILE_DIR, aliases=("piddir",)),
+        "env": Arg("dict", default=None),
+        "run_id": Arg(default=None),
+        "restart_on_change": Arg("bool", default=True),
+        "stop_timeout": Arg("float", default=20.0),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        state = args.get("state", "started")
+        if state in ("started", "restarted") and "script" not in args and not is_template(state):
+            raise ArgError(f"process: state={state} needs script")
+        name = args.get("name")
+        if isinstance(name, str) and not is_template(name) and not NAME_RE.match(name):
+            raise ArgError(f"process: name {name!r} may hold only letters, digits and . _ - @")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        name = args["name"]
+        if not NAME_RE.match(name):
+            return ModuleResult(failed=True, msg=f"process: name {name!r} may hold only letters, digits and . _ - @")
+        piddir = ctx.expand(args["pidfile_dir"])
+        if args["state"] == "stopped":
+            return self.stop(ctx, args, name, piddir)
+        if not args["script"]:
+            return ModuleResult(failed=True, msg=f"process: state={args['state']} needs script")
+        log = ctx.expand(args["log"] or f"{args['pidfile_dir'].rstrip('/')}/{name}.log")
+        request = {
+            "name": name,
+            "piddir": piddir,
+            "script": ctx.expand(args["script"]),
+            "log": log,
+            "env": {str(k): str(v) for k, v in (args["env"] or {}).items()},
+            "run_id": args["run_id"] or None,
+            "restart_changed": args["restart_on_change"],
+            "force_restart": args["state"] == "restarted",
+            "stop_timeout": args["stop_timeout"],
+            "check": ctx.check,
+        }
+        answer = helper(ctx, "start", request, timeout=args["stop_timeout"] + 60)
+        data = {"name": name, "pid": answer.get("pid"), "log": log, "action": answer.get("action")}
+        if not answer.get("ok"):
+            msg = f"process {name}: {answer.get('msg', 'failed')}"
+            if answer.get("log_tail"):
+                msg += f"\n  last lines of {log}:\n{format_tail(answer['log_tail'])}"
+            return ModuleResult(failed=True, msg=msg, data={**data, "rc": answer.get("rc")})
+        action = answer.get("action", "none")
+        if action == "none":
+            note = " (its script changed; restart_on_change is off)" if answer.get("stale") else ""
+            return ModuleResult(msg=f"{name} is running (pid {answer.get('pid')}){note}", data=data)
+        verb = {"started": "started", "restarted": "restarted"}.get(action, action)
+        prefix = "would be " if ctx.check else ""
+        return ModuleResult(changed=True, msg=f"{name} {prefix}{verb} (pid {answer.get('pid')})", data=data)
+
+    def stop(self, ctx: ModuleContext, args: dict[str, Any], name: str, piddir: str) -> ModuleResult:
+        request = {
+            "name": name,
+            "piddir": piddir,
+            "timeout": args["stop_timeout"],
+            "run_id": args["run_id"] or None,
+            "check": ctx.check,
+        }
+        answer = helper(ctx, "stop", request, timeout=args["stop_timeout"] + 60)
+        data = {"name": name, "pid": answer.get("pid"), "action": answer.get("action"), "killed": answer.get("killed"),
+                "seconds": answer.get("seconds")}  # fmt: skip
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=f"process {name}: {answer.get('msg', 'stop failed')}", data=data)
+        if answer.get("action") == "stopped":
+            prefix = "would be " if ctx.check else ""
+            took = f" in {answer['seconds']}s" if answer.get("seconds") is not None else ""
+            return ModuleResult(changed=True, msg=f"{name} {prefix}stopped (pid {answer.get('pid')}){took}", data=data)
+        why = f" ({answer['skipped']})" if answer.get("skipped") else ""
+        return ModuleResult(msg=f"{name} is not running{why}", data=data)

@@ -1,0 +1,159 @@
+"""SGLang on the host: ``sglang_args`` (validate launch commands with the installed SGLang's own parser),
+``sglang_tiny_model`` (CPU mode's tiny model, generated on the host) and ``sglang_cpu_compat`` (ship CPU
+mode's compatibility files, see :mod:`provision.cpu_compat`).
+
+Each runs in one round trip with a remote helper (``provision/remote/sglang_args_check.py``,
+``make_tiny_model.py``) or a stat plus the writes that are needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from typing import Any
+
+from ..commands import Command
+from ..connection import CommandResult
+from ..cpu_compat import SGLANG_VERSION, shipped_files
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .files import remote_stat, write_file
+
+
+def _report(result: CommandResult) -> dict[str, Any] | None:
+    for line in reversed(result.stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _python(ctx: ModuleContext, args: dict[str, Any]) -> str:
+    if args.get("python"):
+        return ctx.expand(str(args["python"]))
+    venv = args.get("venv") or ctx.variables.get("venv_path")
+    if not venv:
+        raise ArgError("give python (the venv's interpreter) or venv")
+    return ctx.expand(str(venv).rstrip("/")) + "/bin/python"
+
+
+def _no_python(python: str, result: CommandResult, what: str) -> ModuleResult:
+    return ModuleResult(
+        failed=True,
+        msg=f"{what}: {python} gave no report (rc={result.rc}); is SGLang installed there?\n{result.tail(15)}",
+        data={"rc": result.rc, "stderr": result.stderr[-4000:]},
+    )
+
+
+@register
+class SglangArgs(Module):
+    """Each launch command line must pass the installed SGLang's parser and its combination checks."""
+
+    name = "sglang_args"
+    args = {
+        "argv": Arg("list", required=True),  # one argv (list of words) or a list of argvs
+        "names": Arg("list", default=None),  # what each argv is, for messages
+        "python": Arg("path"),
+        "venv": Arg("path"),
+        "env": Arg("dict", default=None),
+        "hf_token_file": Arg("path"),
+        "stamp_dir": Arg("path", default="~/.provision/sglang_args"),
+        "cache": Arg("bool", default=True),
+        "timeout": Arg("float", default=300.0),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        raw = args["argv"]
+        argvs = [raw] if raw and all(isinstance(w, (str, int, float)) for w in raw) else raw
+        if not argvs or not all(isinstance(a, (list, tuple)) for a in argvs):
+            return ModuleResult(failed=True, msg="sglang_args: argv must be a list of words or a list of lists")
+        argvs = [[str(w) for w in a] for a in argvs]
+        names = [str(n) for n in (args["names"] or [])] or [f"command {i + 1}" for i in range(len(argvs))]
+        python = _python(ctx, args)
+        request = {
+            "argvs": argvs,
+            "env": {str(k): str(v) for k, v in (args["env"] or {}).items()},
+            "stamp_dir": ctx.expand(args["stamp_dir"]) if args["cache"] else None,
+            "hf_token_file": ctx.expand(args["hf_token_file"]) if args["hf_token_file"] else None,
+        }
+        result = ctx.run_script(
+            "sglang_args_check.py", python=python, stdin=json.dumps(request).encode(), timeout=args["timeout"]
+        )
+        report = _report(result)
+        if report is None:
+            return _no_python(python, result, "sglang_args")
+        if report.get("error"):
+            return ModuleResult(failed=True, msg=f"sglang_args: {report['error']}", data=report)
+        version = report.get("sglang_version")
+        failures = [(n, r["error"]) for n, r in zip(names, report.get("results", []), strict=False) if not r.get("ok")]
+        data = {"cached": report.get("cached", False), "sglang_version": version, "seconds": report.get("seconds")}
+        if failures:
+            lines = [f"SGLang {version or '?'} rejects the launch command of {n}:\n  {err}" for n, err in failures]
+            return ModuleResult(failed=True, msg="\n".join(lines), data={**data, "failures": dict(failures)})
+        if report.get("cached"):
+            return ModuleResult(msg=f"{', '.join(names)}: unchanged since SGLang validated them", data=data)
+        note = "" if version == SGLANG_VERSION else f" (provision was tested with {SGLANG_VERSION})"
+        return ModuleResult(
+            msg=f"{', '.join(names)}: accepted by SGLang {version}{note} in {report.get('seconds')}s", data=data
+        )
+
+
+@register
+class SglangTinyModel(Module):
+    """CPU mode's tiny random-weight Llama, made on the host with the venv's Python (skipped when present)."""
+
+    name = "sglang_tiny_model"
+    args = {"path": Arg("path", required=True), "python": Arg("path"), "venv": Arg("path")}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        path = ctx.expand(args["path"])
+        if ctx.check:
+            probe = ctx.run(Command.of("test", "-f", posixpath.join(path, ".provision-tiny-model.json")))
+            present = probe.rc == 0
+            return ModuleResult(changed=not present, msg="present" if present else f"would make {path}")
+        python = _python(ctx, args)
+        if ctx.progress:
+            ctx.progress(f"tiny model at {path} (made once, ~5-15 s)")
+        result = ctx.run_script("make_tiny_model.py", path, python=python, timeout=900)
+        report = _report(result)
+        if report is None:
+            return _no_python(python, result, "sglang_tiny_model")
+        if report.get("error"):
+            return ModuleResult(failed=True, msg=f"making the tiny model failed: {report['error']}", data=report)
+        if report.get("changed"):
+            return ModuleResult(changed=True, msg=f"made {path} in {report.get('seconds')}s", data=report)
+        return ModuleResult(msg=f"{path} is present", data=report)
+
+
+@register
+class SglangCpuCompat(Module):
+    """Put CPU mode's compatibility files (``provision/cpu_compat/shipped``) into ``dest`` on the host."""
+
+    name = "sglang_cpu_compat"
+    args = {"dest": Arg("path", required=True)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        dest = ctx.expand(args["dest"]).rstrip("/")
+        files = shipped_files()
+        paths = [f"{dest}/{name}" for name in files]
+        states = remote_stat(ctx, [dest, *paths], hash=True)
+        if not states[0]["exists"] and not ctx.check:
+            ctx.run(Command.of("mkdir", "-p", "-m", "700", dest), check_rc=True, timeout=30)
+        stale = [
+            (path, data)
+            for (path, data), st in zip(zip(paths, files.values(), strict=True), states[1:], strict=False)
+            if not st["exists"] or st.get("sha256") != hashlib.sha256(data).hexdigest()
+        ]
+        names = [posixpath.basename(p) for p, _ in stale]
+        if not stale:
+            return ModuleResult(msg=f"{dest}: {len(files)} files up to date", data={"dest": dest, "written": []})
+        if not ctx.check:
+            for path, data in stale:
+                write_file(ctx, path, data, 0o644)
+        verb = "would write" if ctx.check else "wrote"
+        return ModuleResult(
+            changed=True, msg=f"{dest}: {verb} {', '.join(names)}", data={"dest": dest, "written": names}
+        )

@@ -1,0 +1,48 @@
+"""The prefill/decode (PD) deployment: the plan (:mod:`.spec`), its checks (:mod:`.validate`) and the status
+table (:mod:`.status`). The modules (``provision/modules/pd.py``), the playbooks (``playbooks/pd-*.yml``) and
+the ``provision pd`` command (``provision/pd_cli.py``) all read the same plan."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..templating import Vars
+from .flags import PlanError
+from .spec import DEFAULTS, Deployment, HostPlan, Proc, build
+from .validate import validate_pd
+
+PD_GROUPS = ("prefill", "decode", "router")
+
+
+def pd_host_names(groups: Mapping[str, Iterable[str]]) -> list[str]:
+    """Every host of the PD groups, each once, in group order (prefill, decode, router)."""
+    names: dict[str, None] = {}
+    for group in PD_GROUPS:
+        for host in groups.get(group, ()):
+            names[host] = None
+    return list(names)
+
+
+def hosts_from_task_vars(variables: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Every PD host's vars as a task sees them (``hostvars`` and ``groups``).
+
+    The magic vars are read raw: rendering ``hostvars`` through :class:`~provision.templating.Vars` walks
+    every host's vars, ``hostvars`` included, without end."""
+    raw = variables.raw() if isinstance(variables, Vars) else variables
+    hostvars = raw["hostvars"]
+    return {h: hostvars[h] for h in pd_host_names(raw["groups"])}
+
+
+__all__ = [
+    "DEFAULTS",
+    "PD_GROUPS",
+    "Deployment",
+    "HostPlan",
+    "PlanError",
+    "Proc",
+    "build",
+    "hosts_from_task_vars",
+    "pd_host_names",
+    "validate_pd",
+]

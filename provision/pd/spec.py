@@ -1,0 +1,347 @@
+"""The PD deployment as data: inventory vars in, what runs where (commands, flags, ports, env, paths) out.
+
+Pure functions, no I/O: the ``pd_config`` module, the ``pd`` command, the validation and the tests all read
+the same plan. One inventory host runs at most one SGLang server (group ``prefill`` or ``decode``) and may
+also run the router (group ``router``); to put several servers on one machine, give the machine several
+inventory names with the same ``ansible_host`` (``inventory/single-host-4p4.yml``).
+
+Every var has a default here (:data:`DEFAULTS`), so an inventory needs only its hosts and groups (plus
+``model_path`` on GPU hosts). The launch scripts' flags are built as lists of words, one script line each;
+templates render every word through ``quote``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cpu_compat import CPU_DECODE_FLAGS, cpu_env, cpu_server_flags
+from ..ucx import ucx_env
+from .addr import address_of, is_ip, machine_of, url_host
+from .flags import PlanError, effective, flag_lines, words
+
+SERVER_ROLES = ("prefill", "decode")
+ROLES = (*SERVER_ROLES, "router")
+DEFAULTS: dict[str, Any] = {
+    "sglang_device": "cuda",
+    "venv_path": "~/sglang-venv",
+    "server_port": 30000,
+    "bootstrap_port": 8998,
+    "router_port": 8000,
+    "router_prometheus_port": 29000,
+    "router_health_check_interval": 5,
+    "router_policy": None,
+    "tp": 1,
+    "dp": 1,
+    "base_gpu_id": 0,
+    "page_size": None,
+    "kv_cache_dtype": None,
+    "sglang_extra_args": [],
+    "router_extra_args": [],
+    "pd_dir": "~/.provision/pd",
+    "pd_pid_dir": "~/.provision/run",
+    "pd_compat_dir": "~/.provision/pd/cpu_compat",
+    "pd_tiny_model_dir": "~/.provision/models/tiny-llama",
+    "pd_cpu_model_path": None,
+    "cpu_max_total_tokens": 16384,
+    "pd_nixl_backend": "UCX",
+    "pd_env": {},
+}
+_NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def var(variables: Mapping[str, Any], name: str) -> Any:
+    """The host's value of ``name``, or the default when it is unset or null."""
+    value = variables.get(name) if name in variables else None
+    return DEFAULTS.get(name) if value is None else value
+
+
+def int_var(variables: Mapping[str, Any], name: str, host: str, low: int = 0, high: int = 65535) -> int:
+    value = var(variables, name)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{host}: {name}={value!r} is not an integer") from None
+    if not low <= number <= high or isinstance(value, bool):
+        raise PlanError(f"{host}: {name}={value!r} is out of range {low}..{high}")
+    return number
+
+
+@dataclass
+class Proc:
+    """One long-running process of the deployment."""
+
+    host: str
+    role: str  # prefill | decode | router
+    name: str  # the process name on the host (pidfile, script and log names)
+    address: str  # where the others reach it
+    bind: str  # what it listens on
+    port: int
+    command: list[str]
+    flags: list[list[str]]  # one script line each
+    machine: str
+    bootstrap_port: int | None = None
+    prometheus_port: int | None = None
+
+    @property
+    def args(self) -> list[str]:
+        return [w for line in self.flags for w in line]
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.command, *self.args]
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.address)}:{self.port}"
+
+    @property
+    def health_path(self) -> str:
+        return "/readiness" if self.role == "router" else "/health"
+
+
+@dataclass
+class HostPlan:
+    """Everything one inventory host runs, and where its files go."""
+
+    host: str
+    device: str
+    address: str
+    machine: str
+    python: str
+    dir: str
+    pid_dir: str
+    compat_dir: str
+    model_path: str
+    tiny_model: bool  # CPU mode with the generated model: make it on the host
+    env: dict[str, str] = field(default_factory=dict)
+    server: Proc | None = None
+    router: Proc | None = None
+
+    @property
+    def procs(self) -> list[Proc]:
+        return [p for p in (self.server, self.router) if p is not None]
+
+    @property
+    def env_file(self) -> str:
+        return f"{self.dir}/{_safe(self.host)}.env"
+
+    @property
+    def hf_token_file(self) -> str:
+        return f"{self.dir}/{_safe(self.host)}.hf_token"
+
+    @property
+    def log_dir(self) -> str:
+        return f"{self.dir}/logs"
+
+    def script(self, proc: Proc) -> str:
+        return f"{self.dir}/{proc.name}.sh"
+
+    def log(self, proc: Proc) -> str:
+        return f"{self.log_dir}/{proc.name}.log"
+
+    def proc_fact(self, proc: Proc) -> dict[str, Any]:
+        return {
+            "role": proc.role, "name": proc.name, "script": self.script(proc), "log": self.log(proc),
+            "command": proc.command, "flags": proc.flags, "args": proc.args, "address": proc.address,
+            "bind": proc.bind, "port": proc.port, "url": proc.url, "health_url": health_url(proc),
+            "bootstrap_port": proc.bootstrap_port,
+        }  # fmt: skip
+
+    def fact(self) -> dict[str, Any]:
+        """The ``pd`` fact: what templates and playbook tasks read."""
+        return {
+            "host": self.host, "device": self.device, "cpu": self.device == "cpu", "address": self.address,
+            "python": self.python, "dir": self.dir, "log_dir": self.log_dir, "pid_dir": self.pid_dir,
+            "compat_dir": self.compat_dir, "model_path": self.model_path, "tiny_model": self.tiny_model,
+            "env": dict(sorted(self.env.items())), "env_file": self.env_file, "hf_token_file": self.hf_token_file,
+            "server": self.proc_fact(self.server) if self.server else None,
+            "router": self.proc_fact(self.router) if self.router else None,
+            "procs": [self.proc_fact(p) for p in self.procs],
+            "dirs": [self.dir, self.log_dir, self.pid_dir],
+        }  # fmt: skip
+
+
+def health_url(proc: Proc) -> str:
+    """Where a process is probed from its own host: its bind address (a wildcard bind → loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(proc.bind, proc.bind)
+    return f"http://{url_host(host)}:{proc.port}{proc.health_path}"
+
+
+def _safe(name: str) -> str:
+    return _NAME_BAD.sub("_", name)
+
+
+def roles_of(variables: Mapping[str, Any]) -> list[str]:
+    groups = set(variables.get("group_names") or ())
+    return [r for r in ROLES if r in groups]
+
+
+def _home(path: str, home: str | None) -> str:
+    if home and (path == "~" or path.startswith("~/")):
+        return home.rstrip("/") + path[1:]
+    return path
+
+
+def _command(variables: Mapping[str, Any], key: str, module: str, home: str | None, host: str) -> list[str]:
+    value = variables.get(key)
+    if value is None:
+        venv = str(var(variables, "venv_path")).rstrip("/")
+        value = [f"{venv}/bin/python", "-m", module]
+    cmd = [_home(w, home) for w in words(value, f"{host}: {key}")]
+    if not cmd:
+        raise PlanError(f"{host}: {key} is empty")
+    return cmd
+
+
+def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, model: str) -> Proc:
+    address = address_of(host, v)
+    bind = str(v.get("server_bind_host") or address)
+    port = int_var(v, "server_port", host, 1)
+    flags: list[list[str]] = [
+        ["--model-path", model],
+        ["--disaggregation-mode", role],
+        ["--disaggregation-transfer-backend", "nixl"],
+    ]
+    bootstrap = None
+    if role == "prefill":
+        bootstrap = int_var(v, "bootstrap_port", host, 1)
+        flags.append(["--disaggregation-bootstrap-port", str(bootstrap)])
+    flags.append(["--host", bind, "--port", str(port)])
+    cpu = var(v, "sglang_device") == "cpu"
+    flags.append(["--tp-size", str(int_var(v, "tp", host, 1, 1024))])
+    if int_var(v, "dp", host, 1, 1024) != 1:
+        flags.append(["--dp-size", str(int_var(v, "dp", host, 1, 1024))])
+    if not cpu:
+        flags.append(["--base-gpu-id", str(int_var(v, "base_gpu_id", host, 0, 1023))])
+    if var(v, "page_size") is not None:
+        flags.append(["--page-size", str(int_var(v, "page_size", host, 1, 1 << 20))])
+    if var(v, "kv_cache_dtype") is not None:
+        flags.append(["--kv-cache-dtype", str(var(v, "kv_cache_dtype"))])
+    if cpu:
+        flags += cpu_server_flags(int_var(v, "cpu_max_total_tokens", host, 128, 1 << 30))
+        if role == "decode":
+            flags += [list(f) for f in CPU_DECODE_FLAGS]
+    flags += flag_lines(words(var(v, "sglang_extra_args"), f"{host}: sglang_extra_args"))
+    command = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)
+    return Proc(host, role, f"{_safe(host)}-{role}", address, bind, port, command, flags, machine_of(host, v),
+                bootstrap_port=bootstrap)  # fmt: skip
+
+
+def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list[Proc], decode: list[Proc]) -> Proc:
+    address = address_of(host, v)
+    bind = str(v.get("router_bind_host") or address)
+    port = int_var(v, "router_port", host, 1)
+    prometheus = int_var(v, "router_prometheus_port", host, 1)
+    flags: list[list[str]] = [["--pd-disaggregation"]]
+    flags += [["--prefill", p.url, str(_bootstrap(p))] for p in prefill]
+    flags += [["--decode", d.url] for d in decode]
+    flags.append(["--host", bind, "--port", str(port)])
+    flags.append(["--prometheus-host", bind, "--prometheus-port", str(prometheus)])
+    interval = int_var(v, "router_health_check_interval", host, 1, 86400)
+    flags.append(["--health-check-interval-secs", str(interval)])
+    if var(v, "router_policy"):
+        flags.append(["--policy", str(var(v, "router_policy"))])
+    flags += flag_lines(words(var(v, "router_extra_args"), f"{host}: router_extra_args"))
+    command = _command(v, "sglang_router_cmd", "sglang_router.launch_router", home, host)
+    return Proc(host, "router", f"{_safe(host)}-router", address, bind, port, command, flags, machine_of(host, v),
+                prometheus_port=prometheus)  # fmt: skip
+
+
+def _bootstrap(proc: Proc) -> int:
+    """The bootstrap port the prefill really listens on (an extra arg may override the var)."""
+    value = effective(proc.args, "--disaggregation-bootstrap-port")
+    try:
+        return int(value) if value is not None else int(proc.bootstrap_port or 8998)
+    except ValueError:
+        return int(proc.bootstrap_port or 8998)
+
+
+def host_env(host: str, v: Mapping[str, Any], address: str, compat_dir: str) -> dict[str, str]:
+    env = {"SGLANG_DISAGGREGATION_NIXL_BACKEND": str(var(v, "pd_nixl_backend"))}
+    env.update(ucx_env(v))
+    host_ip = v.get("pd_host_ip") or (address if is_ip(address) else None)
+    if host_ip:
+        env["SGLANG_HOST_IP"] = str(host_ip)
+    if var(v, "sglang_device") == "cpu":
+        env.update(cpu_env(compat_dir))
+    extra = var(v, "pd_env")
+    if not isinstance(extra, Mapping):
+        raise PlanError(f"{host}: pd_env must be a mapping of variable names to values")
+    env.update({str(k): str(val) for k, val in extra.items()})
+    bad = [k for k in env if not _ENV_NAME.match(k)]
+    if bad:
+        raise PlanError(f"{host}: invalid environment variable name {bad[0]!r} in pd_env")
+    return env
+
+
+@dataclass
+class Deployment:
+    hosts: dict[str, HostPlan]
+    prefill: list[Proc]
+    decode: list[Proc]
+    routers: list[Proc]
+    variables: dict[str, Mapping[str, Any]]
+
+    @property
+    def servers(self) -> list[Proc]:
+        return [*self.prefill, *self.decode]
+
+    @property
+    def procs(self) -> list[Proc]:
+        return [*self.prefill, *self.decode, *self.routers]
+
+
+def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | None = None) -> Deployment:
+    """The whole deployment from every PD host's vars (``group_names`` says the roles). ``homes`` maps a host
+    to its home directory, to turn ``~/`` paths into absolute ones (a quoted ``~`` does not expand)."""
+    homes = homes or {}
+    plans: dict[str, HostPlan] = {}
+    prefill: list[Proc] = []
+    decode: list[Proc] = []
+    for host, v in hosts.items():
+        roles = roles_of(v)
+        if not roles:
+            continue
+        plan = _host_plan(host, v, homes.get(host))
+        servers = [r for r in roles if r in SERVER_ROLES]
+        if len(servers) > 1:
+            raise PlanError(
+                f"{host} is in both the prefill and the decode group: one inventory host runs one server "
+                "(give the machine two inventory names with the same ansible_host)"
+            )
+        if servers:
+            plan.server = server_proc(host, servers[0], v, homes.get(host), plan.model_path)
+            (prefill if servers[0] == "prefill" else decode).append(plan.server)
+        plans[host] = plan
+    routers: list[Proc] = []
+    for host, plan in plans.items():
+        if "router" in roles_of(hosts[host]):
+            plan.router = router_proc(host, hosts[host], homes.get(host), prefill, decode)
+            routers.append(plan.router)
+    return Deployment(plans, prefill, decode, routers, {h: hosts[h] for h in plans})
+
+
+def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:
+    device = str(var(v, "sglang_device"))
+    if device not in ("cuda", "cpu"):
+        raise PlanError(f"{host}: sglang_device={device!r} must be cuda or cpu")
+    path: Callable[[str], str] = lambda name: _home(str(var(v, name)).rstrip("/"), home)  # noqa: E731
+    tiny = False
+    if device == "cpu":
+        model = var(v, "pd_cpu_model_path")
+        tiny = model is None
+        model = path("pd_tiny_model_dir") if model is None else _home(str(model), home)
+    else:
+        model = _home(str(v.get("model_path") or ""), home)  # unset: a problem for validate_pd, not for pd down
+    address = address_of(host, v)
+    compat = path("pd_compat_dir")
+    return HostPlan(
+        host=host, device=device, address=address, machine=machine_of(host, v),
+        python=_home(str(var(v, "venv_path")).rstrip("/"), home) + "/bin/python", dir=path("pd_dir"),
+        pid_dir=path("pd_pid_dir"), compat_dir=compat, model_path=str(model), tiny_model=tiny,
+        env=host_env(host, v, address, compat),
+    )  # fmt: skip

@@ -1,0 +1,63 @@
+"""The ``provision pd status`` table: one row per process, read at a glance."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+COLUMNS = ("HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT")
+
+
+def uptime_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def state_text(row: Mapping[str, Any]) -> str:
+    if row.get("unreachable"):
+        return "unreachable"
+    if row.get("error"):
+        return "error"
+    if row.get("running"):
+        return "up"
+    if row.get("orphans"):
+        return f"dead ({len(row['orphans'])} left)"
+    return "down"
+
+
+def health_text(row: Mapping[str, Any]) -> str:
+    if not row.get("running"):
+        return "-"
+    status = row.get("health")
+    if status == 200:
+        return "ok"
+    return "no answer" if status is None else f"HTTP {status}"
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows (host, role, running, pid, uptime, health, port, ...) → an aligned text table."""
+    cells = [
+        (
+            str(r.get("host", "?")), str(r.get("role", "?")), state_text(r),
+            str(r["pid"]) if r.get("running") and r.get("pid") else "-",
+            uptime_text(r.get("uptime")), health_text(r), str(r.get("port") or "-"),
+        )
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(c[i]) for c in [COLUMNS, *cells]) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(col.ljust(w) for col, w in zip(line, widths, strict=True)).rstrip() for line in [COLUMNS, *cells]
+    ]
+    return "\n".join(lines)
+
+
+def all_up(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return bool(rows) and all(r.get("running") and r.get("health") == 200 for r in rows)

@@ -1,0 +1,228 @@
+"""``provision pd up | down | status | logs | verify``: the PD deployment as one command each.
+
+* ``up``: validate the layout on the inventory alone (exit 5 before anything runs), then
+  ``playbooks/pd-up.yml`` (prefill → decode → router → a real generation). When the run fails, the processes
+  THIS run started are stopped (``pd-down.yml`` with ``pd_only_run_id``) unless ``--keep-failed`` or
+  ``-e pd_keep_failed=true``: nothing is left running that claims to be up. Exit 2.
+* ``down``: ``playbooks/pd-down.yml`` (idempotent).
+* ``status``: a table (host, role, state, pid, uptime, health, port); exit 0 when every process is up and
+  healthy, 2 when one is not, 4 when a host is unreachable.
+* ``logs``: the tail of each process's log (``--role``, ``-n``).
+* ``verify``: one real generation through each router: text, latency, TTFT.
+
+Registered in the main group by ``cli.add_command(pd)`` (provision/cli.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import templating
+from .cli import _common, _inventory, _options, execute, parse_extra_vars
+from .commands import MASKER
+from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
+from .executor import Executor, RunOptions
+from .inventory import Inventory
+from .modules.base import to_bool
+from .pd import PlanError, build, pd_host_names, validate_pd
+from .pd.status import all_up, table
+from .plan import check_plan
+from .playbook import Play, load_playbook, parse_task
+from .report import Reporter
+from .results import Status, TaskResult
+
+PD_HOSTS = "prefill:decode:router"
+
+
+def playbook_path(name: str) -> Path:
+    """A shipped playbook: ``$PROVISION_PLAYBOOKS`` or the ``playbooks/`` beside the package."""
+    base = Path(os.environ.get("PROVISION_PLAYBOOKS") or Path(__file__).resolve().parent.parent / "playbooks")
+    path = base / name
+    if not path.is_file():
+        raise InputError(f"{name} not found in {base} (set PROVISION_PLAYBOOKS to the playbooks directory)")
+    return path
+
+
+def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, templating.Vars]:
+    """Every PD host's vars as a task would see them before facts (enough for the plan and its checks)."""
+    groups = inventory.groups_map()
+    out: dict[str, templating.Vars] = {}
+    for name in pd_host_names(groups):
+        host = inventory.hosts[name]
+        magic = {
+            "inventory_hostname": name,
+            "inventory_hostname_short": name.split(".")[0],
+            "group_names": sorted(g for g in host.groups if g not in ("all", "ungrouped")),
+            "groups": groups,
+        }
+        out[name] = templating.Vars(host.vars, extra, magic)
+    return out
+
+
+class _Collector(Reporter):
+    """A reporter that keeps every task result and writes its human output aside (shown with -v)."""
+
+    def __init__(self, verbosity: int) -> None:
+        super().__init__(stream=sys.stderr if verbosity else io.StringIO(), verbosity=max(0, verbosity - 1))
+        self.results: list[TaskResult] = []
+
+    def task_result(self, result: TaskResult) -> None:
+        super().task_result(result)
+        self.results.append(result)
+
+
+def _quiet_play(module: str, hosts: str, args: dict[str, Any] | None = None) -> Play:
+    task = parse_task({"name": module, module: args}, f"<pd {module}>")
+    return Play(name=f"pd: {module}", hosts=hosts, file=f"<pd {module}>", line=0, gather_facts=False, tasks=[task])
+
+
+def _run_quiet(plays: list[Play], inventory: Inventory, options: RunOptions) -> list[TaskResult]:
+    reporter = _Collector(options.verbosity)
+    executor = Executor(inventory, options, reporter, str(playbook_path("pd-up.yml").parent))
+    try:
+        executor.run(plays)
+    finally:
+        executor.close()
+    return reporter.results
+
+
+def _setup(kw: dict[str, Any], **more_extra: Any) -> tuple[Inventory, dict[str, Any], RunOptions]:
+    extra = parse_extra_vars(kw["extra_vars"])
+    inventory = _inventory(kw["inventories"], extra)
+    extra.update(more_extra)
+    return inventory, extra, _options(kw, extra)
+
+
+@click.group("pd")
+def pd() -> None:
+    """Bring up, stop, inspect and verify the PD deployment (prefill → decode → router over NIXL/UCX)."""
+
+
+@pd.command("up")
+@_common
+@click.option("--keep-failed", is_flag=True, help="leave what a failed run started running (for debugging)")
+def up(keep_failed: bool, **kw: Any) -> int:
+    """Validate, then start prefill → decode → router and verify one real generation."""
+    run_id = uuid.uuid4().hex[:12]
+    inventory, extra, options = _setup(kw, pd_run_id=run_id)
+    problems = validate_pd(inventory_pd_vars(inventory, extra))
+    if problems:
+        raise InputError("the PD deployment is not valid:\n  - " + "\n  - ".join(problems))
+    path = playbook_path("pd-up.yml")
+    plays = load_playbook(path)
+    check_plan(plays, inventory, extra, options.limit, None, str(path.parent))
+    code = execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=str(path))
+    if code in (EXIT_OK, 130) or keep_failed or to_bool(extra.get("pd_keep_failed", False), "pd_keep_failed"):
+        if code not in (EXIT_OK, 130):
+            click.echo("pd up: the processes of this run were left running (--keep-failed)", err=True)
+        return code
+    down_options = _options(kw, {**extra, "pd_only_run_id": run_id})
+    results = _run_quiet(load_playbook(playbook_path("pd-down.yml")), inventory, down_options)
+    stopped = [f"{r.data.get('name')} on {r.host}" for r in results
+               if r.status is Status.CHANGED and r.data.get("action") == "stopped"]  # fmt: skip
+    what = ", ".join(stopped) if stopped else "nothing was left running"
+    click.echo(MASKER.mask(f"pd up failed; stopped what this run started: {what}"), err=True)
+    return code
+
+
+@pd.command("down")
+@_common
+def down(**kw: Any) -> int:
+    """Stop router, decode and prefill (idempotent)."""
+    inventory, extra, options = _setup(kw)
+    path = playbook_path("pd-down.yml")
+    plays = load_playbook(path)
+    check_plan(plays, inventory, extra, options.limit, None, str(path.parent))
+    return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=str(path))
+
+
+def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per process the inventory describes (filled in from the hosts; unreachable ones stay so)."""
+    try:
+        deployment = build(inventory_pd_vars(inventory, extra))
+    except PlanError as exc:
+        raise InputError(str(exc)) from None
+    return [{"host": p.host, "role": p.role, "name": p.name, "port": p.port, "running": False}
+            for p in deployment.procs]  # fmt: skip
+
+
+@pd.command("status")
+@_common
+def status(**kw: Any) -> int:
+    """One line per process: host, role, state, pid, uptime, health, port."""
+    inventory, extra, options = _setup(kw)
+    rows = _expected_rows(inventory, extra)
+    allowed = {h.name for h in inventory.select(options.limit)} if options.limit else None
+    results = _run_quiet([_quiet_play("pd_status", PD_HOSTS)], inventory, options)
+    found = {(r["host"], r["role"]): r for res in results for r in res.data.get("procs", [])}
+    broken = {res.host: res for res in results if res.status in (Status.UNREACHABLE, Status.FAILED)}
+    out = []
+    for row in rows:
+        if allowed is not None and row["host"] not in allowed:
+            continue
+        if row["host"] in broken:
+            res = broken[row["host"]]
+            row = {**row, "unreachable": res.status is Status.UNREACHABLE, "error": res.msg}
+        out.append({**row, **found.get((row["host"], row["role"]), {})})
+    if kw["json_mode"]:
+        click.echo(json.dumps(MASKER.mask_obj({"procs": out}), indent=2, default=str))
+    else:
+        click.echo(table(out))
+        for res in broken.values():
+            click.echo(MASKER.mask(f"{res.host}: {res.msg}"), err=True)
+    if any(r.get("unreachable") for r in out):
+        return EXIT_UNREACHABLE
+    return EXIT_OK if all_up(out) else EXIT_FAILED
+
+
+@pd.command("logs")
+@_common
+@click.option("--role", type=click.Choice(["all", "prefill", "decode", "router"]), default="all")
+@click.option("-n", "--lines", type=click.IntRange(0, 100000), default=50, show_default=True)
+def logs(role: str, lines: int, **kw: Any) -> int:
+    """The last lines of each process's log."""
+    inventory, _, options = _setup(kw)
+    results = _run_quiet([_quiet_play("pd_logs", PD_HOSTS, {"role": role, "lines": lines})], inventory, options)
+    entries = [entry for res in results for entry in res.data.get("logs", [])]
+    if kw["json_mode"]:
+        click.echo(json.dumps(MASKER.mask_obj({"logs": entries}), indent=2))
+    for entry in [] if kw["json_mode"] else entries:
+        click.echo(f"==> {entry['host']} {entry['role']} ({entry['log']}) <==")
+        click.echo(MASKER.mask("\n".join(entry["lines"])) or "(empty)")
+    failed = [res for res in results if res.status in (Status.FAILED, Status.UNREACHABLE)]
+    for res in failed:
+        click.echo(MASKER.mask(f"{res.host}: {res.msg}"), err=True)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+@pd.command("verify")
+@_common
+@click.option("--prompt", default="Hello world", show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=8, show_default=True)
+@click.option("--timeout", "verify_timeout", type=float, default=60.0, show_default=True)
+def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -> int:
+    """One real generation through each router: completion, latency, TTFT."""
+    inventory, _, options = _setup(kw)
+    args = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
+    results = [r for r in _run_quiet([_quiet_play("pd_verify", "router", args)], inventory, options)
+               if r.status is not Status.SKIPPED]  # fmt: skip
+    if kw["json_mode"]:
+        doc = {r.host: {"ok": not r.failed, "msg": r.msg, **{k: v for k, v in r.data.items() if not k.startswith("_")}}
+               for r in results}  # fmt: skip
+        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+    else:
+        for r in results:
+            click.echo(MASKER.mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
+    if not results:
+        raise InputError("no router host to verify through (group 'router' is empty or excluded by --limit)")
+    if any(r.status is Status.UNREACHABLE for r in results):
+        return EXIT_UNREACHABLE
+    return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK

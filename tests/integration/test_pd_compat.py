@@ -1,0 +1,138 @@
+"""CPU mode's compatibility pieces (provision/cpu_compat) against the INSTALLED pinned SGLang stack.
+
+Each test fails loudly when a new SGLang, sglang-kernel or NIXL makes a piece unnecessary (drop it) or
+broken (fix it): the pins, the empty ``common_ops`` fallback, the VRAM→DRAM relabel in the NIXL agent (in
+spawned children too), the CPU engine switch and the CPU flags.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from provision import cpu_compat
+from provision.remote import __file__ as remote_init
+from tests.stack_support import SglangStack
+
+pytestmark = pytest.mark.lab
+
+RECHECK = "re-check every piece of provision/cpu_compat against it (and update the pins there)"
+
+
+def py(
+    lab: Any, stack: SglangStack, code: str, *, compat: bool, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with the venv's Python as the lab host's user; ``compat``: with the shipped files."""
+    env = ["env", "SGLANG_USE_CPU_ENGINE=1"]
+    if compat:
+        env += [f"PYTHONPATH={cpu_compat.SHIPPED_DIR}", "PROVISION_CPU_COMPAT=1"]
+    result: subprocess.CompletedProcess[str] = lab.run_as(
+        stack.host, [*env, f"{stack.venv}/bin/python", "-c", code], timeout=timeout
+    )
+    return result
+
+
+def source_of(lab: Any, stack: SglangStack, module: str) -> str:
+    """The source file of an installed module, read without importing it (nor its parent packages)."""
+    top, *rest = module.split(".")
+    code = (
+        f"import importlib.util as i, os; root = list(i.find_spec({top!r}).submodule_search_locations)[0]; "
+        f"print(open(os.path.join(root, *{rest!r}) + '.py').read())"
+    )
+    out = py(lab, stack, code, compat=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_the_pins(lab: Any, sglang_stack: SglangStack) -> None:
+    code = "import importlib.metadata as m; print(*(m.version(n) for n in ('sglang', 'sglang-kernel', 'nixl')))"
+    out = py(lab, sglang_stack, code, compat=False)
+    found = out.stdout.split()
+    pinned = [cpu_compat.SGLANG_VERSION, cpu_compat.SGLANG_KERNEL_VERSION, cpu_compat.NIXL_VERSION]
+    assert found == pinned, f"the stack is {found}, cpu_compat was made for {pinned}: {RECHECK}"
+
+
+def test_common_ops_is_still_needed_and_enough(lab: Any, sglang_stack: SglangStack) -> None:
+    loader = source_of(lab, sglang_stack, "sgl_kernel.load_utils")  # read, not imported: that runs the fallback
+    assert "import common_ops" in loader, f"sgl_kernel no longer falls back to `import common_ops`: {RECHECK}"
+    bare = py(lab, sglang_stack, "import sgl_kernel", compat=False)
+    assert bare.returncode != 0 and "common_ops" in bare.stderr, (
+        "sgl_kernel imports on a CPU host WITHOUT the empty common_ops: the piece may be unnecessary now"
+    )
+    shipped = py(lab, sglang_stack, "import sgl_kernel; print(sgl_kernel.common_ops.__file__)", compat=True)
+    assert shipped.returncode == 0, f"sgl_kernel fails even with the empty common_ops:\n{shipped.stderr[-2000:]}"
+    assert shipped.stdout.strip().endswith("cpu_compat/shipped/common_ops.py")
+
+
+RELABEL = """
+import json, multiprocessing as mp, numpy as np
+from nixl._api import nixl_agent, nixl_agent_config
+import inspect
+
+def register(_=None):
+    agent = nixl_agent("probe-%d" % np.random.randint(1 << 30), nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(1 << 16, dtype=np.uint8)
+    try:
+        agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "VRAM")
+        return "ok"
+    except Exception as exc:
+        return "%s: %s" % (type(exc).__name__, exc)
+
+if __name__ == "__main__":
+    params = {m: "mem_type" in inspect.signature(getattr(nixl_agent, m)).parameters
+              for m in ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")}
+    with mp.get_context("spawn").Pool(1) as pool:
+        child = pool.map(register, [0])[0]
+    print(json.dumps({"params": params, "here": register(), "child": child}))
+"""
+
+
+def relabel(lab: Any, stack: SglangStack, tmp: str, compat: bool) -> dict[str, Any]:
+    lab.run_as(stack.host, ["sh", "-c", f"cat > {tmp}"], input=RELABEL)
+    env = ["env"] + ([f"PYTHONPATH={cpu_compat.SHIPPED_DIR}", "PROVISION_CPU_COMPAT=1"] if compat else [])
+    out = lab.run_as(stack.host, [*env, f"{stack.venv}/bin/python", tmp], timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_dram_relabel_is_still_needed_and_works(lab: Any, sglang_stack: SglangStack) -> None:
+    tmp = f"{lab.hosts[sglang_stack.host].home}/relabel_probe.py"
+    bare = relabel(lab, sglang_stack, tmp, compat=False)
+    assert bare["params"] == dict.fromkeys(cpu_compat.PATCHED_METHODS, True), (
+        f"nixl_agent's patched methods changed ({bare['params']}): {RECHECK}"
+    )
+    assert bare["here"] != "ok", "UCX now registers host memory labelled VRAM: the DRAM relabel may be unnecessary"
+    patched = relabel(lab, sglang_stack, tmp, compat=True)
+    assert patched["here"] == "ok" and patched["child"] == "ok", patched  # spawned children are patched too
+    conn = source_of(lab, sglang_stack, "sglang.srt.disaggregation.nixl.conn")
+    assert '"VRAM"' in conn and "get_xfer_descs" in conn and "prep_xfer_dlist" in conn, (
+        f"SGLang's NIXL connector no longer labels KV buffers VRAM the way the relabel expects: {RECHECK}"
+    )
+
+
+def test_cpu_engine_switch_and_flags(lab: Any, sglang_stack: SglangStack) -> None:
+    remote = remote_init.rsplit("/", 1)[0]
+    model = f"{lab.hosts[sglang_stack.host].home}/.provision/models/tiny-llama"  # resolve_once reads its config
+    made = lab.run_as(sglang_stack.host, [f"{sglang_stack.venv}/bin/python", f"{remote}/make_tiny_model.py", model],
+                      timeout=300)  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr[-2000:]
+    common = source_of(lab, sglang_stack, "sglang.srt.utils.common")
+    assert "SGLANG_USE_CPU_ENGINE" in common, f"SGLang no longer reads SGLANG_USE_CPU_ENGINE: {RECHECK}"
+    flags = [w for line in cpu_compat.cpu_server_flags() for w in line]
+    decode = [w for f in cpu_compat.CPU_DECODE_FLAGS for w in f]
+    base = ["--model-path", model, "--disaggregation-transfer-backend", "nixl"]
+    request = {
+        "argvs": [[*base, "--disaggregation-mode", "prefill", *flags],
+                  [*base, "--disaggregation-mode", "decode", *flags, *decode]],
+        "env": {**cpu_compat.CPU_ENV, "PYTHONPATH": str(cpu_compat.SHIPPED_DIR)},
+    }  # fmt: skip
+    helper = f"{remote}/sglang_args_check.py"
+    out = lab.run_as(
+        sglang_stack.host, [f"{sglang_stack.venv}/bin/python", helper], input=json.dumps(request), timeout=300
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["results"] == [{"ok": True, "error": None}] * 2, f"SGLang rejects the CPU flags: {report}"

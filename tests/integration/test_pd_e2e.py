@@ -1,0 +1,227 @@
+"""The PD deployment end to end on two lab hosts, in CPU mode: REAL SGLang servers (prefill on lab0, decode
+on lab1: two Unix users on two loopback addresses), the REAL router on lab0, a real generation whose KV
+cache crosses between the hosts over NIXL/UCX.
+
+One pair at a time (~10 GB of RAM; ~85 s to start both servers on 2 cores). The tests run in order and
+share the deployment: a failed run cleans up after itself → up → status → rerun is all ok → one changed
+launch parameter restarts one process → a killed decode is seen and brought back → down leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.cli import cli
+from provision.pd_cli import pd
+from tests.helpers import CliResult, run_cli
+from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
+    VENV,
+    SglangStack,
+    install_sglang_stack,
+)
+
+pytestmark = pytest.mark.lab
+
+if "pd" not in cli.commands:  # until provision/cli.py registers it
+    cli.add_command(pd)
+
+REPO = Path(__file__).resolve().parents[2]
+EVIDENCE = "NIXL KVManager initialized with backend: UCX"
+FAKE_SERVER = (
+    'case "$*" in *"disaggregation-mode decode"*) echo "boom: the decode cannot start" >&2; sleep 2; exit 3;; '
+    "*) exec sleep 600;; esac"
+)
+
+
+@dataclass
+class Deployment:
+    lab: Any
+    inventory: Path
+    workdir: Path
+    install_seconds: float
+
+    def provision(self, *argv: str) -> CliResult:
+        old = Path.cwd()
+        os.chdir(self.workdir)
+        try:
+            return run_cli([*argv, "-i", str(self.inventory)])
+        finally:
+            os.chdir(old)
+
+    def up(self, *extra: str) -> tuple[CliResult, dict[str, Any]]:
+        result = self.provision("pd", "up", "--json", *extra)
+        try:
+            return result, json.loads(result.out)
+        except ValueError:
+            pytest.fail(f"pd up printed no JSON (exit {result.code}): {result.err[-4000:]}")
+
+    def status(self) -> tuple[int, dict[tuple[str, str], dict[str, Any]]]:
+        result = self.provision("pd", "status", "--json")
+        rows = json.loads(result.out)["procs"]
+        return result.code, {(r["host"], r["role"]): r for r in rows}
+
+    def pids(self) -> dict[str, int]:
+        return {role: row["pid"] for (_, role), row in self.status()[1].items()}
+
+    def log(self, i: int, name: str) -> str:
+        return str(self.lab.run_as(i, ["cat", f".provision/pd/logs/{name}.log"]).stdout)
+
+
+def task(report: dict[str, Any], name: str, host: str) -> dict[str, Any]:
+    for play in report["plays"]:
+        for entry in play["tasks"]:
+            if entry["task"]["name"] == name and host in entry["hosts"]:
+                return dict(entry["hosts"][host])
+    raise AssertionError(f"no result of {name!r} on {host}")
+
+
+def user_processes(lab: Any, i: int) -> list[str]:
+    """The host user's live SGLang (or fake server) processes; zombies (dead, not yet reaped) do not count."""
+    out = lab.run_as(i, ["ps", "-u", lab.hosts[i].user, "-o", "stat=,pid=,args="]).stdout
+    live = [line.split(None, 1)[1] for line in out.splitlines() if line.strip() and not line.lstrip().startswith("Z")]
+    return [line for line in live if "sglang" in line or "sleep 600" in line]
+
+
+def listening(address: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((address, port)) == 0
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    lab: Any,
+    sglang_stack: SglangStack,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    workdir = tmp_path_factory.mktemp("pd-e2e")
+    started = time.monotonic()
+    install_sglang_stack(lab, [1], workdir / "install")  # the decode host's venv: seconds from the warm cache
+    install_seconds = time.monotonic() - started
+    shutil.copytree(REPO / "inventory" / "group_vars", workdir / "group_vars")
+    common = {"sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3"}
+    inventory = lab.write_inventory(
+        workdir / "hosts.yml",
+        extra_host_vars={"lab0": common, "lab1": common},
+        groups={"prefill": ["lab0"], "decode": ["lab1"], "router": ["lab0"]},
+    )
+    old = os.environ.get("PROVISION_SSH_CONFIG")
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    deployed = Deployment(lab, inventory, workdir, install_seconds)
+    try:
+        yield deployed
+    finally:
+        deployed.provision("pd", "down")
+        if old is None:
+            os.environ.pop("PROVISION_SSH_CONFIG", None)
+        else:
+            os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+def test_a_failed_up_names_the_process_and_stops_what_it_started(deployment: Deployment) -> None:
+    fake = json.dumps({"sglang_server_cmd": ["/bin/sh", "-c", FAKE_SERVER, "fake-sglang"], "pd_server_timeout": 6})
+    result = deployment.provision("pd", "up", "-e", fake)
+    assert result.code == 2, result.err[-3000:]
+    assert "the decode server lab1-decode on lab1 is not running (it exited while starting" in result.out
+    assert "boom: the decode cannot start" in result.out  # the tail of its log
+    assert "stopped what this run started: lab0-prefill on lab0" in result.err
+    assert user_processes(deployment.lab, 0) == [] and user_processes(deployment.lab, 1) == []
+
+
+def test_up_generates_through_the_router(deployment: Deployment) -> None:
+    started = time.monotonic()
+    result, report = deployment.up()
+    assert result.code == 0, result.err[-4000:]
+    verified = task(report, "A real generation through the router", "lab0")
+    assert verified["text"].strip() and verified["completion_tokens"] >= 1
+    assert verified["latency"] > 0 and verified["ttft"] is not None and verified["ttft"] > 0
+    print(
+        f"\npd up → verified generation: {time.monotonic() - started:.1f}s; latency {verified['latency']}s, "
+        f"TTFT {verified['ttft']}s; install of the decode host's venv {deployment.install_seconds:.1f}s"
+    )
+    prefill, decode = deployment.log(0, "lab0-prefill"), deployment.log(1, "lab1-decode")
+    for log in (prefill, decode):
+        assert EVIDENCE in log
+        assert "provision cpu compat: NIXL mem type VRAM relabelled DRAM" in log
+    # the prefill ran the prompt and the decode answered the router: the decode cannot produce a token of
+    # a PD request without the prefill's KV cache, so it went from one host to the other
+    assert "Prefill batch" in prefill and '"POST /generate HTTP/1.1" 200' in decode
+    assert verified["output_ids"]
+    hosts = deployment.lab.hosts
+    assert f"--host {hosts[0].address}" in " ".join(user_processes(deployment.lab, 0))
+    assert f"--host {hosts[1].address}" in " ".join(user_processes(deployment.lab, 1))
+
+
+def test_status_table(deployment: Deployment) -> None:
+    result = deployment.provision("pd", "status")
+    assert result.code == 0, result.out + result.err
+    lines = result.out.splitlines()
+    assert lines[0].split() == ["HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT"]
+    rows = [line.split() for line in lines[1:]]
+    assert [(r[0], r[1], r[2], r[5], r[6]) for r in rows] == [
+        ("lab0", "prefill", "up", "ok", "30000"), ("lab1", "decode", "up", "ok", "30000"),
+        ("lab0", "router", "up", "ok", "8000"),
+    ]  # fmt: skip
+
+
+def test_rerun_is_all_ok(deployment: Deployment) -> None:
+    before = deployment.pids()
+    result, report = deployment.up()
+    assert result.code == 0, result.err[-3000:]
+    assert {h: s["changed"] for h, s in report["stats"].items()} == {"lab0": 0, "lab1": 0}
+    assert deployment.pids() == before
+
+
+def test_a_changed_launch_parameter_restarts_only_that_process(deployment: Deployment) -> None:
+    before = deployment.pids()
+    inv = yaml.safe_load(deployment.inventory.read_text())
+    inv["all"]["children"]["router"]["hosts"]["lab0"]["router_health_check_interval"] = 4
+    deployment.inventory.write_text(yaml.safe_dump(inv))
+    result, report = deployment.up()
+    assert result.code == 0, result.err[-3000:]
+    assert task(report, "Router launch script", "lab0")["changed"]
+    assert task(report, "Router running", "lab0")["action"] == "restarted"
+    assert not task(report, "Prefill server running", "lab0")["changed"]
+    assert not task(report, "Decode server running", "lab1")["changed"]
+    after = deployment.pids()
+    assert after["prefill"] == before["prefill"] and after["decode"] == before["decode"]
+    assert after["router"] != before["router"]
+
+
+def test_a_killed_decode_is_seen_and_brought_back(deployment: Deployment) -> None:
+    before = deployment.pids()
+    deployment.lab.run_as(1, ["kill", "-9", str(before["decode"])])
+    time.sleep(1)
+    code, rows = deployment.status()
+    assert code == 2 and rows[("lab1", "decode")]["running"] is False
+    assert rows[("lab0", "prefill")]["running"] and rows[("lab0", "router")]["running"]
+    result, report = deployment.up()
+    assert result.code == 0, result.err[-3000:]
+    assert task(report, "Decode server running", "lab1")["action"] == "started"
+    after = deployment.pids()
+    assert after["decode"] != before["decode"]
+    assert after["prefill"] == before["prefill"] and after["router"] == before["router"]
+
+
+def test_down_leaves_nothing_running(deployment: Deployment) -> None:
+    result = deployment.provision("pd", "down")
+    assert result.code == 0, result.err[-3000:]
+    lab = deployment.lab
+    assert user_processes(lab, 0) == [] and user_processes(lab, 1) == []
+    for address, port in ((lab.hosts[0].address, 30000), (lab.hosts[0].address, 8998),
+                          (lab.hosts[1].address, 30000), (lab.hosts[0].address, 8000)):  # fmt: skip
+        assert not listening(address, port), f"{address}:{port} still listens"
+    again = deployment.provision("pd", "down", "--json")
+    assert again.code == 0
+    assert {h: s["changed"] for h, s in json.loads(again.out)["stats"].items()} == {"lab0": 0, "lab1": 0}

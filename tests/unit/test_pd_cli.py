@@ -1,0 +1,76 @@
+"""``provision pd``: the layout is validated before any host is touched (exit 5); status reads at a glance."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from provision.cli import cli
+from provision.pd.status import all_up, table, uptime_text
+from provision.pd_cli import pd
+from tests.helpers import run_cli
+
+if "pd" not in cli.commands:  # until provision/cli.py registers it
+    cli.add_command(pd)
+
+UNREACHABLE = "ansible_host: 127.0.0.1, ansible_port: 1, ansible_user: nobody"
+
+
+def inventory(tmp_path: Path, router_port: int = 8000) -> Path:
+    path = tmp_path / "inv.yml"
+    path.write_text(
+        "all:\n  children:\n"
+        f"    prefill:\n      hosts:\n        p1: {{{UNREACHABLE}, sglang_device: cpu}}\n"
+        f"    decode:\n      hosts:\n        d1: {{{UNREACHABLE}, sglang_device: cpu, server_port: 30010}}\n"
+        f"    router:\n      hosts:\n        p1: {{router_port: {router_port}}}\n"
+    )
+    return path
+
+
+def test_up_refuses_an_invalid_layout_before_touching_hosts(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = run_cli(["pd", "up", "-i", str(inventory(tmp_path, router_port=30000))])
+    assert result.code == 5
+    assert "ERROR: the PD deployment is not valid:" in result.err
+    assert "port 30000 on localhost is used twice: prefill server port of p1 and router port of p1" in result.err
+    assert "router and server both default to 30000 upstream: set router_port" in result.err
+    assert "PLAY" not in result.out and time.monotonic() - started < 5
+
+
+def test_status_of_unreachable_hosts(tmp_path: Path) -> None:
+    result = run_cli(["pd", "status", "-i", str(inventory(tmp_path)), "--connect-timeout", "2"])
+    assert result.code == 4
+    lines = result.out.splitlines()
+    assert lines[0].split() == ["HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT"]
+    assert [line.split()[:3] for line in lines[1:]] == [
+        ["p1", "prefill", "unreachable"], ["d1", "decode", "unreachable"], ["p1", "router", "unreachable"],
+    ]  # fmt: skip
+
+
+def test_down_of_unreachable_hosts_exits_4(tmp_path: Path) -> None:
+    result = run_cli(["pd", "down", "-i", str(inventory(tmp_path)), "--connect-timeout", "2"])
+    assert result.code == 4
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(None, "-"), (5.9, "5s"), (65, "1m05s"), (3700, "1h01m"), (90000, "1d01h")]
+)
+def test_uptime_text(seconds: float | None, text: str) -> None:
+    assert uptime_text(seconds) == text
+
+
+def test_table() -> None:
+    rows = [
+        {"host": "lab0", "role": "prefill", "running": True, "pid": 41, "uptime": 75, "health": 200, "port": 30000},
+        {"host": "lab1", "role": "decode", "running": False, "pid": 42, "orphans": [43], "port": 30000},
+        {"host": "lab0", "role": "router", "running": True, "pid": 44, "uptime": 3, "health": 503, "port": 8000},
+    ]
+    assert table(rows).splitlines() == [
+        "HOST  ROLE     STATE          PID  UPTIME  HEALTH    PORT",
+        "lab0  prefill  up             41   1m15s   ok        30000",
+        "lab1  decode   dead (1 left)  -    -       -         30000",
+        "lab0  router   up             44   3s      HTTP 503  8000",
+    ]
+    assert not all_up(rows) and all_up(rows[:1]) and not all_up([])

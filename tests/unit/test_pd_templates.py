@@ -1,0 +1,98 @@
+"""The launch scripts and the env file: valid sh, every value quoted, the exact argv reaches the program,
+and the HF token never appears in a script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from provision import templating
+from provision.pd import build
+
+REPO = Path(__file__).resolve().parents[2]
+NASTY = '/models/it\'s a $(touch /tmp/pwned) `x` "model"'
+
+
+def render(name: str, host: str, hosts: dict[str, dict[str, Any]], home: str) -> str:
+    plan = build(hosts, {h: home for h in hosts}).hosts[host]
+    source = (REPO / "templates" / name).read_text()
+    return templating.render_text(source, {"pd": plan.fact(), "inventory_hostname": host})
+
+
+def hosts_with(tmp_path: Path, **common: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "p1": {"group_names": ["prefill", "router"], "ansible_host": "10.0.0.1", **common},
+        "d1": {"group_names": ["decode"], "ansible_host": "10.0.0.2", **common},
+    }
+
+
+def run_script(tmp_path: Path, text: str, env_text: str) -> list[str]:
+    """Write the env file and the script where the plan put them, run the script, return the argv it exec'd."""
+    (tmp_path / ".provision" / "pd").mkdir(parents=True, exist_ok=True)
+    for path, content in ((tmp_path / ".provision/pd/p1.env", env_text), (tmp_path / "run.sh", text)):
+        path.write_text(content)
+    os.chmod(tmp_path / "run.sh", 0o700)
+    out = subprocess.run([str(tmp_path / "run.sh")], capture_output=True, text=True, check=True, timeout=30)
+    return out.stdout.split("\0")[:-1]
+
+
+def printer(tmp_path: Path) -> str:
+    """A fake server: prints its argv NUL-separated, then HF_TOKEN and one env var."""
+    path = tmp_path / "argv.py"
+    path.write_text(
+        "import os, sys\nsys.stdout.write(''.join(a + '\\0' for a in sys.argv[1:]))\n"
+        "sys.stdout.write('HF=' + os.environ.get('HF_TOKEN', '-') + '\\0')\n"
+        "sys.stdout.write('HOSTIP=' + os.environ.get('SGLANG_HOST_IP', '-') + '\\0')\n"
+    )
+    return str(path)
+
+
+def test_prefill_script_execs_the_exact_argv(tmp_path: Path) -> None:
+    cmd = f"/usr/bin/python3 {printer(tmp_path)}"
+    hosts = hosts_with(tmp_path, model_path=NASTY, sglang_server_cmd=cmd, pd_env={"X": "a b;c"})
+    plan = build(hosts, {"p1": str(tmp_path)}).hosts["p1"]
+    script = render("prefill.sh.j2", "p1", hosts, str(tmp_path))
+    env_text = render("pd.env.j2", "p1", hosts, str(tmp_path))
+    assert script.startswith("#!/bin/sh\n") and "\nset -e\n" in script and "\nexec " in script
+    assert subprocess.run(["sh", "-n"], input=script, text=True, check=False).returncode == 0
+    argv = run_script(tmp_path, script, env_text)
+    assert plan.server is not None and argv[:-2] == plan.server.args
+    assert argv[-2:] == ["HF=-", "HOSTIP=10.0.0.1"]
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_hf_token_is_read_from_its_file_only(tmp_path: Path) -> None:
+    hosts = hosts_with(tmp_path, model_path="/m", sglang_server_cmd=f"/usr/bin/python3 {printer(tmp_path)}")
+    script = render("prefill.sh.j2", "p1", hosts, str(tmp_path))
+    env_text = render("pd.env.j2", "p1", hosts, str(tmp_path))
+    (tmp_path / ".provision/pd").mkdir(parents=True)
+    (tmp_path / ".provision/pd/p1.hf_token").write_text("hf_secret_value\n")
+    argv = run_script(tmp_path, script, env_text)
+    assert "HF=hf_secret_value" in argv
+    assert "hf_secret" not in script and "hf_secret" not in env_text
+    assert 'HF_TOKEN="$(cat ' in script
+
+
+def test_env_file_quotes_values(tmp_path: Path) -> None:
+    hosts = hosts_with(tmp_path, sglang_device="cpu", ucx_tls="rc,tcp", pd_env={"WEIRD": "it's $HOME"})
+    text = render("pd.env.j2", "p1", hosts, "/home/u")
+    lines = [line for line in text.splitlines() if line.startswith("export ")]
+    assert "export UCX_TLS=rc,tcp" in lines and "export SGLANG_USE_CPU_ENGINE=1" in lines
+    assert "export WEIRD='it'\"'\"'s $HOME'" in lines
+    assert "export PYTHONPATH=/home/u/.provision/pd/cpu_compat" in lines
+    out = subprocess.run(["sh", "-c", f'{text}\nprintf %s "$WEIRD"'], capture_output=True, text=True, check=True)
+    assert out.stdout == "it's $HOME"
+
+
+def test_router_and_decode_scripts(tmp_path: Path) -> None:
+    hosts = hosts_with(tmp_path, model_path="/m", venv_path="/opt/v")
+    router = render("router.sh.j2", "p1", hosts, "/h")
+    decode = render("decode.sh.j2", "d1", hosts, "/h")
+    for text in (router, decode):
+        assert subprocess.run(["sh", "-n"], input=text, text=True, check=False).returncode == 0
+    assert "exec /opt/v/bin/python -m sglang_router.launch_router \\\n  --pd-disaggregation \\\n" in router
+    assert "  --prefill http://10.0.0.1:30000 8998 \\\n  --decode http://10.0.0.2:30000 \\\n" in router
+    assert "# Decode server d1-decode" in decode and "--disaggregation-mode decode" in decode
+    assert "HF_TOKEN" not in router  # the router needs no token
