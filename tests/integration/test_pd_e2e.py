@@ -60,11 +60,18 @@ class Deployment:
             os.chdir(old)
 
     def up(self, *extra: str) -> tuple[CliResult, dict[str, Any]]:
-        result = self.provision("pd", "up", "--json", *extra)
+        return self._json("pd", "up", "--json", *extra)
+
+    def site(self) -> tuple[CliResult, dict[str, Any]]:
+        """The main job: site.yml (bootstrap, install, smoke, preflight, pd-up) in CPU mode."""
+        return self._json("run", str(REPO / "playbooks" / "site.yml"), "--json")
+
+    def _json(self, *argv: str) -> tuple[CliResult, dict[str, Any]]:
+        result = self.provision(*argv)
         try:
             return result, json.loads(result.out)
         except ValueError:
-            pytest.fail(f"pd up printed no JSON (exit {result.code}): {result.err[-4000:]}")
+            pytest.fail(f"{' '.join(argv[:2])} printed no JSON (exit {result.code}): {result.err[-4000:]}")
 
     def status(self) -> tuple[int, dict[tuple[str, str], dict[str, Any]]]:
         result = self.provision("pd", "status", "--json")
@@ -141,8 +148,12 @@ def test_a_failed_up_names_the_process_and_stops_what_it_started(deployment: Dep
 
 def test_up_generates_through_the_router(deployment: Deployment) -> None:
     started = time.monotonic()
-    result, report = deployment.up()
+    result, report = deployment.site()
     assert result.code == 0, result.err[-4000:]
+    gate = task(report, "NIXL loads its plugins", "lab1")
+    assert "UCX" in gate["plugins"]
+    preflight = task(report, "NIXL WRITE prefill -> decode, verified and timed", "lab0")["results"][0]
+    assert preflight["verified"] and preflight["gbps_best"] > 0
     verified = task(report, "A real generation through the router", "lab0")
     assert verified["text"].strip() and verified["completion_tokens"] >= 1
     assert verified["latency"] > 0 and verified["ttft"] is not None and verified["ttft"] > 0
@@ -177,10 +188,11 @@ def test_status_table(deployment: Deployment) -> None:
 
 def test_rerun_is_all_ok(deployment: Deployment) -> None:
     before = deployment.pids()
-    result, report = deployment.up()
-    assert result.code == 0, result.err[-3000:]
-    assert {h: s["changed"] for h, s in report["stats"].items()} == {"lab0": 0, "lab1": 0}
-    assert deployment.pids() == before
+    for rerun in (deployment.site, deployment.up):  # the whole main job, then `pd up` alone
+        result, report = rerun()
+        assert result.code == 0, result.err[-3000:]
+        assert {h: s["changed"] for h, s in report["stats"].items()} == {"lab0": 0, "lab1": 0}
+        assert deployment.pids() == before
 
 
 def test_a_changed_launch_parameter_restarts_only_that_process(deployment: Deployment) -> None:
