@@ -371,3 +371,15 @@ def test_proxyjump_through_another_lab_host(lab, lab_env, tmp_path: Path) -> Non
         os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
     assert result.code == 0, result.err
     assert doc["plays"][0]["tasks"][0]["hosts"]["behind"]["stdout"] == target.user
+
+
+def test_any_errors_fatal_stops_every_host(lab, inv: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    pb = write(
+        tmp_path / "fatal.yml",
+        "- hosts: all\n  gather_facts: false\n  any_errors_fatal: true\n  tasks:\n"
+        "    - command: \"{{ 'false' if inventory_hostname == 'lab2' else 'true' }}\"\n"
+        "    - name: after\n      command: 'true'\n",
+    )
+    result, doc = run_json("run", pb, "-i", inv, cwd=tmp_path)
+    assert result.code == 2 and "any_errors_fatal" in result.err
+    assert [t["task"]["name"] for t in doc["plays"][0]["tasks"]] == ["command"]  # nobody ran "after"

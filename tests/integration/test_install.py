@@ -276,3 +276,21 @@ def test_rollout_goes_batch_by_batch_and_stops_at_a_failed_batch(lab_env: Any, u
     assert report["stats"].get("lab2", {}).get("ok", 0) == 0  # never started
     assert versions(lab, 1, "nixl")[0] == "1.5.1"  # the previous venv is untouched
     assert (tmp_path / "rollout.retry").read_text() == "lab1\n"
+
+
+def test_smoke_fails_clearly_when_the_plugin_dir_was_emptied(lab_env: Any, uv_cache: Path, tmp_path: Path) -> None:
+    lab = lab_env
+    inv = stack_inventory(lab, tmp_path / "inv", [3], uv_cache_dir=str(uv_cache), **LAB_VARS)
+    assert provision("install.yml", inv, cwd=tmp_path)[0].code == 0
+    find = "import glob; print(glob.glob('.provision/venv/lib/python3*/site-packages/.nixl_cu13*.libs/plugins')[0])"
+    plugins = lab.run_as(3, ["/usr/bin/python3", "-c", find]).stdout.strip()
+    assert plugins, "no NIXL plugin dir in the venv"
+    lab.run_as(3, ["sh", "-c", f"mkdir -p emptied && mv {plugins}/* emptied/"])
+    try:
+        result, report = provision("smoke.yml", inv, cwd=tmp_path)
+    finally:
+        lab.run_as(3, ["sh", "-c", f"mv emptied/* {plugins}/ && rmdir emptied"])
+    assert result.code == 2
+    msg = task_result(report, "NIXL loads its plugins", "lab3")["msg"]
+    assert "UCX" in msg and "plugins" in msg and "NIXL_PLUGIN_DIR" in msg, msg
+    assert provision("smoke.yml", inv, cwd=tmp_path)[0].code == 0  # restored: the gate passes again
