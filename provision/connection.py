@@ -17,6 +17,7 @@ paramiko/socket exceptions never leave this module: they become :class:`Unreacha
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import posixpath
 import select
@@ -57,6 +58,17 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.rc == 0
+
+    def last_json(self) -> dict[str, Any] | None:
+        """The last stdout line that parses as a JSON object: how the remote helper scripts answer."""
+        for line in reversed(self.stdout.strip().splitlines()):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+        return None
 
     def tail(self, lines: int = 20) -> str:
         text = (self.stderr.strip() or self.stdout.strip()).splitlines()

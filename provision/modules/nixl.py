@@ -42,14 +42,7 @@ def venv_python(ctx_or_conn: ModuleContext | Connection, venv: str) -> str:
 
 def parse_report(result: CommandResult) -> dict[str, Any] | None:
     """The helper's one JSON object (the last stdout line that parses as one)."""
-    for line in reversed(result.stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
+    return result.last_json()
 
 
 def helper_failed(what: str, python: str, result: CommandResult) -> ModuleResult:

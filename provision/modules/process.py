@@ -40,13 +40,9 @@ def helper(ctx: ModuleContext, action: str, request: dict[str, Any], timeout: fl
 
 
 def parse_answer(result: CommandResult) -> dict[str, Any]:
-    for line in reversed(result.stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
+    answer = result.last_json()
+    if answer is not None:
+        return answer
     return {"ok": False, "msg": f"process_ctl printed no answer (rc={result.rc}): {result.tail()}"}
 
 

@@ -21,14 +21,7 @@ from .files import remote_stat, write_file
 
 
 def _report(result: CommandResult) -> dict[str, Any] | None:
-    for line in reversed(result.stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
+    return result.last_json()
 
 
 def _python(ctx: ModuleContext, args: dict[str, Any]) -> str:
