@@ -127,11 +127,9 @@ class TaskRunner:
     def _register(self, task: Task, host: str, result: TaskResult) -> None:
         if task.register and result.status is not Status.UNREACHABLE:
             value = result.registered()
-            self.executor.host_state(host).set_vars[task.register] = value
-            if run_once_all := task.run_once:
-                for other in self.batch:
-                    if run_once_all and other != host:
-                        self.executor.host_state(other).set_vars[task.register] = value
+            # run_once: the one result is registered on every host of the batch, as Ansible does
+            for name in self.batch if task.run_once else [host]:
+                self.executor.host_state(name).set_vars[task.register] = value
 
     def _run(self, task: Task, host: str) -> TaskResult:
         variables = self.host_vars(host, task)

@@ -1,0 +1,40 @@
+"""Engine behaviour through ansible_connection: local (fast; the lab tests cover SSH)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import run_cli
+
+INVENTORY = "all:\n  vars:\n    ansible_connection: local\n  hosts:\n    one:\n    two:\n"
+
+
+def test_run_once_registers_its_result_on_every_host(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - command: echo {{ inventory_hostname }}\n      run_once: true\n      register: first\n"
+        "    - assert:\n        that: first.stdout == 'one'\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml"), "--json"])
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert list(doc["plays"][0]["tasks"][0]["hosts"]) == ["one"]  # ran once
+    assert set(doc["plays"][0]["tasks"][1]["hosts"]) == {"one", "two"}  # both see its result
+
+
+def test_loop_until_and_failed_when(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    counter = tmp_path / "n"
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: one\n  gather_facts: false\n  tasks:\n"
+        f"    - shell: echo x >> {counter}; wc -l < {counter}\n"
+        "      register: r\n      until: r.stdout | int >= 3\n      retries: 5\n      delay: 0\n"
+        "    - command: echo {{ item }}\n      loop: [a, b]\n      register: looped\n"
+        "    - assert:\n        that: looped.results | map(attribute='stdout') | list == ['a', 'b']\n"
+        "    - command: 'false'\n      failed_when: false\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    assert result.code == 0, result.out + result.err
+    assert counter.read_text().count("x") == 3
