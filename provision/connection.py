@@ -107,6 +107,16 @@ class Counters:
 COUNTERS = Counters()
 
 
+def finished(
+    host: str, cmd: Command, timeout: float | None, rc: int, out: bytes, err: bytes, started: float
+) -> CommandResult:
+    """The result of a command that ended; CommandTimeout when GNU timeout killed it (rc 124/137 at the limit)."""
+    elapsed = time.monotonic() - started
+    if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
+        raise CommandTimeout(host, cmd.display(), timeout)
+    return CommandResult(rc, _text(out), _text(err), cmd.display(), elapsed)
+
+
 def _text(data: bytes) -> str:
     return data.decode(errors="replace")
 
@@ -228,16 +238,7 @@ class LocalConnection:
             proc.communicate()
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
         self.commands_run += 1
-        elapsed = time.monotonic() - started
-        if timeout and proc.returncode in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
-            raise CommandTimeout(self.name, cmd.display(), timeout)
-        return CommandResult(
-            proc.returncode,
-            out.decode(errors="replace"),
-            err.decode(errors="replace"),
-            cmd.display(),
-            elapsed,
-        )
+        return finished(self.name, cmd, timeout, proc.returncode, out, err, started)
 
     def _run_streaming(
         self,
@@ -279,10 +280,7 @@ class LocalConnection:
         rc = proc.wait()
         proc.stdout.close()
         self.commands_run += 1
-        elapsed = time.monotonic() - started
-        if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
-            raise CommandTimeout(self.name, cmd.display(), timeout)
-        return CommandResult(rc, b"".join(chunks).decode(errors="replace"), "", cmd.display(), elapsed)
+        return finished(self.name, cmd, timeout, rc, b"".join(chunks), b"", started)
 
     def expand_path(self, path: str) -> str:
         return os.path.expanduser(path)

@@ -27,11 +27,11 @@ from .agent import AgentUnavailable, PythonAgent
 from .commands import Command
 from .connection import (
     COUNTERS,
-    TIMEOUT_RC,
     CommandResult,
     ConnectOptions,
     _expand,
     _LineFeed,
+    finished,
 )
 from .errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
 
@@ -248,10 +248,7 @@ class SSHConnection:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise UnreachableError(self.name, f"SSH session lost while running a command: {exc}") from None
         self.commands_run += 1
-        elapsed = time.monotonic() - started
-        if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
-            raise CommandTimeout(self.name, cmd.display(), timeout)
-        return CommandResult(rc, out.decode(errors="replace"), err.decode(errors="replace"), cmd.display(), elapsed)
+        return finished(self.name, cmd, timeout, rc, out, err, started)
 
     @staticmethod
     def _drain(
