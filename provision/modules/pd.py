@@ -42,6 +42,17 @@ def _select(plan: HostPlan, role: str) -> list[Proc]:
     return [p for p in plan.procs if p.role == role]
 
 
+def _procs_or_result(ctx: ModuleContext, role: str) -> tuple[HostPlan, list[Proc]] | ModuleResult:
+    """The host's plan and its processes of ``role``; or the result to return (bad plan, nothing to do)."""
+    plan = _plan_or_result(ctx)
+    if isinstance(plan, ModuleResult):
+        return plan
+    procs = _select(plan, role)
+    if not procs:
+        return ModuleResult(skipped=True, msg=f"no {role} process on {ctx.host}")
+    return plan, procs
+
+
 def _plan_or_result(ctx: ModuleContext) -> HostPlan | ModuleResult:
     try:
         plan = host_plan(ctx)
@@ -99,12 +110,10 @@ class PdWait(Module):
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        plan = _plan_or_result(ctx)
-        if isinstance(plan, ModuleResult):
-            return plan
-        procs = _select(plan, args["role"])
-        if not procs:
-            return ModuleResult(skipped=True, msg=f"no {args['role']} process on {ctx.host}")
+        found = _procs_or_result(ctx, args["role"])
+        if isinstance(found, ModuleResult):
+            return found
+        plan, procs = found
         if ctx.check:
             return ModuleResult(skipped=True, msg="check mode: not waiting")
         request = {
@@ -215,12 +224,10 @@ class PdLogs(Module):
             "lines": Arg("int", default=50)}  # fmt: skip
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        plan = _plan_or_result(ctx)
-        if isinstance(plan, ModuleResult):
-            return plan
-        procs = _select(plan, args["role"])
-        if not procs:
-            return ModuleResult(skipped=True, msg=f"no {args['role']} process on {ctx.host}")
+        found = _procs_or_result(ctx, args["role"])
+        if isinstance(found, ModuleResult):
+            return found
+        plan, procs = found
         items = [{"name": p.name, "piddir": plan.pid_dir, "log": plan.log(p)} for p in procs]
         answer = helper(ctx, "tail", {"procs": items, "lines": args["lines"]})
         if not answer.get("ok"):
