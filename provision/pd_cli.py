@@ -63,7 +63,7 @@ def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, 
             "group_names": sorted(g for g in host.groups if g not in ("all", "ungrouped")),
             "groups": groups,
         }
-        out[name] = templating.Vars(host.vars, extra, magic)
+        out[name] = templating.Vars(host.vars, extra, templating.inert(magic))
     return out
 
 

@@ -72,14 +72,16 @@ class TaskRunner:
             "ansible_facts": state.facts,
         }  # fmt: skip
         base = inv.hosts[host].vars if host in inv.hosts else {}
+        # the inventory's, the play's, the task's and -e text are templates; what hosts returned (register,
+        # set_fact, facts), loop items and the magic vars are data, never rendered again
         return templating.Vars(
             base,
             self.play.vars,
-            state.set_vars,
+            templating.inert(state.set_vars),
             task.vars if task else {},
-            extra or {},
+            templating.inert(extra or {}),
             self.options.extra_vars,
-            magic,
+            templating.inert(magic),
         )
 
     # ------------------------------------------------------------------ facts
@@ -191,14 +193,18 @@ class TaskRunner:
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
             controller_dir=self.executor.playbook_dir,
             render=lambda text: templating.render_text(text, variables, where),
-            evaluate=lambda expr: templating.evaluate(expr, variables, where),
+            evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),
             peer=self.executor.connection,
             progress=lambda msg: self.executor.reporter.progress(host, msg),
         )
 
     def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
         cls = task.module_class
-        args = cls.coerce(templating.render(task.args, variables, where))
+        # expression arguments (assert's `that`, debug's `var`) are evaluated once by the module, never
+        # rendered first: rendering would turn a registered value into an expression to evaluate
+        expressions = {k: v for k, v in task.args.items() if k in cls.expression_args}
+        rendered = templating.render({k: v for k, v in task.args.items() if k not in expressions}, variables, where)
+        args = cls.coerce({**rendered, **expressions})
         for name, spec in cls.args.items():
             if spec.secret and args.get(name):
                 MASKER.add(args[name])

@@ -1,5 +1,11 @@
 """Jinja2 templating with Ansible's habits: StrictUndefined, lazy variables, native single expressions.
 
+Trust: only the playbook's and the inventory's own text is a template. Everything a host sent back
+(module results, registered values, facts, ``set_fact`` values, loop items) lives in layers marked
+:func:`inert`: :class:`Vars` returns those values as they are and never renders them again, so a file on a
+host containing ``{{ ... }}`` stays text. The environment is a Jinja2 sandbox (no ``__globals__``/``__class__``
+walks, no unsafe callables), for the playbook's own text too. See ``docs/security.md``.
+
 * ``render(value, variables)`` renders strings inside nested dicts/lists. A string that is exactly one
   expression (``"{{ gpus | length }}"``) keeps its native type, as in Ansible.
 * ``evaluate(expr, variables)`` evaluates a bare expression (``when``, ``changed_when``, ``assert``).
@@ -24,6 +30,7 @@ from typing import Any
 import jinja2
 import jinja2.meta
 import jinja2.nodes
+import jinja2.sandbox
 import yaml
 
 from .commands import quote
@@ -81,7 +88,11 @@ def _mandatory(value: Any) -> Any:
 
 
 def _make_env() -> jinja2.Environment:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
+    # str.format tricks, and bounds range(): a template can read data, never reach Python
+    env = jinja2.sandbox.SandboxedEnvironment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
     env.filters.update(
         bool=_bool,
         to_json=lambda v, **kw: json.dumps(v, **kw),
@@ -130,17 +141,48 @@ def _syntax_error(exc: jinja2.TemplateSyntaxError, source: str, where: str) -> T
 _resolving = threading.local()
 
 
+class _Inert:
+    """A layer of values that are data, never templates (see :func:`inert`)."""
+
+    __slots__ = ("layer",)
+
+    def __init__(self, layer: Mapping[str, Any]) -> None:
+        self.layer = layer
+
+
+def inert(layer: Mapping[str, Any]) -> Any:
+    """Mark a :class:`Vars` layer as data: its values are returned as they are, never rendered again.
+
+    Every layer whose values came from a host (registered results, facts, ``set_fact``) or from an earlier
+    rendering (loop items) is inert: a host that returns ``{{ ... }}`` gets that text back verbatim."""
+    return _Inert(layer)
+
+
 class Vars(Mapping[str, Any]):
-    """Layered variables (lowest precedence first) rendered lazily on read, with cycle detection."""
+    """Layered variables (lowest precedence first) rendered lazily on read, with cycle detection.
+
+    A layer wrapped in :func:`inert` holds data: a name whose winning value comes from such a layer is never
+    rendered. Values added with :meth:`child` are data too (results, loop items)."""
 
     def __init__(self, *layers: Mapping[str, Any]) -> None:
         self._data: dict[str, Any] = {}
+        self._inert: set[str] = set()
         for layer in layers:
-            self._data.update(layer)
+            if isinstance(layer, _Inert):
+                self._data.update(layer.layer)
+                self._inert.update(layer.layer)
+            else:
+                self._data.update(layer)
+                if self._inert:
+                    self._inert.difference_update(layer)
         self._cache: dict[str, Any] = {}
 
     def raw(self) -> dict[str, Any]:
         return self._data
+
+    def is_inert(self, key: str) -> bool:
+        """True when ``key``'s value is data (from a host or an earlier rendering), not a template."""
+        return key in self._inert
 
     def __getitem__(self, key: str) -> Any:
         if key in self._cache:
@@ -150,7 +192,7 @@ class Vars(Mapping[str, Any]):
                 return ENV.globals[key]
             raise KeyError(key)
         value = self._data[key]
-        if _contains_template(value):
+        if key not in self._inert and _contains_template(value):
             stack: list[str] = getattr(_resolving, "stack", [])
             _resolving.stack = stack
             if key in stack:
@@ -173,7 +215,11 @@ class Vars(Mapping[str, Any]):
         return len(self._data)
 
     def child(self, **extra: Any) -> Vars:
-        return Vars(self._data, extra)
+        """These vars plus ``extra`` (data: results, loop items), which win."""
+        out = Vars()
+        out._data = {**self._data, **extra}
+        out._inert = self._inert | extra.keys()
+        return out
 
 
 def _contains_template(value: Any) -> bool:
@@ -259,15 +305,23 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
         raise TemplateError(f"error evaluating {expr.strip()!r}: {type(exc).__name__}: {exc}") from None
 
 
+def evaluate_expression(expr: Any, variables: Mapping[str, Any], where: str = "") -> Any:
+    """A bare expression of the playbook (``assert: that``, ``debug: var``, ``when``), also when written
+    wrapped as ``"{{ expr }}"``: evaluated ONCE. Its value is never evaluated again (that would run whatever
+    a host put into a registered value)."""
+    if not isinstance(expr, str):
+        return expr
+    match = _SINGLE_EXPR.match(expr)
+    return evaluate(match.group("expr") if match else expr, variables, where)
+
+
 def condition(expr: Any, variables: Mapping[str, Any], where: str = "") -> bool:
     """``when``-style condition: bare expression, list of expressions (all must hold), or a bool."""
     if isinstance(expr, bool):
         return expr
     if isinstance(expr, list):
         return all(condition(e, variables, where) for e in expr)
-    text = str(expr)
-    match = _SINGLE_EXPR.match(text)
-    result = evaluate(match.group("expr") if match else text, variables, where)
+    result = evaluate_expression(str(expr), variables, where)
     if isinstance(result, str):
         return _bool(result)
     return bool(result)
