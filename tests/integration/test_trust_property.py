@@ -1,0 +1,133 @@
+"""Property: hostile values that come from a host arrive verbatim everywhere and execute nothing.
+
+Hypothesis builds strings from the pieces attackers use (quotes, ``$()``, backticks, newlines, ``{{ }}``,
+``{% %}``, ``{# #}``, backslashes, glob and option-looking words, non-ASCII). A lab host (real sshd) serves
+them as a JSON file; a playbook reads it (``register`` + ``from_json``: host data) and pushes every value
+through command argv, shell ``environment``, a ``quote``d shell word, ``copy`` content, ``template`` output,
+a file name, ``set_fact`` and ``debug``. Each value must come back byte for byte; a marker file that any
+evaluated or executed fragment would create on the controller or the host never appears. The second run of
+each playbook changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.test_engine import run
+
+pytestmark = pytest.mark.lab
+
+MARKER = "/tmp/provision-property-ran"
+PIECES = [
+    "'", '"', "\\", "`touch " + MARKER + "`", "$(touch " + MARKER + ")", "${HOME}", "$0", ";", "&&", "|", "\n",
+    "\t", " ", "{{ 7 * 191 }}", "{% for i in range(2) %}X{% endfor %}", "{# c #}", "{{", "}}", "{%", "%}",
+    "{{ cycler.__init__.__globals__.os.system('touch " + MARKER + "') }}", "*", "~", "-", "--help", "é", "日本",
+    "\u202e", "%s", "%(x)s", "{0}", "#", "!", "=", "a=b",
+]  # fmt: skip
+safe_chars = st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\x00")
+value = st.lists(st.one_of(st.sampled_from(PIECES), st.text(safe_chars, max_size=4)), max_size=6).map("".join)
+
+
+@pytest.fixture(scope="module")
+def setup(lab, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("property")
+    inv = lab.write_inventory(tmp / "inv.yml", names=[1])
+    (tmp / "templates").mkdir()
+    (tmp / "templates" / "one.j2").write_text("[{{ item }}]")
+    home = lab.host(1).home
+    (tmp / "pb.yml").write_text(
+        f"""- hosts: all
+  gather_facts: false
+  vars:
+    base: {home}/property
+  tasks:
+    - command: cat {home}/values.json
+      register: served
+      changed_when: false
+    - set_fact:
+        values: "{{{{ served.stdout | from_json }}}}"
+    - file:
+        path: "{{{{ base }}}}"
+        state: directory
+    - command:
+        argv: [printf, '%s', "{{{{ item }}}}"]
+      loop: "{{{{ values }}}}"
+      register: by_argv
+      changed_when: false
+    - shell: printf '%s' "$HOSTILE"
+      environment:
+        HOSTILE: "{{{{ item }}}}"
+      loop: "{{{{ values }}}}"
+      register: by_env
+      changed_when: false
+    - shell: "printf '%s' {{{{ item | quote }}}}"
+      loop: "{{{{ values }}}}"
+      register: by_quote
+      changed_when: false
+    - copy:
+        content: "{{{{ item }}}}"
+        dest: "{{{{ base }}}}/copy-{{{{ item | b64encode | replace('/', '_') }}}}"
+      loop: "{{{{ values }}}}"
+    - template:
+        src: one.j2
+        dest: "{{{{ base }}}}/tmpl-{{{{ item | b64encode | replace('/', '_') }}}}"
+      loop: "{{{{ values }}}}"
+    - file:
+        path: "{{{{ base }}}}/name-{{{{ item | replace('/', '_') }}}}"
+        state: directory
+      loop: "{{{{ values }}}}"
+    - set_fact:
+        joined: "{{{{ values | join('|') }}}}"
+    - debug:
+        msg: "{{{{ joined }}}}"
+"""
+    )
+    return inv, tmp, home
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(values=st.lists(value, min_size=1, max_size=4))
+@example(values=[p for p in PIECES if "\n" not in p][:12])
+def test_hostile_values_from_a_host_arrive_verbatim_and_run_nothing(lab, setup, values, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    inv, tmp, home = setup
+    monkeypatch.setenv("PROVISION_SSH_CONFIG", str(lab.ssh_config_path))
+    shutil.rmtree(f"{home}/property", ignore_errors=True)
+    lab.run_as(1, ["sh", "-c", 'cat > "$HOME/values.json"'], input=json.dumps(values))
+    first = run("run", tmp / "pb.yml", "-i", inv, "--json")
+    assert first.code == 0, first.out + first.err
+    doc = json.loads(first.out)
+    tasks = [next(iter(t["hosts"].values())) for t in doc["plays"][0]["tasks"]]
+
+    def outs(index: int) -> list[str]:
+        return [r["stdout"] for r in tasks[index]["results"]]
+
+    expected = [v.rstrip("\r\n") for v in values]  # the command module strips trailing newlines, as Ansible's
+    assert outs(3) == expected  # command argv
+    assert outs(4) == expected  # shell, the value in `environment`
+    assert outs(5) == expected  # shell, the value as a `quote`d word
+    base = Path(home) / "property"
+    for v in values:
+        b64 = base64.b64encode(v.encode()).decode().replace("/", "_")
+        assert (base / f"copy-{b64}").read_bytes().decode() == v
+        assert (base / f"tmpl-{b64}").read_bytes().decode() == f"[{v}]"
+        assert (base / f"name-{v.replace('/', '_')}").is_dir()
+    assert tasks[10]["msg"] == "|".join(values)
+    assert not Path(MARKER).exists() and not (Path(home) / "property" / MARKER.lstrip("/")).exists()
+    if not any("1337" in v for v in values):
+        assert "1337" not in first.out  # {{ 7 * 191 }} was never evaluated
+
+    second = run("run", tmp / "pb.yml", "-i", inv, "--json")
+    assert second.code == 0, second.out + second.err
+    stats = json.loads(second.out)["stats"]
+    assert all(s["changed"] == 0 for s in stats.values()), stats
