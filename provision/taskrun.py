@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import templating
 from .commands import MASKER
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
+from .executor import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
 from .results import Status, TaskResult
@@ -72,7 +73,7 @@ class TaskRunner:
             "ansible_facts": state.facts,
         }  # fmt: skip
         base = inv.hosts[host].vars if host in inv.hosts else {}
-        return templating.Vars(
+        variables = templating.Vars(
             base,
             self.play.vars,
             state.set_vars,
@@ -81,6 +82,8 @@ class TaskRunner:
             self.options.extra_vars,
             magic,
         )
+        register_secrets(variables, self.play.no_log)
+        return variables
 
     # ------------------------------------------------------------------ facts
     def gather_facts(self, host: str) -> TaskResult:
@@ -154,7 +157,8 @@ class TaskRunner:
             else:
                 res = self._call(task, host, item_vars, where)
             res.data[task.loop_var] = item
-            res.data["item_label"] = str(item)[:60]
+            # masked BEFORE it is cut: a secret cut in half would no longer match the masker
+            res.data["item_label"] = MASKER.mask(str(item))[:60]
             results.append(res)
             if res.failed and not task.ignore_errors:
                 break
