@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .executor import Executor
 
 NO_LOG_MSG = "the output has been hidden due to no_log: true"
+NO_LOG_ITEM = "None"  # the loop item label of a no_log task, as Ansible shows it
 CHECK_SKIPPED = "_check_mode_skipped"  # marks a registered result that check mode did not really produce
 
 
@@ -114,13 +115,16 @@ class TaskRunner:
         except (HostError, TemplateError, ArgError) as exc:
             msg = exc.msg if isinstance(exc, (HostError, TemplateError)) else str(exc)
             result = TaskResult(host, task.name, Status.FAILED, f"{msg} ({task.where})")
+        except Exception:
+            if not task.no_log:
+                raise
+            # a bug, but its text may quote the task's arguments: no_log hides it like any other output
+            result = TaskResult(host, task.name, Status.FAILED, f"internal error ({task.where})")
         result.duration = time.monotonic() - started
         if result.failed and task.ignore_errors:
             result.ignored = True
         if task.no_log:
-            result.msg = NO_LOG_MSG if result.msg else ""
-            result.data = {}
-            result.diff = None
+            _censor(result)
         self._register(task, host, result)
         if result.changed and task.notify:
             names = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
@@ -197,7 +201,7 @@ class TaskRunner:
             render=lambda text: templating.render_text(text, variables, where),
             evaluate=lambda expr: templating.evaluate(expr, variables, where),
             peer=self.executor.connection,
-            progress=lambda msg: self.executor.reporter.progress(host, msg),
+            progress=None if task.no_log else (lambda msg: self.executor.reporter.progress(host, msg)),
         )
 
     def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
@@ -268,6 +272,16 @@ class TaskRunner:
                 result.msg = result.msg or f"failed_when condition was true: {task.failed_when}"
             elif result.status is Status.FAILED:
                 result.status = Status.OK
+
+
+def _censor(result: TaskResult) -> None:
+    """no_log: nothing of the task's arguments or results is kept for any output (items included)."""
+    result.msg = NO_LOG_MSG if result.msg else ""
+    result.data = {}
+    result.diff = None
+    for item in result.item_results:
+        _censor(item)
+        item.data["item_label"] = NO_LOG_ITEM
 
 
 def _combine(host: str, name: str, results: list[TaskResult]) -> TaskResult:
