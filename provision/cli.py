@@ -313,6 +313,7 @@ def _error_line(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     _argv[:] = sys.argv[1:] if argv is None else argv
+    _state["verbosity"] = 0  # set again by the options of this invocation
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
