@@ -206,10 +206,12 @@ class TaskRunner:
 
     def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
         cls = task.module_class
-        args = cls.coerce(templating.render(task.args, variables, where))
-        for name, spec in cls.args.items():
-            if spec.secret and args.get(name):
-                MASKER.add(args[name])
+        rendered = templating.render(task.args, variables, where)
+        if isinstance(rendered, dict):  # secret args are registered before coerce can quote them in an error
+            for name, spec in cls.args.items():
+                if spec.secret and rendered.get(name):
+                    MASKER.add(rendered[name])
+        args = cls.coerce(rendered)
         ctx = self._context(task, host, variables, where)
         attempts = (task.retries or 0) + 1 if task.until is not None else 1
         result = TaskResult(host, task.name, Status.OK)
