@@ -15,6 +15,7 @@ import yaml
 
 from provision import cli
 from provision.commands import MASK, masked_forms
+from provision.modules.base import REGISTRY, Arg, Module, ModuleContext, ModuleResult, register
 from tests.helpers import CliResult, run_cli
 
 LOCAL = {"ansible_connection": "local"}
@@ -66,13 +67,14 @@ SHOW = [
 ]
 
 
-@pytest.mark.parametrize("source", ["inventory", "group_vars", "play_vars", "extra_k_v", "extra_file"])
+@pytest.mark.parametrize("source", ["inventory", "group_vars", "play_vars", "task_vars", "extra_k_v", "extra_file"])
 def test_rendered_secret_var_is_masked_whatever_defines_it(source: str, tmp_path: Path, debug_log: Path) -> None:
     vault = f'vault-{source}-"q"-\\b\\-wörd-✓'
     template = "{{ vault_db }}"
     inv_vars: dict[str, object] = {"vault_db": vault}
     play_vars: dict[str, object] = {}
     extra: list[str] = []
+    tasks = SHOW
     if source == "inventory":
         inv_vars["db_password"] = template
     elif source == "group_vars":
@@ -80,13 +82,15 @@ def test_rendered_secret_var_is_masked_whatever_defines_it(source: str, tmp_path
         (tmp_path / "inv" / "group_vars" / "all.yml").write_text(f'db_password: "{template}"\n')
     elif source == "play_vars":
         play_vars["db_password"] = template
+    elif source == "task_vars":
+        tasks = [{**task, "vars": {"db_password": template}} for task in SHOW]
     elif source == "extra_k_v":
         extra = ["-e", f"db_password='{template}'"]
     else:
         (tmp_path / "extra.yml").write_text(yaml.safe_dump({"db_password": template}))
         extra = ["-e", f"@{tmp_path / 'extra.yml'}"]
     inv = inventory(tmp_path, inv_vars)
-    pb = playbook(tmp_path, SHOW, play_vars)
+    pb = playbook(tmp_path, tasks, play_vars)
     result = run("run", pb, "-i", inv, *extra, "--json", "-vvv", cwd=tmp_path)
     assert result.code == 2, result.err
     doc = json.loads(result.out)
@@ -107,6 +111,53 @@ def test_secret_var_undefined_for_one_host_does_not_break_the_others(tmp_path: P
     doc = json.loads(result.out)
     hosts = doc["plays"][0]["tasks"][0]["hosts"]
     assert hosts["one"]["stdout"] == MASK and hosts["two"]["stdout"] == "none"
+
+
+def test_play_no_log_names_set_fact_and_inventory_host_are_masked(tmp_path: Path) -> None:
+    inv = inventory(tmp_path, {"vault_db": "inv-vault-value-5", "db_password": "{{ vault_db }}"})
+    shown = run("inventory", "-i", inv, "--host", "one", cwd=tmp_path)
+    assert shown.code == 0, shown.err
+    assert json.loads(shown.out)["vault_db"] == MASK
+    pb = tmp_path / "pb.yml"
+    pb.write_text(
+        "- hosts: one\n  gather_facts: false\n  no_log: [plain_name]\n"
+        "  vars:\n    plain_name: listed-in-no-log-6\n  tasks:\n"
+        "    - set_fact:\n        made_token: 'made-by-set-fact-{{ 7 * 6 }}'\n"
+        "    - debug:\n        msg: '{{ plain_name }} {{ made_token }}'\n"
+    )
+    result = run("run", pb, "-i", inv, "--json", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert_hidden(result.out + result.err, "listed-in-no-log-6", "made-by-set-fact-42")
+
+
+@pytest.fixture
+def secret_arg_module() -> Iterator[str]:
+    """A module with a ``secret=True`` int argument (no shipped module has one yet)."""
+
+    class SecretArg(Module):
+        name = "test_secret_arg"
+        controller_only = True
+        args = {"pin": Arg("int", secret=True)}
+
+        def run(self, ctx: ModuleContext, args: dict[str, object]) -> ModuleResult:
+            return ModuleResult(msg=f"pin is {args['pin']}", data={"pin": args["pin"]})
+
+    register(SecretArg)
+    yield SecretArg.name
+    for key in (SecretArg.name, f"ansible.builtin.{SecretArg.name}"):
+        REGISTRY.pop(key, None)
+
+
+def test_module_args_marked_secret_are_masked_also_in_coerce_errors(tmp_path: Path, secret_arg_module: str) -> None:
+    inv = inventory(tmp_path, {"good_pin": 90817263, "bad_pin": "not-an-int-pin-8"})
+    pb = playbook(
+        tmp_path,
+        [{secret_arg_module: {"pin": "{{ good_pin }}"}}, {secret_arg_module: {"pin": "{{ bad_pin }}"}}],
+    )
+    result = run("run", pb, "-i", inv, "--json", "-v", cwd=tmp_path)
+    assert result.code == 2, result.err
+    assert_hidden(result.out + result.err, "90817263", "not-an-int-pin-8")
+    assert "pin is ********" in result.err
 
 
 def test_nested_secret_values_are_masked(tmp_path: Path) -> None:
