@@ -7,8 +7,10 @@ produces the exact text the remote ``sh`` receives (every value quoted), and :me
 produces what may be shown to people (secrets replaced by ``********``).
 
 Secrets: any value registered with :data:`MASKER` (vars whose names contain token/password/secret/passwd,
-vars listed in ``no_log``, or wrapped in :class:`Secret`) is replaced in every string that passes through
-``MASKER.mask`` — the reporter, the JSON writer, the retry file and the debug log all do.
+at any depth and as rendered for each host; vars listed in ``no_log``; module args marked secret; values
+wrapped in :class:`Secret`) is replaced, raw and in its escaped forms (JSON, ``repr``, YAML, shell-quoted),
+in every string that passes through ``MASKER.mask`` — the reporter, the JSON writer, the retry file, the
+error lines and the debug log all do, as the last step before the text leaves the process.
 """
 
 from __future__ import annotations
@@ -71,18 +73,20 @@ class Masker:
     """
 
     def __init__(self) -> None:
-        self._values: set[str] = set()
+        self._secrets: set[str] = set()  # the registered values
+        self._values: set[str] = set()  # ... and their escaped forms: what is masked
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
 
     def add(self, value: object) -> None:
         """Register a secret: a string, a number, a :class:`Secret`, or every value of a dict/list."""
-        texts = list(_leaves(value))
-        if not texts:
-            return
+        texts = {t for t in _leaves(value) if len(t) >= MIN_SECRET_LEN}
         with self._lock:
-            new = {form for text in texts if len(text) >= MIN_SECRET_LEN for form in masked_forms(text)}
-            new -= self._values
+            texts -= self._secrets
+            if not texts:
+                return
+            self._secrets |= texts
+            new = {form for text in texts for form in masked_forms(text)} - self._values
             if new:
                 self._values |= new
                 ordered = sorted(self._values, key=len, reverse=True)
@@ -131,6 +135,7 @@ class Masker:
 
     def clear(self) -> None:
         with self._lock:
+            self._secrets.clear()
             self._values.clear()
             self._pattern = None
 
