@@ -6,10 +6,13 @@ Every non-zero exit prints one line saying why; the traceback goes to the debug 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -22,49 +25,76 @@ from . import __version__
 from .commands import MASKER
 from .connection import ConnectOptions
 from .errors import EXIT_INTERRUPTED, EXIT_USAGE, InputError, ProvisionError, UsageError
-from .executor import Executor, RunOptions, playbook_dir_of
+from .executor import Executor, RunOptions, playbook_dir_of, register_inventory_secrets, register_secrets
 from .inventory import Inventory
+from .localfiles import append_private
 from .plan import check_plan
 from .playbook import Play, load_playbook, parse_task
 from .report import Reporter, write_retry_file
+from .templating import Vars
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
+EXIT_INTERNAL = 1  # an unexpected exception (a bug): what an uncaught Python exception exits with
 _state: dict[str, int] = {"verbosity": 0}
+_argv: list[str] = []  # this invocation's arguments, for the debug log (masked there)
 
 
 # ------------------------------------------------------------------------------------------- option helpers
 def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
-    """``-e k=v k2='v 2'``, ``-e @file.yml`` or ``-e '{"json": 1}'``; later ones win."""
+    """``-e k=v k2='v 2'``, ``-e @file.yml`` or ``-e '{"json": 1}'``; later ones win.
+
+    Extra vars often carry secrets, so an error never quotes their text: it names the file, line and column.
+    The secret-named values are registered with MASKER as soon as they are parsed."""
     out: dict[str, Any] = {}
     for value in values:
         text = value.strip()
         if text.startswith("@"):
-            path = Path(text[1:])
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise InputError(f"-e {text}: {exc.strerror}", file=str(path)) from None
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                raise InputError(
-                    f"-e: YAML error: {exc}", file=str(path), line=mark.line + 1 if mark else None
-                ) from None
-            if not isinstance(data, dict):
-                raise InputError("-e file must hold a mapping", file=str(path))
-            out.update(data)
+            out.update(_extra_vars_file(Path(text[1:])))
         elif text.startswith("{"):
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputError(f"-e: invalid JSON: {exc}") from None
+                raise InputError(f"-e: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            if not isinstance(data, dict):
+                raise InputError("-e: JSON extra vars must be an object")
             out.update(data)
         else:
-            for word in shlex.split(text):
+            try:
+                words = shlex.split(text)
+            except ValueError as exc:
+                raise InputError(f"-e: cannot split key=value words: {exc}") from None
+            for n, word in enumerate(words, 1):
                 if "=" not in word:
-                    raise InputError(f"-e: expected key=value, @file or JSON, got {word!r}")
+                    raise InputError(f"-e: expected key=value, @file or JSON; word {n} has no '='")
                 key, val = word.split("=", 1)
                 out[key] = val
+        MASKER.add_vars(out)
     return out
+
+
+def _extra_vars_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"-e @file: cannot read: {exc.strerror}", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"-e @file: not UTF-8 text (byte {exc.start})", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        # str(exc) quotes the offending line: only the problem and its position are shown
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        column = f", column {mark.column + 1}" if mark else ""
+        raise InputError(
+            f"-e @file: invalid YAML{column}: {problem}", file=str(path), line=mark.line + 1 if mark else None
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        kind = "list" if isinstance(data, list) else type(data).__name__
+        raise InputError(f"-e @file must hold a mapping, not a {kind}", file=str(path))
+    return data
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,7 +119,9 @@ def _inventory(inventories: tuple[str, ...], extra: dict[str, Any]) -> Inventory
     paths = list(inventories) or [p for p in [os.environ.get("PROVISION_INVENTORY")] if p]
     if not paths:
         raise UsageError("no inventory given: use -i INVENTORY (or set PROVISION_INVENTORY)")
-    return Inventory.load(paths, extra)
+    inventory = Inventory.load(paths, extra)
+    register_inventory_secrets(inventory, extra)
+    return inventory
 
 
 def _options(kw: dict[str, Any], extra: dict[str, Any], **more: Any) -> RunOptions:
@@ -129,6 +161,8 @@ def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, jso
             else f"unreachable hosts: {', '.join(summary.unreachable_hosts)}"
         )  # fmt: skip
         click.echo(MASKER.mask(f"ERROR: {reason}"), err=True)
+        failures = "".join(f"  {r.host}: {r.task}: {r.status.value}: {r.msg}\n" for r in reporter.failures)
+        _debug_log(f"ERROR: {reason}\n{failures}")
     return code
 
 
@@ -245,7 +279,7 @@ def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_
 
 
 def _masked_vars(variables: dict[str, Any]) -> dict[str, Any]:
-    MASKER.add_vars(variables)
+    register_secrets(Vars(variables))
     return variables
 
 
@@ -264,33 +298,47 @@ def facts(**kw: Any) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- main
-def _debug_log(exc: BaseException) -> None:
-    try:
-        DEBUG_LOG.parent.mkdir(parents=True, exist_ok=True)
-        with DEBUG_LOG.open("a", encoding="utf-8") as fh:
-            fh.write(MASKER.mask("".join(traceback.format_exception(exc))) + "\n")
-    except OSError:
-        pass
+def _debug_log(text: str) -> None:
+    """Append one record (masked) to the debug log: created 0600, never written through a symlink."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    record = f"--- {stamp} provision {shlex.join(_argv)}\n{text.rstrip()}\n"
+    with contextlib.suppress(OSError):
+        append_private(DEBUG_LOG, MASKER.mask(record))
+
+
+def _error_line(text: str) -> None:
+    """The one line a failing command prints: masked like everything else that leaves the process."""
+    click.echo(MASKER.mask(text), err=True)
 
 
 def main(argv: list[str] | None = None) -> None:
+    _argv[:] = sys.argv[1:] if argv is None else argv
+    _state["verbosity"] = 0  # set again by the options of this invocation
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
-        exc.show()
+        shown = io.StringIO()
+        exc.show(file=shown)
+        _error_line(shown.getvalue().rstrip("\n"))
         code = EXIT_USAGE
     except click.exceptions.Abort:
-        click.echo("ERROR: interrupted", err=True)
+        _error_line("ERROR: interrupted")
         code = EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        click.echo("ERROR: interrupted", err=True)
+        _error_line("ERROR: interrupted")
         code = EXIT_INTERRUPTED
     except ProvisionError as exc:
-        _debug_log(exc)
+        _debug_log("".join(traceback.format_exception(exc)))
         if _state["verbosity"] >= 3:
-            traceback.print_exc()
-        click.echo(MASKER.mask(f"ERROR: {exc}"), err=True)
+            _error_line(traceback.format_exc().rstrip("\n"))
+        _error_line(f"ERROR: {exc}")
         code = exc.exit_code
+    except Exception as exc:  # a bug: its text may hold any value, so it is masked like the rest
+        _debug_log("".join(traceback.format_exception(exc)))
+        if _state["verbosity"] >= 3:
+            _error_line(traceback.format_exc().rstrip("\n"))
+        _error_line(f"ERROR: internal error: {type(exc).__name__}: {exc} (traceback in {DEBUG_LOG})")
+        code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
 
 

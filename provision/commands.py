@@ -7,19 +7,25 @@ produces the exact text the remote ``sh`` receives (every value quoted), and :me
 produces what may be shown to people (secrets replaced by ``********``).
 
 Secrets: any value registered with :data:`MASKER` (vars whose names contain token/password/secret/passwd,
-vars listed in ``no_log``, or wrapped in :class:`Secret`) is replaced in every string that passes through
-``MASKER.mask`` — the reporter, the JSON writer, the retry file and the debug log all do.
+at any depth and as rendered for each host; vars listed in ``no_log``; module args marked secret; values
+wrapped in :class:`Secret`) is replaced, raw and in its escaped forms (JSON, ``repr``, YAML, shell-quoted),
+in every string that passes through ``MASKER.mask`` — the reporter, the JSON writer, the retry file, the
+error lines and the debug log all do, as the last step before the text leaves the process.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import yaml
+
 MASK = "********"
+MIN_SECRET_LEN = 4
 SECRET_NAME_RE = re.compile(r"token|password|passwd|secret", re.IGNORECASE)
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -37,31 +43,79 @@ class Secret:
         return f"Secret({MASK})"
 
 
+def masked_forms(text: str) -> list[str]:
+    """``text`` as it may appear in output: raw, stripped, JSON-escaped (ASCII and not), ``repr``, YAML
+    double- and single-quoted, and shell-quoted."""
+    forms = [
+        text,
+        text.strip(),
+        json.dumps(text)[1:-1],
+        json.dumps(text, ensure_ascii=False)[1:-1],
+        repr(text)[1:-1],
+        yaml.safe_dump(text, default_style='"', width=2**31, allow_unicode=True).rstrip("\n")[1:-1],
+        yaml.safe_dump(text, default_style='"', width=2**31).rstrip("\n")[1:-1],
+        text.replace("'", "''"),
+        shlex.quote(text),
+    ]
+    return list(dict.fromkeys(f for f in forms if len(f) >= MIN_SECRET_LEN))
+
+
+def is_secret_name(name: object, no_log: Iterable[str] = ()) -> bool:
+    return isinstance(name, str) and (bool(SECRET_NAME_RE.search(name)) or name in no_log)
+
+
 class Masker:
     """Replaces every registered secret value in text. Thread-safe; values shorter than 4 chars are ignored
-    (masking "a" everywhere would destroy output without protecting anything)."""
+    (masking "a" everywhere would destroy output without protecting anything).
+
+    A value is registered with its escaped forms (:func:`masked_forms`), so it is masked in JSON, YAML,
+    ``repr`` and shell-quoted text too. Containers register every value inside them; numbers register as text.
+    """
 
     def __init__(self) -> None:
-        self._values: set[str] = set()
+        self._secrets: set[str] = set()  # the registered values
+        self._values: set[str] = set()  # ... and their escaped forms: what is masked
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
 
     def add(self, value: object) -> None:
-        text = value.value if isinstance(value, Secret) else str(value)
-        if len(text) < 4:
-            return
+        """Register a secret: a string, a number, a :class:`Secret`, or every value of a dict/list."""
+        texts = {t for t in _leaves(value) if len(t) >= MIN_SECRET_LEN}
         with self._lock:
-            if text not in self._values:
-                self._values.add(text)
+            texts -= self._secrets
+            if not texts:
+                return
+            self._secrets |= texts
+            new = {form for text in texts for form in masked_forms(text)} - self._values
+            if new:
+                self._values |= new
                 ordered = sorted(self._values, key=len, reverse=True)
                 self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
 
-    def add_vars(self, variables: Mapping[str, object], no_log: Iterable[str] = ()) -> None:
-        """Register the values of secret-looking variables (and of those named in ``no_log``)."""
+    def add_vars(
+        self,
+        variables: Mapping[str, object],
+        no_log: Iterable[str] = (),
+        render: Callable[[object], object] | None = None,
+    ) -> None:
+        """Register the values of secret-looking variables (and of those named in ``no_log``), at any depth:
+        ``creds: {api_token: X}`` registers X. A value that is a template is registered as ``render`` returns
+        it (the caller renders it for one host, and returns None when it cannot be rendered there: a var
+        undefined for that host registers nothing); without ``render`` a template registers nothing."""
         extra = set(no_log)
         for name, value in variables.items():
-            if (SECRET_NAME_RE.search(name) or name in extra) and isinstance(value, (str, int, Secret)):
-                self.add(value)
+            if is_secret_name(name, extra):
+                self.add(_rendered(value, render))
+            elif isinstance(value, (dict, list, tuple)):
+                self._add_nested(value, render)
+
+    def _add_nested(self, value: object, render: Callable[[object], object] | None) -> None:
+        # plain containers only: lazy mapping views (``hostvars``) would build every host's vars
+        if isinstance(value, dict):
+            self.add_vars(value, render=render)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                self._add_nested(item, render)
 
     def mask(self, text: str) -> str:
         pattern = self._pattern
@@ -81,8 +135,40 @@ class Masker:
 
     def clear(self) -> None:
         with self._lock:
+            self._secrets.clear()
             self._values.clear()
             self._pattern = None
+
+
+def _is_template(value: str) -> bool:
+    return "{{" in value or "{%" in value
+
+
+def _rendered(value: object, render: Callable[[object], object] | None) -> object:
+    """``value`` with every template inside it rendered; a template that cannot be rendered is dropped."""
+    if isinstance(value, str) and _is_template(value):
+        return render(value) if render is not None else None
+    if isinstance(value, dict):
+        return [_rendered(v, render) for v in value.values()]
+    if isinstance(value, (list, tuple)):
+        return [_rendered(v, render) for v in value]
+    return value
+
+
+def _leaves(value: object) -> Iterable[str]:
+    """The text of every scalar inside ``value`` (bools and None are not secrets)."""
+    if isinstance(value, Secret):
+        yield value.value
+    elif isinstance(value, str):
+        yield value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield str(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            yield from _leaves(v)
 
 
 MASKER = Masker()

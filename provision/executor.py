@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from . import templating
 from .commands import MASKER, Command
 from .connection import Connection, ConnectOptions, LocalConnection, open_connection
-from .errors import HostError, Interrupted, UnreachableError
+from .errors import HostError, Interrupted, TemplateError, UnreachableError
 from .inventory import Inventory
 from .playbook import Play, Task
 from .report import Reporter
@@ -92,9 +93,7 @@ class Executor:
         self._conn_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, options.forks), thread_name_prefix="provision")
         self._started = options.start_at_task is None
-        for _name, host in inventory.hosts.items():
-            MASKER.add_vars(host.vars)
-        MASKER.add_vars(options.extra_vars)
+        register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
     def connection(self, host: str) -> Connection:
@@ -158,7 +157,7 @@ class Executor:
     def _play(self, play: Play) -> None:
         hosts = self.play_hosts(play)
         self.reporter.play_start(play.name, hosts)
-        MASKER.add_vars(play.vars, play.no_log)
+        MASKER.add_vars(play.vars, play.no_log)  # the plain values; templates are rendered per host (taskrun)
         if not hosts:
             self.reporter.line("skipping: no hosts matched")
             return
@@ -303,6 +302,40 @@ class Executor:
             else:
                 conn = self.connection(host)
                 conn.run(Command.of("rm", "-f", conn.expand_path(PENDING_HANDLERS)), timeout=30)
+
+
+_registering = threading.local()
+
+
+def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> None:
+    """Register with MASKER the secret-named values of one host's ``variables`` (names matching
+    token/password/passwd/secret, or listed in ``no_log``; at any depth) AS RENDERED for that host:
+    ``db_password: "{{ vault_db }}"`` registers vault_db's value. A template that cannot be rendered for the
+    host (an undefined var) registers nothing. Re-entrant calls (rendering a secret that reads ``hostvars``
+    builds another host's vars) are skipped: that host registers its own secrets when its vars are used."""
+    if getattr(_registering, "active", False):
+        return
+    _registering.active = True
+
+    def render(text: object) -> object:
+        try:
+            return templating.render(text, variables, where="a secret variable")
+        except TemplateError:
+            return None
+
+    try:
+        MASKER.add_vars(variables.raw(), no_log, render)
+    finally:
+        _registering.active = False
+
+
+def register_inventory_secrets(inventory: Inventory, extra_vars: dict[str, Any]) -> None:
+    """Register the secrets of every inventory host and of the extra vars, before any host is contacted."""
+    MASKER.add_vars(extra_vars)
+    for group in inventory.groups.values():
+        MASKER.add_vars(group.vars)
+    for host in inventory.hosts.values():
+        register_secrets(templating.Vars(host.vars))
 
 
 def playbook_dir_of(path: str) -> str:

@@ -1,6 +1,7 @@
 """Reporting: Ansible-like human output, the ``--json`` document, and the retry file.
 
-Every string printed or written here passes through :data:`provision.commands.MASKER` first.
+Every string printed or written here passes through :data:`provision.commands.MASKER` as the LAST step
+before it leaves the process (after JSON encoding, so escaped forms of secrets are masked too).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .commands import MASKER
+from .localfiles import replace_file
 from .results import RunSummary, Status, TaskResult
 
 _COLORS = {
@@ -29,6 +31,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._plays: list[dict[str, Any]] = []
         self._task: dict[str, Any] | None = None
+        self.failures: list[TaskResult] = []  # failed/unreachable results, for the debug log
         self._started = time.monotonic()
 
     # ------------------------------------------------------------------ printing
@@ -64,6 +67,8 @@ class Reporter:
     def task_result(self, result: TaskResult) -> None:
         if self._task is not None:
             self._task["hosts"][result.host] = MASKER.mask_obj(result.to_json())
+        if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
+            self.failures.append(result)
         self.line(self.format_result(result))
 
     def format_result(self, result: TaskResult) -> str:
@@ -93,7 +98,7 @@ class Reporter:
         if self.verbosity and result.data:
             shown = {k: v for k, v in result.data.items() if not k.startswith("_")}
             if shown:
-                body += "\n" + json.dumps(shown, indent=2, default=str, sort_keys=True)
+                body += "\n" + json.dumps(MASKER.mask_obj(shown), indent=2, default=str, sort_keys=True)
         return body
 
     def recap(self, summary: RunSummary) -> None:
@@ -121,18 +126,19 @@ class Reporter:
 
     def emit_json(self, summary: RunSummary, stream: TextIO | None = None) -> None:
         doc = MASKER.mask_obj(self.json_document(summary))
-        (stream or sys.stdout).write(json.dumps(doc, indent=2, default=str) + "\n")
+        (stream or sys.stdout).write(MASKER.mask(json.dumps(doc, indent=2, default=str)) + "\n")
 
 
 def write_retry_file(playbook: str, summary: RunSummary, directory: str | None = None) -> str | None:
-    """Write the failed/unreachable host names, one per line; ``-l @file`` reruns just them."""
+    """Write the failed/unreachable host names, one per line; ``-l @file`` reruns just them. The file is
+    replaced, never written through a link planted at its name."""
     hosts = [h for h in summary.stats if summary.stats[h].failed or summary.stats[h].unreachable]
     if not hosts:
         return None
     base = Path(directory) if directory else Path.cwd()
     path = base / (Path(playbook).stem + ".retry")
     try:
-        path.write_text("".join(MASKER.mask(h) + "\n" for h in hosts), encoding="utf-8")
+        replace_file(path, MASKER.mask("".join(h + "\n" for h in hosts)))
     except OSError:
         return None
     return str(path)

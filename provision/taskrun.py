@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import templating
 from .commands import MASKER
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
+from .executor import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
 from .results import Status, TaskResult
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .executor import Executor
 
 NO_LOG_MSG = "the output has been hidden due to no_log: true"
+NO_LOG_ITEM = "None"  # the loop item label of a no_log task, as Ansible shows it
 CHECK_SKIPPED = "_check_mode_skipped"  # marks a registered result that check mode did not really produce
 
 
@@ -74,7 +76,7 @@ class TaskRunner:
         base = inv.hosts[host].vars if host in inv.hosts else {}
         # the inventory's, the play's, the task's and -e text are templates; what hosts returned (register,
         # set_fact, facts), loop items and the magic vars are data, never rendered again
-        return templating.Vars(
+        variables = templating.Vars(
             base,
             self.play.vars,
             templating.inert(state.set_vars),
@@ -83,6 +85,8 @@ class TaskRunner:
             self.options.extra_vars,
             templating.inert(magic),
         )
+        register_secrets(variables, self.play.no_log)
+        return variables
 
     # ------------------------------------------------------------------ facts
     def gather_facts(self, host: str) -> TaskResult:
@@ -113,13 +117,16 @@ class TaskRunner:
         except (HostError, TemplateError, ArgError) as exc:
             msg = exc.msg if isinstance(exc, (HostError, TemplateError)) else str(exc)
             result = TaskResult(host, task.name, Status.FAILED, f"{msg} ({task.where})")
+        except Exception:
+            if not task.no_log:
+                raise
+            # a bug, but its text may quote the task's arguments: no_log hides it like any other output
+            result = TaskResult(host, task.name, Status.FAILED, f"internal error ({task.where})")
         result.duration = time.monotonic() - started
         if result.failed and task.ignore_errors:
             result.ignored = True
         if task.no_log:
-            result.msg = NO_LOG_MSG if result.msg else ""
-            result.data = {}
-            result.diff = None
+            _censor(result)
         self._register(task, host, result)
         if result.changed and task.notify:
             names = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
@@ -156,7 +163,8 @@ class TaskRunner:
             else:
                 res = self._call(task, host, item_vars, where)
             res.data[task.loop_var] = item
-            res.data["item_label"] = str(item)[:60]
+            # masked BEFORE it is cut: a secret cut in half would no longer match the masker
+            res.data["item_label"] = MASKER.mask(str(item))[:60]
             results.append(res)
             if res.failed and not task.ignore_errors:
                 break
@@ -195,7 +203,7 @@ class TaskRunner:
             render=lambda text: templating.render_text(text, variables, where),
             evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),
             peer=self.executor.connection,
-            progress=lambda msg: self.executor.reporter.progress(host, msg),
+            progress=None if task.no_log else (lambda msg: self.executor.reporter.progress(host, msg)),
         )
 
     def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
@@ -204,10 +212,10 @@ class TaskRunner:
         # rendered first: rendering would turn a registered value into an expression to evaluate
         expressions = {k: v for k, v in task.args.items() if k in cls.expression_args}
         rendered = templating.render({k: v for k, v in task.args.items() if k not in expressions}, variables, where)
+        for name, spec in cls.args.items():  # secret args are registered before coerce can quote them in an error
+            if spec.secret and rendered.get(name):
+                MASKER.add(rendered[name])
         args = cls.coerce({**rendered, **expressions})
-        for name, spec in cls.args.items():
-            if spec.secret and args.get(name):
-                MASKER.add(args[name])
         ctx = self._context(task, host, variables, where)
         attempts = (task.retries or 0) + 1 if task.until is not None else 1
         result = TaskResult(host, task.name, Status.OK)
@@ -270,6 +278,16 @@ class TaskRunner:
                 result.msg = result.msg or f"failed_when condition was true: {task.failed_when}"
             elif result.status is Status.FAILED:
                 result.status = Status.OK
+
+
+def _censor(result: TaskResult) -> None:
+    """no_log: nothing of the task's arguments or results is kept for any output (items included)."""
+    result.msg = NO_LOG_MSG if result.msg else ""
+    result.data = {}
+    result.diff = None
+    for item in result.item_results:
+        _censor(item)
+        item.data["item_label"] = NO_LOG_ITEM
 
 
 def _combine(host: str, name: str, results: list[TaskResult]) -> TaskResult:
