@@ -323,8 +323,12 @@ def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> 
         except TemplateError:
             return None
 
+    raw = variables.raw()
     try:
-        MASKER.add_vars(variables.raw(), no_log, render)
+        # only the inventory's/playbook's own text is rendered; a secret that came from a host (a registered
+        # result, a set_fact of it) is data: registered as it is, never rendered (docs/security.md)
+        MASKER.add_vars({k: v for k, v in raw.items() if not variables.is_inert(k)}, no_log, render)
+        MASKER.add_vars({k: v for k, v in raw.items() if variables.is_inert(k)}, no_log, lambda text: text)
     finally:
         _registering.active = False
 

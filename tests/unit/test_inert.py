@@ -84,3 +84,13 @@ def test_the_sandbox_keeps_what_playbooks_use() -> None:
     assert render(loop, v) == "6"
     assert render("{{ '%s-%d' | format('x', 3) }} {{ 'x' ~ 1 }}", v) == "x-3 x1"
     assert templating.ENV.is_safe_attribute("", "upper", None)
+
+
+def test_a_secret_that_came_from_a_host_is_masked_as_it_is_never_rendered(tmp_path: Path) -> None:
+    from provision.commands import MASKER
+    from provision.executor import register_secrets
+
+    payload = _payload("{{ cycler.__init__.__globals__.os.system('touch MARKER') }}", tmp_path / "ran")
+    register_secrets(Vars({"db_password": "{{ 'inventory-' ~ 'secret' }}"}, inert({"api_token": payload})))
+    assert not (tmp_path / "ran").exists()
+    assert MASKER.mask(f"a {payload} b inventory-secret") == "a ******** b ********"
