@@ -7,6 +7,7 @@ before it leaves the process (after JSON encoding, so escaped forms of secrets a
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -16,6 +17,16 @@ from typing import Any, TextIO
 from .commands import MASKER
 from .localfiles import replace_file
 from .results import RunSummary, Status, TaskResult
+
+# a host's output must not drive the controller's terminal (cursor moves, fake "ok" lines over a failure,
+# OSC 52 clipboard writes, bidi overrides that reorder what is shown): shown as escapes in human output
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """Host text made safe for a terminal: control characters (except newline and tab) shown as escapes."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 _COLORS = {
     Status.OK: "32", Status.CHANGED: "33", Status.FAILED: "31", Status.UNREACHABLE: "31", Status.SKIPPED: "36",
@@ -51,7 +62,7 @@ class Reporter:
         self.line(f"[WARNING]: {msg}")
 
     def progress(self, host: str, msg: str) -> None:
-        self.line(f"  .. [{host}] {msg}")
+        self.line(f"  .. [{host}] {printable(msg)}")
 
     # ------------------------------------------------------------------ events
     def play_start(self, name: str, hosts: list[str]) -> None:
@@ -76,25 +87,25 @@ class Reporter:
         status = result.status
         if status is Status.FAILED:
             head = "...ignoring" if result.ignored else ""
-            text = f"fatal: [{host}]: FAILED! => {result.msg}"
+            text = f"fatal: [{host}]: FAILED! => {printable(result.msg)}"
             body = self._paint(text, status) + (f"\n{head}" if head else "")
         elif status is Status.UNREACHABLE:
-            body = self._paint(f"fatal: [{host}]: UNREACHABLE! => {result.msg}", status)
+            body = self._paint(f"fatal: [{host}]: UNREACHABLE! => {printable(result.msg)}", status)
         elif status is Status.SKIPPED:
             body = self._paint(f"skipping: [{host}]", status)
             if result.msg and self.verbosity:
-                body += f" => {result.msg}"
+                body += f" => {printable(result.msg)}"
         else:
             body = self._paint(f"{status.value}: [{host}]", status)
             if result.msg and (self.verbosity or result.data.get("_show_msg")):
-                body += f" => {result.msg}"
+                body += f" => {printable(result.msg)}"
         for item in result.item_results:
-            label = item.data.get("item_label", "")
+            label = printable(str(item.data.get("item_label", "")))
             body += "\n  " + self._paint(f"{item.status.value}: [{host}] => (item={label})", item.status)
             if item.status is Status.FAILED or (item.msg and (self.verbosity or item.data.get("_show_msg"))):
-                body += f" {item.msg}"
+                body += f" {printable(item.msg)}"
         if result.diff:
-            body += "\n" + result.diff.rstrip("\n")
+            body += "\n" + printable(result.diff.rstrip("\n"))
         if self.verbosity and result.data:
             shown = {k: v for k, v in result.data.items() if not k.startswith("_")}
             if shown:

@@ -94,3 +94,20 @@ def test_a_secret_that_came_from_a_host_is_masked_as_it_is_never_rendered(tmp_pa
     register_secrets(Vars({"db_password": "{{ 'inventory-' ~ 'secret' }}"}, inert({"api_token": payload})))
     assert not (tmp_path / "ran").exists()
     assert MASKER.mask(f"a {payload} b inventory-secret") == "a ******** b ********"
+
+
+def test_host_text_cannot_drive_the_controller_terminal() -> None:
+    import io
+
+    from provision.report import Reporter
+    from provision.results import Status, TaskResult
+
+    hostile = "done\r\x1b[2K\x1b[32mok: [other]\x1b[0m\x1b]52;c;ZXZpbA==\x07 \u202eevil\x00"
+    out = io.StringIO()
+    reporter = Reporter(stream=out, verbosity=1)
+    item = TaskResult("h", "t", Status.FAILED, hostile, {"item_label": hostile})
+    reporter.task_result(TaskResult("h", "t", Status.FAILED, hostile, item_results=[item], diff=hostile))
+    reporter.progress("h", hostile)
+    text = out.getvalue()
+    assert not any(c in text for c in "\r\x1b\x07\x00\u202e")
+    assert "\\x1b[32mok: [other]" in text and "\\u202eevil" in text
