@@ -83,11 +83,15 @@ def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
     path = find_controller_file(playbook_dir, src)
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaybookError(f"template source {src!r} cannot be read: {exc}", file=task.file, line=task.line) from None
+    try:
+        templating.check_filters_tests(text)
         return templating.names_used(text) - guarded_names(text)
     except TemplateError as exc:
-        raise TemplateError(exc.msg, file=str(path)) from None
+        raise TemplateError(exc.msg, file=str(path), line=exc.line) from None
 
 
 def check_plan(

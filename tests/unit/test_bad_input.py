@@ -1,0 +1,125 @@
+"""Bad input, run through the real ``provision`` command in a subprocess: exit 5 (3 for a bad flag value),
+ONE line naming file:line (or the var / host / flag), no traceback, and no host touched.
+
+The only host is 127.0.0.1 port 1, where nothing listens: had provision contacted it, the run would end
+with "unreachable" (exit 4) instead of the validation error these tests expect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+INVENTORY = """\
+all:
+  hosts:
+    ghost:
+      ansible_host: 127.0.0.1
+      ansible_port: 1
+"""
+PLAY = "- hosts: all\n  gather_facts: false\n"
+OK_PLAYBOOK = PLAY + "  tasks:\n    - debug: {msg: hi}\n"
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def provision(*args: str, cwd: Path) -> Run:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PROVISION_DEBUG_LOG": str(cwd / "debug.log")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "provision", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_one_line(run: Run, code: int, pattern: str) -> None:
+    assert run.code == code, run.err
+    assert "Traceback" not in run.err + run.out, run.err
+    assert "unreachable" not in run.err.lower(), "a host was contacted"
+    assert len(run.lines) == 1, run.err
+    assert re.search(pattern, run.lines[0]), run.lines[0]
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Path:
+    path = tmp_path / "inv.yml"
+    path.write_text(INVENTORY)
+    return path
+
+
+def task(extra: str, module: str = "debug: {msg: hi}") -> str:
+    keys = "".join(f"      {line}\n" for line in extra.splitlines())
+    return PLAY + f"  tasks:\n    - name: t\n      {module}\n" + keys
+
+
+PLAYBOOK_CASES = {
+    "retries_word": (task("retries: abc\nuntil: true"), r"pb\.yml:4: retries must be a whole number >= 0, got 'abc'"),
+    "retries_negative": (task("retries: -1\nuntil: true"), r"pb\.yml:4: retries must be a whole number"),
+    "retries_fraction": (task("retries: 1.5\nuntil: true"), r"pb\.yml:4: retries must be a whole number"),
+    "delay_word": (task("delay: soon"), r"pb\.yml:4: delay must be a number of seconds >= 0, got 'soon'"),
+    "delay_nan": (task("delay: .nan"), r"pb\.yml:4: delay must be a number of seconds >= 0, got nan"),
+    "delay_inf": (task("delay: .inf"), r"pb\.yml:4: delay .* got inf"),
+    "timeout_list": (task("timeout: [1]"), r"pb\.yml:4: timeout must be a number of seconds > 0, got a list"),
+    "timeout_zero": (task("timeout: 0"), r"pb\.yml:4: timeout must be a number of seconds > 0"),
+    "timeout_negative": (task("timeout: -5"), r"pb\.yml:4: timeout must be"),
+    "mfp_word": (PLAY + "  max_fail_percentage: lots\n  tasks: []\n",
+                 r"pb\.yml:1: max_fail_percentage must be a percentage from 0 to 100, got 'lots'"),
+    "mfp_nan": (PLAY + "  max_fail_percentage: .nan\n  tasks: []\n", r"pb\.yml:1: max_fail_percentage .* nan"),
+    "mfp_over": (PLAY + "  max_fail_percentage: 150\n  tasks: []\n", r"pb\.yml:1: max_fail_percentage"),
+    "play_env_space": (PLAY + "  environment: {'A B': x}\n  tasks: []\n",
+                       r"pb\.yml:1: environment: 'A B' is not a valid variable name"),
+    "task_env_digit": (task("environment: {1X: x}"), r"pb\.yml:4: environment: '1X' is not a valid variable name"),
+    "task_env_equals": (task("environment: {'X=Y': x}"), r"pb\.yml:4: environment: 'X=Y' is not"),
+    "task_env_value_dict": (task("environment: {X: {a: 1}}"), r"pb\.yml:4: environment: X must be a string"),
+    "loop_string": (task("loop: abc"), r"pb\.yml:4: loop must be a list or a template giving one, got 'abc'"),
+    "loop_number": (task("loop: 3"), r"pb\.yml:4: loop must be a list .* got 3"),
+    "loop_dict": (task("loop: {a: 1}"), r"pb\.yml:4: loop must be a list .* got a mapping"),
+    "with_items_string": (task("with_items: abc"), r"pb\.yml:4: with_items must be a list"),
+    "when_dict": (task("when: {a: 1}"), r"pb\.yml:4: when must be an expression, true/false, or a list of them"),
+    "when_list_of_dict": (task("when: [true, {a: 1}]"), r"pb\.yml:4: when must be an expression"),
+    "failed_when_number": (task("failed_when: 3"), r"pb\.yml:4: failed_when must be an expression"),
+    "unknown_filter": (task("", "debug: {msg: '{{ 1 | nosuch }}'}"),
+                       r"pb\.yml:4: unknown Jinja2 filter 'nosuch' in '\{\{ 1 \| nosuch \}\}'"),
+    "unknown_filter_in_if": (task("", "debug: {msg: '{% if false %}{{ 1 | nosuch }}{% endif %}'}"),
+                             r"pb\.yml:4: unknown Jinja2 filter 'nosuch'"),
+    "unknown_filter_in_when": (task("when: x | nosuch"), r"pb\.yml:4: unknown Jinja2 filter 'nosuch'"),
+    "unknown_test": (task("when: x is nosuchtest"), r"pb\.yml:4: unknown Jinja2 test 'nosuchtest'"),
+    "unknown_filter_play_vars": (PLAY + "  vars:\n    a: '{{ 1 | nosuch }}'\n  tasks: []\n",
+                                 r"pb\.yml:4: vars: unknown Jinja2 filter 'nosuch'"),
+    "unknown_filter_assert": (task("", "assert: {that: ['x | nosuch']}"), r"pb\.yml:4: unknown Jinja2 filter"),
+    "empty_file": ("", r"pb\.yml:1: the playbook is empty"),
+    "empty_list": ("[]\n", r"pb\.yml:1: the playbook is empty"),
+    "only_comments": ("# nothing here\n# at all\n", r"pb\.yml:1: the playbook is empty"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(PLAYBOOK_CASES))
+def test_bad_playbook_value_exits_5_before_any_host(tmp_path: Path, inv: Path, case: str) -> None:
+    text, pattern = PLAYBOOK_CASES[case]
+    (tmp_path / "pb.yml").write_text(text)
+    assert_one_line(provision("run", "pb.yml", "-i", str(inv), cwd=tmp_path), 5, pattern)
+
+
+def test_good_values_still_load(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").write_text(
+        task("retries: '2'\ndelay: 0\nuntil: true\ntimeout: 1.5\nloop: '{{ [1, 2] }}'\nwhen: [true, 'x is defined']\n"
+             "environment: {_A1: x, B: 2}")
+    )  # fmt: skip
+    run = provision("run", "pb.yml", "-i", str(inv), "--list-tasks", cwd=tmp_path)
+    assert run.code == 0, run.err
