@@ -68,8 +68,8 @@ def load_yaml(path: str | Path) -> Any:
     except OSError as exc:
         raise PlaybookError(f"cannot read: {exc.strerror}", file=path) from None
     except UnicodeDecodeError as exc:
-        line = text_line_of(Path(path).read_bytes(), exc.start)
-        raise PlaybookError(f"not UTF-8 text (byte {exc.object[exc.start]:#04x})", file=path, line=line) from None
+        bad_line = text_line_of(Path(path).read_bytes(), exc.start)
+        raise PlaybookError(f"not UTF-8 text (byte {exc.object[exc.start]:#04x})", file=path, line=bad_line) from None
     loader = _Loader(text)
     loader.name = path
     try:
