@@ -7,6 +7,7 @@ Every non-zero exit prints one line saying why; the traceback goes to the debug 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -59,12 +60,31 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 raise InputError(f"-e: invalid JSON: {exc}") from None
             out.update(data)
         else:
-            for word in shlex.split(text):
+            try:
+                words = shlex.split(text)
+            except ValueError as exc:
+                raise InputError(f"-e {value!r}: {exc} (quote values like k='a b')") from None
+            for word in words:
                 if "=" not in word:
                     raise InputError(f"-e: expected key=value, @file or JSON, got {word!r}")
                 key, val = word.split("=", 1)
                 out[key] = val
     return out
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives are refused up front)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{value!r} is not a number of seconds > 0", param, ctx)
+        return seconds
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,8 +96,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--json", "json_mode", is_flag=True, help="one JSON document on stdout"),
         click.option("-v", "--verbose", "verbosity", count=True, help="-v results, -vvv tracebacks"),
         click.option("--accept-new-host-keys", is_flag=True, help="trust unknown host keys and save them"),
-        click.option("--connect-timeout", type=float, default=10.0, show_default=True),
-        click.option("-T", "--timeout", "command_timeout", type=float, default=1800.0, show_default=True,
+        click.option("--connect-timeout", type=Seconds(), default=10.0, show_default=True),
+        click.option("-T", "--timeout", "command_timeout", type=Seconds(), default=1800.0, show_default=True,
                      help="default timeout of each remote command (s)"),
     ]  # fmt: skip
     for option in reversed(options):
@@ -206,6 +226,10 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
     cls = lookup(module)
     if cls is None:
         raise InputError(f"unknown module {module!r}")
+    try:
+        shlex.split(module_args)
+    except ValueError as exc:
+        raise InputError(f"-a {module_args!r}: {exc}") from None
     raw: Any = module_args if cls.free_form else (module_args or None)
     node: dict[str, Any] = {"name": module, module: raw}
     parsed = parse_task(node, "<command line>")
@@ -277,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
-        exc.show()
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
+        click.echo(f"ERROR: {exc.format_message()}{where}", err=True)
         code = EXIT_USAGE
     except click.exceptions.Abort:
         click.echo("ERROR: interrupted", err=True)

@@ -266,7 +266,11 @@ def parse_kv(text: str) -> dict[str, Any]:
     import shlex
 
     out: dict[str, Any] = {}
-    for word in shlex.split(text):
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ArgError(f"cannot parse arguments {text!r}: {exc}") from None
+    for word in words:
         if "=" not in word:
             raise ArgError(f"expected key=value, got {word!r}")
         key, value = word.split("=", 1)

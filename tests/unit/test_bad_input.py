@@ -123,3 +123,78 @@ def test_good_values_still_load(tmp_path: Path, inv: Path) -> None:
     )  # fmt: skip
     run = provision("run", "pb.yml", "-i", str(inv), "--list-tasks", cwd=tmp_path)
     assert run.code == 0, run.err
+
+
+FLAG_CASES = {
+    "forks_word": (["-f", "abc"], r"'-f' / '--forks': 'abc' is not a valid integer"),
+    "forks_negative": (["-f", "-1"], r"'-f' / '--forks': -1 is not in the range"),
+    "forks_zero": (["--forks", "0"], r"'-f' / '--forks': 0 is not in the range"),
+    "timeout_nan": (["-T", "nan"], r"'-T' / '--timeout': 'nan' is not a number of seconds > 0"),
+    "timeout_inf": (["--timeout", "inf"], r"'-T' / '--timeout': 'inf' is not a number of seconds > 0"),
+    "timeout_negative": (["-T", "-5"], r"'-T' / '--timeout': '-5' is not"),
+    "timeout_word": (["-T", "soon"], r"'-T' / '--timeout': 'soon' is not"),
+    "connect_timeout_inf": (["--connect-timeout", "inf"], r"'--connect-timeout': 'inf' is not a number of seconds"),
+    "connect_timeout_nan": (["--connect-timeout", "nan"], r"'--connect-timeout': 'nan' is not"),
+    "connect_timeout_zero": (["--connect-timeout", "0"], r"'--connect-timeout': '0' is not"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(FLAG_CASES))
+def test_bad_flag_value_is_one_usage_line(tmp_path: Path, inv: Path, case: str) -> None:
+    """A bad flag value is a usage error: exit 3 (interface.md: "3 usage error (bad flag)"), one line."""
+    args, pattern = FLAG_CASES[case]
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    assert_one_line(
+        provision("run", "pb.yml", "-i", str(inv), *args, cwd=tmp_path), 3, r"^ERROR: Invalid value for " + pattern
+    )
+
+
+def test_bad_flag_value_of_facts_is_one_usage_line(tmp_path: Path, inv: Path) -> None:
+    run = provision("facts", "-i", str(inv), "-T", "nan", cwd=tmp_path)
+    assert_one_line(run, 3, r"'-T' / '--timeout': 'nan' is not .*provision facts --help")
+
+
+def test_extra_vars_with_unbalanced_quote(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    run = provision("run", "pb.yml", "-i", str(inv), "-e", "a='b", cwd=tmp_path)
+    assert_one_line(run, 5, r"^ERROR: -e \"a='b\": No closing quotation")
+
+
+@pytest.mark.parametrize("module,args", [("copy", "dest='x"), ("command", "echo 'x"), ("debug", 'msg="hi')])
+def test_adhoc_args_with_unbalanced_quote(tmp_path: Path, inv: Path, module: str, args: str) -> None:
+    run = provision("task", module, "-a", args, "-i", str(inv), cwd=tmp_path)
+    assert_one_line(run, 5, r"^ERROR: -a .*: No closing quotation")
+
+
+def test_playbook_that_is_a_directory(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").mkdir()
+    assert_one_line(provision("run", "pb.yml", "-i", str(inv), cwd=tmp_path), 3, r"'PLAYBOOK': .* is a directory")
+
+
+INVENTORY_CASES = {
+    "port_word": ("inv.yml", "all:\n  hosts:\n    ghost:\n      ansible_host: 127.0.0.1\n      ansible_port: ssh\n",
+                  r"^ERROR: host ghost: ansible_port 'ssh' is not a port number \(1-65535\)$"),
+    "port_too_big": ("inv.ini", "ghost ansible_host=127.0.0.1 ansible_port=70000\n",
+                     r"host ghost: ansible_port 70000 is not a port number"),
+    "port_in_group_vars": ("inv.ini", "[gpu]\nghost ansible_host=127.0.0.1\n[gpu:vars]\nansible_port=-1\n",
+                           r"host ghost: ansible_port -1 is not a port number"),
+    "huge_range": ("inv.ini", "[gpu]\nnode[0:99999999] ansible_host=127.0.0.1 ansible_port=1\n",
+                   r"inv\.ini:2: host pattern 'node\[0:99999999\]' expands to 100000000 hosts, more than the "
+                   r"limit of 100000 per pattern"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(INVENTORY_CASES))
+def test_bad_inventory_exits_5_before_any_host(tmp_path: Path, case: str) -> None:
+    name, text, pattern = INVENTORY_CASES[case]
+    (tmp_path / name).write_text(text)
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    assert_one_line(provision("run", "pb.yml", "-i", name, cwd=tmp_path), 5, pattern)
+
+
+def test_empty_inventory_directory(tmp_path: Path) -> None:
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    run = provision("run", "pb.yml", "-i", "inv", cwd=tmp_path)
+    assert_one_line(run, 5, r"^ERROR: inv: inventory directory holds no inventory file$")
+    assert_one_line(provision("inventory", "-i", "inv", "--list", cwd=tmp_path), 5, r"inventory directory holds")
