@@ -198,3 +198,31 @@ def test_empty_inventory_directory(tmp_path: Path) -> None:
     run = provision("run", "pb.yml", "-i", "inv", cwd=tmp_path)
     assert_one_line(run, 5, r"^ERROR: inv: inventory directory holds no inventory file$")
     assert_one_line(provision("inventory", "-i", "inv", "--list", cwd=tmp_path), 5, r"inventory directory holds")
+
+
+def test_recursive_play_vars(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").write_text(PLAY + "  vars:\n    a: '{{ b }}'\n    b: '{{ a }}'\n  tasks: []\n")
+    run = provision("run", "pb.yml", "-i", str(inv), cwd=tmp_path)
+    assert_one_line(run, 5, r"^ERROR: pb\.yml:1: play vars: variable 'a' refers to itself: a -> b -> a$")
+
+
+def test_recursive_inventory_vars(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY + "  vars:\n    venv: '{{ root }}/venv'\n    root: '{{ venv }}/..'\n")
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    run = provision("run", "pb.yml", "-i", "inv.yml", cwd=tmp_path)
+    assert_one_line(run, 5, r"^ERROR: host ghost: inventory variable 'root' refers to itself: root -> venv -> root$")
+    # a plain -e value breaks the ring: nothing to report, the run goes on (debug needs no connection)
+    assert provision("run", "pb.yml", "-i", "inv.yml", "-e", "root=/opt", cwd=tmp_path).code == 0
+
+
+def test_recursive_vars_hidden_behind_hostvars_fail_the_task_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    local1:\n      ansible_connection: local\n")
+    (tmp_path / "pb.yml").write_text(
+        PLAY + "  vars:\n    a: \"{{ hostvars[inventory_hostname]['b'] }}\"\n    b: '{{ a }}'\n"
+        "  tasks:\n    - name: use a\n      debug: {msg: '{{ a }}'}\n"
+    )
+    run = provision("run", "pb.yml", "-i", "inv.yml", cwd=tmp_path)
+    assert run.code == 2, run.err
+    assert "Traceback" not in run.out + run.err
+    fatal = [line for line in run.out.splitlines() if line.startswith("fatal:")]
+    assert fatal == ["fatal: [local1]: FAILED! => variable 'a' refers to itself: a -> b -> a (pb.yml:7)"]
