@@ -22,12 +22,13 @@ import yaml
 from . import __version__
 from .commands import MASKER
 from .connection import ConnectOptions
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, InputError, ProvisionError, UsageError
-from .executor import Executor, RunOptions, playbook_dir_of
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, EXIT_USAGE, InputError, ProvisionError, UsageError
+from .executor import Executor, InternalError, RunOptions, playbook_dir_of
 from .inventory import Inventory
 from .plan import check_plan
 from .playbook import Play, load_playbook, parse_task
 from .report import Reporter, write_retry_file
+from .results import RunSummary
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
 _state: dict[str, int] = {"verbosity": 0}
@@ -129,20 +130,36 @@ def _options(kw: dict[str, Any], extra: dict[str, Any], **more: Any) -> RunOptio
 
 
 def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, json_mode: bool, playbook: str) -> int:
-    """Run plays and report; returns the exit code."""
+    """Run plays and report; returns the exit code. An internal error (a bug, see executor.InternalError) still
+    gets the recap and the retry file, then one line naming it and exit 2; its traceback goes to the debug log
+    (and to stderr with -vvv)."""
     reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity)
     executor = Executor(inventory, options, reporter, playbook_dir_of(playbook))
     try:
         summary = executor.run(plays)
     finally:
         executor.close()
-    reporter.recap(summary)
+    errors = executor.internal_errors
+    try:
+        reporter.recap(summary)
+    except Exception as exc:
+        errors.append(InternalError(f"internal error in the recap: {type(exc).__name__}: {exc}", exc))
+        _plain_recap(summary)
     retry = write_retry_file(playbook, summary)
     if retry:
-        reporter.line(f"retry file: {retry} (rerun just those hosts with -l @{retry})")
+        click.echo(MASKER.mask(f"retry file: {retry} (rerun just those hosts with -l @{retry})"), err=json_mode)
     if json_mode:
         reporter.emit_json(summary)
     code = summary.exit_code()
+    for error in errors:
+        _debug_log(error.exc)
+        if options.verbosity >= 3:
+            traceback.print_exception(error.exc, file=sys.stderr)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        click.echo(MASKER.mask(f"ERROR: {errors[0].message}{more}; this is a bug in provision, "
+                               f"the traceback is in {DEBUG_LOG}"), err=True)  # fmt: skip
+        return EXIT_FAILED if code in (0, EXIT_UNREACHABLE) else code
     if code:
         reason = summary.aborted or (
             f"failed hosts: {', '.join(summary.failed_hosts)}" if summary.failed_hosts
@@ -150,6 +167,14 @@ def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, jso
         )  # fmt: skip
         click.echo(MASKER.mask(f"ERROR: {reason}"), err=True)
     return code
+
+
+def _plain_recap(summary: RunSummary) -> None:
+    """The recap without the reporter (when the reporter is what failed)."""
+    click.echo("\nPLAY RECAP")
+    for host, st in summary.stats.items():
+        click.echo(MASKER.mask(f"{host} : ok={st.ok} changed={st.changed} unreachable={st.unreachable} "
+                               f"failed={st.failed} skipped={st.skipped} ignored={st.ignored}"))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ commands
