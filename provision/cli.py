@@ -46,13 +46,17 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 data = yaml.safe_load(path.read_text(encoding="utf-8"))
             except OSError as exc:
                 raise InputError(f"-e {text}: {exc.strerror}", file=str(path)) from None
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"-e {text}: not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)
+                ) from None
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 raise InputError(
                     f"-e: YAML error: {exc}", file=str(path), line=mark.line + 1 if mark else None
                 ) from None
-            if not isinstance(data, dict):
-                raise InputError("-e file must hold a mapping", file=str(path))
+            if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+                raise InputError("-e file must hold a mapping of variable names", file=str(path))
             out.update(data)
         elif text.startswith("{"):
             try:
@@ -69,6 +73,8 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 if "=" not in word:
                     raise InputError(f"-e: expected key=value, @file or JSON, got {word!r}")
                 key, val = word.split("=", 1)
+                if not key.isidentifier():
+                    raise InputError(f"-e: {key!r} is not a valid variable name (in {word!r})")
                 out[key] = val
     return out
 

@@ -379,6 +379,7 @@ def _yaml_group(b: _Builder, path: Path, name: str, data: Any, line: int | None)
         if not isinstance(value, dict):
             raise _fail(f"group {name!r}: {key!r} must be a mapping, not a {_kind(value)}", where)
         if key == "vars":
+            _check_var_names(value, f"group {name!r}: vars", str(path))
             b.group(name).inv_vars.update(_plain(value))
         elif key == "hosts":
             _yaml_hosts(b, path, name, value)
@@ -389,11 +390,19 @@ def _yaml_group(b: _Builder, path: Path, name: str, data: Any, line: int | None)
                 _yaml_group(b, path, str(child), child_data, child_line)
 
 
+def _check_var_names(variables: dict[Any, Any], what: str, path: str) -> None:
+    for key in variables:
+        if not isinstance(key, str):
+            line = variables.line if isinstance(variables, _LineDict) else None
+            raise InventoryError(f"{what}: variable name {key!r} is not a string", file=path, line=line)
+
+
 def _yaml_hosts(b: _Builder, path: Path, group: str, hosts: dict[Any, Any]) -> None:
     for host, hvars in hosts.items():
         where = (str(path), _line_of(hosts, str(host)))
         if hvars is not None and not isinstance(hvars, dict):
             raise _fail(f"host {host!r} in group {group!r}: vars must be a mapping, not a {_kind(hvars)}", where)
+        _check_var_names(hvars or {}, f"host {host!r}", str(path))
         b.add_hosts(group, str(host), _plain(hvars or {}), where)
 
 

@@ -160,6 +160,8 @@ def status(**kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
     inventory, extra, options = _setup(kw)
     rows = _expected_rows(inventory, extra)
+    if not rows:
+        raise InputError("no PD process in the inventory: put hosts in the groups prefill, decode and router")
     allowed = {h.name for h in inventory.select(options.limit)} if options.limit else None
     results = _run_quiet([_quiet_play("pd_status", PD_HOSTS)], inventory, options)
     found = {(r["host"], r["role"]): r for res in results for r in res.data.get("procs", [])}

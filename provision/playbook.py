@@ -192,6 +192,9 @@ def _mapping(value: Any, key: str, node: Any, path: str) -> dict[str, Any]:
         return {}
     if not isinstance(value, dict):
         raise _err(f"{key} must be a mapping, got {_kind(value)}", node, path)
+    for name in value:
+        if not isinstance(name, str):
+            raise _err(f"{key}: key {name!r} is not a string", value if isinstance(value, LineDict) else node, path)
     return dict(value)
 
 
@@ -294,6 +297,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     delay = _number(node.get("delay"), "delay", "seconds", node, path)
     for key in ("when", "changed_when", "failed_when", "until"):
         _condition(node.get(key), key, node, path)
+    if "diff" in node:
+        _bool(node["diff"], "diff", node, path)
     if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
         raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
     task = Task(
@@ -324,7 +329,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         listen=_strlist(node.get("listen"), "listen", node, path),
         check_mode=_bool(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
     )
-    if task.register is not None and not str(task.register).isidentifier():
+    if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
     _check_templates(task, node, path)
     return task
@@ -387,7 +392,7 @@ def _serial(value: Any, node: Any, path: str) -> list[int | str]:
     items = value if isinstance(value, list) else [value]
     out: list[int | str] = []
     for item in items:
-        if isinstance(item, int) and item > 0:
+        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
             out.append(item)
         elif isinstance(item, str) and item.endswith("%") and item[:-1].strip().isdigit():
             out.append(item.strip())
@@ -455,7 +460,7 @@ def parse_play(node: Any, path: str) -> Play:
         data = load_yaml(base / vf) if not templating.is_template(vf) else {}
         if data is not None and not isinstance(data, dict):
             raise PlaybookError("vars file must be a mapping", file=str(base / vf))
-        play.vars.update(data or {})
+        play.vars.update(_mapping(data, "vars file", data, str(base / vf)))
     try:
         templating.names_used(play.vars)
     except TemplateError as exc:

@@ -226,3 +226,102 @@ def test_recursive_vars_hidden_behind_hostvars_fail_the_task_in_one_line(tmp_pat
     assert "Traceback" not in run.out + run.err
     fatal = [line for line in run.out.splitlines() if line.startswith("fatal:")]
     assert fatal == ["fatal: [local1]: FAILED! => variable 'a' refers to itself: a -> b -> a (pb.yml:7)"]
+
+
+# ---------------------------------------------------------------- other paths that used to end in a traceback
+
+MORE_PLAYBOOK_CASES = {
+    "playbook_is_a_dict": ("hosts: all\ntasks: []\n", r"pb\.yml:1: a playbook must be a list of plays"),
+    "play_is_a_string": ("- just a string\n", r"pb\.yml: a play must be a mapping"),
+    "hosts_is_a_dict": ("- hosts: {a: 1}\n  tasks: []\n", r"pb\.yml:1: hosts must be a host pattern"),
+    "two_modules": (task("command: 'true'"), r"pb\.yml:4: task names more than one module: debug, command"),
+    "vars_files_missing": (PLAY + "  vars_files: [nothere.yml]\n  tasks: []\n",
+                           r"nothere\.yml: cannot read: No such file or directory"),
+    "play_vars_int_key": (PLAY + "  vars:\n    1: x\n  tasks: []\n", r"pb\.yml:4: vars: key 1 is not a string"),
+    "task_vars_null_key": (task("vars: {null: x}"), r"pb\.yml:\d+: vars: key None is not a string"),
+    "serial_bool": (PLAY + "  serial: true\n  tasks: []\n", r"pb\.yml:1: serial: True must be a positive integer"),
+    "register_bool": (task("register: true"), r"pb\.yml:4: register name True is not a valid variable name"),
+    "diff_number": (task("diff: 3"), r"pb\.yml:4: diff must be true or false, got 3"),
+    "delegate_to_list": (task("delegate_to: [a]"), r"pb\.yml:4: delegate_to must be a host name"),
+    "loop_var_number": (task("loop: [1]\nloop_control: {loop_var: 3}"), r"pb\.yml:4: loop_control: loop_var 3 is not"),
+    "module_arg_wrong_type": (task("", "file: {path: /x, mode: abc}"), r"pb\.yml:4: mode 'abc' must be octal"),
+    "module_arg_not_int": (task("", "wait_for: {port: lots}"), r"pb\.yml:4: wait_for: port: 'lots' is not a valid int"),
+    "template_file_unknown_filter": (task("", "template: {src: t.j2, dest: /x}"),
+                                     r"t\.j2:2: unknown Jinja2 filter 'nosuch'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(MORE_PLAYBOOK_CASES))
+def test_more_bad_playbooks_exit_5(tmp_path: Path, inv: Path, case: str) -> None:
+    text, pattern = MORE_PLAYBOOK_CASES[case]
+    (tmp_path / "pb.yml").write_text(text)
+    (tmp_path / "t.j2").write_text("line one\n{{ inventory_hostname | nosuch }}\n")
+    assert_one_line(provision("run", "pb.yml", "-i", str(inv), cwd=tmp_path), 5, pattern)
+
+
+def test_non_utf8_files(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").write_bytes(b"- hosts: all\n  tasks:\n    - debug: {msg: \xff}\n")
+    assert_one_line(
+        provision("run", "pb.yml", "-i", str(inv), cwd=tmp_path), 5, r"pb\.yml:3: not UTF-8 text \(byte 0xff\)"
+    )
+    (tmp_path / "vars.yml").write_bytes(b"a: \xfe\n")
+    (tmp_path / "ok.yml").write_text(OK_PLAYBOOK)
+    run = provision("run", "ok.yml", "-i", str(inv), "-e", "@vars.yml", cwd=tmp_path)
+    assert_one_line(run, 5, r"vars\.yml: -e @vars\.yml: not UTF-8 text")
+    (tmp_path / "inv.ini").write_bytes(b"gh\xffost\n")
+    assert_one_line(provision("run", "ok.yml", "-i", "inv.ini", cwd=tmp_path), 5, r"inv\.ini: cannot read: .*utf-8")
+    (tmp_path / "t.j2").write_bytes(b"\xff")
+    (tmp_path / "pb2.yml").write_text(task("", "template: {src: t.j2, dest: /x}"))
+    run = provision("run", "pb2.yml", "-i", str(inv), cwd=tmp_path)
+    assert_one_line(run, 5, r"pb2\.yml:4: template source 't\.j2' cannot be read: .*utf-8")
+
+
+@pytest.mark.parametrize(
+    "args,pattern",
+    [
+        (["-l", "~["], r"bad regular expression in host pattern '~\['"),
+        (["-l", "@nothere"], r"nothere: limit file not found"),
+        (["-e", "=x"], r"-e: '' is not a valid variable name"),
+        (["-e", "1x=3"], r"-e: '1x' is not a valid variable name"),
+        (["-e", "{bad"], r"-e: invalid JSON"),
+    ],
+)
+def test_bad_limit_and_extra_vars(tmp_path: Path, inv: Path, args: list[str], pattern: str) -> None:
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    assert_one_line(provision("run", "pb.yml", "-i", str(inv), *args, cwd=tmp_path), 5, pattern)
+
+
+def test_extra_vars_file_with_non_string_names(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    (tmp_path / "vars.yml").write_text("1: x\n")
+    run = provision("run", "pb.yml", "-i", str(inv), "-e", "@vars.yml", cwd=tmp_path)
+    assert_one_line(run, 5, r"vars\.yml: -e file must hold a mapping of variable names")
+
+
+@pytest.mark.parametrize(
+    "text,pattern",
+    [
+        (
+            "all:\n  vars: {1: 2}\n  hosts: {ghost: }\n",
+            r"inv\.yml:2: group 'all': vars: variable name 1 is not a string",
+        ),
+        ("all:\n  hosts:\n    ghost: {null: 1}\n", r"inv\.yml:3: host 'ghost': variable name None is not a string"),
+    ],
+)
+def test_inventory_var_names_must_be_strings(tmp_path: Path, text: str, pattern: str) -> None:
+    (tmp_path / "inv.yml").write_text(text)
+    (tmp_path / "pb.yml").write_text(OK_PLAYBOOK)
+    assert_one_line(provision("run", "pb.yml", "-i", "inv.yml", cwd=tmp_path), 5, pattern)
+    assert_one_line(provision("inventory", "-i", "inv.yml", "--list", cwd=tmp_path), 5, pattern)
+
+
+def test_adhoc_module_arg_of_the_wrong_type(tmp_path: Path, inv: Path) -> None:
+    run = provision("task", "file", "-a", "path=/x mode=abc", "-i", str(inv), cwd=tmp_path)
+    assert_one_line(run, 5, r"mode 'abc' must be octal")
+
+
+def test_pd_status_without_pd_hosts(tmp_path: Path, inv: Path) -> None:
+    run = provision("pd", "status", "-i", str(inv), cwd=tmp_path)
+    assert_one_line(
+        run, 5, r"^ERROR: no PD process in the inventory: put hosts in the groups prefill, decode and router$"
+    )
