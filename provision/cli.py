@@ -24,7 +24,7 @@ from .commands import MASKER
 from .connection import ConnectOptions
 from .errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, EXIT_USAGE, InputError, ProvisionError, UsageError
 from .executor import Executor, InternalError, RunOptions, playbook_dir_of
-from .inventory import Inventory
+from .inventory import MAX_DEPTH, Inventory, nesting_too_deep
 from .plan import check_plan
 from .playbook import Play, load_playbook, parse_task
 from .report import Reporter, write_retry_file
@@ -46,6 +46,8 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 data = yaml.safe_load(path.read_text(encoding="utf-8"))
             except OSError as exc:
                 raise InputError(f"-e {text}: {exc.strerror}", file=str(path)) from None
+            except RecursionError:
+                raise InputError(f"-e {text}: nested too deeply", file=str(path)) from None
             except UnicodeDecodeError as exc:
                 raise InputError(
                     f"-e {text}: not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)
@@ -63,6 +65,8 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise InputError(f"-e: invalid JSON: {exc}") from None
+            except RecursionError:
+                raise InputError("-e: JSON nested too deeply") from None
             out.update(data)
         else:
             try:
@@ -76,6 +80,8 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 if not key.isidentifier():
                     raise InputError(f"-e: {key!r} is not a valid variable name (in {word!r})")
                 out[key] = val
+    if nesting_too_deep(out):
+        raise InputError(f"-e: values nested deeper than {MAX_DEPTH} levels")
     return out
 
 
@@ -347,6 +353,13 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         click.echo(MASKER.mask(f"ERROR: {exc}"), err=True)
         code = exc.exit_code
+    except Exception as exc:  # a bug outside a run (a run keeps its recap: see execute): one line, exit 2
+        _debug_log(exc)
+        if _state["verbosity"] >= 3:
+            traceback.print_exc()
+        click.echo(MASKER.mask(f"ERROR: internal error: {type(exc).__name__}: {exc}; this is a bug in provision, "
+                               f"the traceback is in {DEBUG_LOG}"), err=True)  # fmt: skip
+        code = EXIT_FAILED
     sys.exit(code if isinstance(code, int) else 0)
 
 

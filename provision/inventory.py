@@ -126,15 +126,37 @@ def _read(path: Path) -> str:
         raise InventoryError(f"cannot read: {exc}", file=str(path)) from exc
 
 
+MAX_DEPTH = 200  # nesting of YAML values: deeper is a mistake (and would overflow Python's recursion)
+
+
+def nesting_too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when lists/mappings inside ``data`` nest deeper than ``limit`` (walked without recursion)."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
+    return False
+
+
 def _load_yaml(path: Path, text: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
+        if nesting_too_deep(data):
+            raise InventoryError(f"invalid YAML: nested deeper than {MAX_DEPTH} levels", file=str(path))
+        return data
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise InventoryError(f"invalid YAML: {exc.problem or exc.context}", file=str(path), line=line) from exc
     except yaml.YAMLError as exc:
         raise InventoryError(f"invalid YAML: {exc}", file=str(path)) from exc
+    except RecursionError:
+        raise InventoryError("invalid YAML: nested too deeply", file=str(path)) from None
 
 
 def _fail(msg: str, where: Where) -> InventoryError:

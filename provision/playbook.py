@@ -82,6 +82,8 @@ def load_yaml(path: str | Path) -> Any:
         raise PlaybookError(f"YAML syntax error: {what}", file=path, line=line) from None
     except yaml.YAMLError as exc:
         raise PlaybookError(f"YAML error: {exc}", file=path) from None
+    except RecursionError:
+        raise PlaybookError("YAML nested too deeply", file=path) from None
     finally:
         loader.dispose()
 

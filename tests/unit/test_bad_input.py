@@ -325,3 +325,15 @@ def test_pd_status_without_pd_hosts(tmp_path: Path, inv: Path) -> None:
     assert_one_line(
         run, 5, r"^ERROR: no PD process in the inventory: put hosts in the groups prefill, decode and router$"
     )
+
+
+def test_deeply_nested_yaml_and_json(tmp_path: Path, inv: Path) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    (tmp_path / "pb.yml").write_text(PLAY + f"  vars:\n    a: {deep}\n  tasks: []\n")
+    assert_one_line(provision("run", "pb.yml", "-i", str(inv), cwd=tmp_path), 5, r"pb\.yml: YAML nested too deeply")
+    (tmp_path / "inv.yml").write_text(f"all:\n  vars:\n    a: {deep}\n  hosts: {{ghost: }}\n")
+    (tmp_path / "ok.yml").write_text(OK_PLAYBOOK)
+    run = provision("run", "ok.yml", "-i", "inv.yml", cwd=tmp_path)
+    assert_one_line(run, 5, r"inv\.yml: invalid YAML: nested deeper than 200 levels")
+    run = provision("run", "ok.yml", "-i", str(inv), "-e", '{"a": ' + "[" * 900 + "]" * 900 + "}", cwd=tmp_path)
+    assert_one_line(run, 5, r"-e: values nested deeper than 200 levels")

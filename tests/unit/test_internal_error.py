@@ -119,3 +119,29 @@ def test_reporter_crash_stops_the_run_with_recap_retry_file_and_one_line(project
     ), result.err
     assert "PLAY RECAP" in result.out and "Run stopped early: internal error in the executor" in result.out
     assert (project / "pb.retry").read_text() == "one\ntwo\n"  # the run did not finish on either host
+
+
+def test_crash_before_the_run_is_one_line_and_exit_2(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last net in main(): a bug outside a run (here in planning) never shows a traceback."""
+
+    def broken_plan(*args: Any, **kwargs: Any) -> None:
+        raise KeyError("broken planner")
+
+    monkeypatch.setattr(cli, "check_plan", broken_plan)
+    result = run(project, PLAYBOOK)
+    assert result.code == 2
+    assert result.err.splitlines() == [
+        f"ERROR: internal error: KeyError: 'broken planner'; this is a bug in provision, the traceback is in "
+        f"{project / 'debug.log'}"
+    ]
+    assert "broken_plan" in (project / "debug.log").read_text()
+
+
+def test_loop_template_that_is_not_a_list_fails_the_task_in_one_line(project: Path) -> None:
+    result = run(project, PLAYBOOK.replace("crash: {host: one}", "debug: {msg: x}\n      loop: \"{{ 'abc' }}\""))
+    assert result.code == 2
+    assert "Traceback" not in result.out + result.err
+    fatal = [line for line in result.out.splitlines() if line.startswith("fatal:")]
+    assert fatal == [
+        f"fatal: [{h}]: FAILED! => loop must give a list, got str 'abc' (pb.yml:4)" for h in ("one", "two")
+    ]
