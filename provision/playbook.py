@@ -230,7 +230,8 @@ def _number(value: Any, key: str, kind: str, node: Any, path: str) -> float | No
             and (kind != "percent" or number <= 100)
         )
     if not ok or number is None:
-        raise _err(f"{key} must be {_NUMBER_KINDS[kind]}, got {_kind(value)}", node, path)
+        hint = " (a template is not supported here)" if templating.is_template(value) else ""
+        raise _err(f"{key} must be {_NUMBER_KINDS[kind]}{hint}, got {_kind(value)}", node, path)
     return number
 
 

@@ -72,6 +72,8 @@ PLAYBOOK_CASES = {
     "retries_word": (task("retries: abc\nuntil: true"), r"pb\.yml:4: retries must be a whole number >= 0, got 'abc'"),
     "retries_negative": (task("retries: -1\nuntil: true"), r"pb\.yml:4: retries must be a whole number"),
     "retries_fraction": (task("retries: 1.5\nuntil: true"), r"pb\.yml:4: retries must be a whole number"),
+    "retries_template": (task("retries: '{{ n }}'\nuntil: true"),
+                         r"pb\.yml:4: retries must be a whole number >= 0 \(a template is not supported here\)"),
     "delay_word": (task("delay: soon"), r"pb\.yml:4: delay must be a number of seconds >= 0, got 'soon'"),
     "delay_nan": (task("delay: .nan"), r"pb\.yml:4: delay must be a number of seconds >= 0, got nan"),
     "delay_inf": (task("delay: .inf"), r"pb\.yml:4: delay .* got inf"),
