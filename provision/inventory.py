@@ -691,6 +691,12 @@ class Inventory:
         return names
 
     def _match(self, body: str) -> tuple[set[str], bool]:
+        if not body.startswith("~") and not any(c in body for c in _GLOB_CHARS):
+            # a plain name: looked up, not compared with every host (a retry file may list 100k of them)
+            names = {body} if body in self.hosts else set()
+            if body in self.groups:
+                names.update(self.group_members(body))
+            return names, body in self.hosts or body in self.groups
         test = _matcher(body)
         hosts = [h for h in self.hosts if test(h)]
         groups = [g for g in self.groups if test(g)]

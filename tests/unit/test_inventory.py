@@ -497,6 +497,9 @@ def test_100k_hosts_load_with_right_counts(tmp_path: Path) -> None:
         assert len(inv.group_members("gpu")) == n
         assert inv.hosts["n1"].vars["role"] == "decode" and "role" not in inv.hosts["n0"].vars
         assert inv.hosts["n99999"].groups == ["all", "gpu", "spare"]
+    retry = write(tmp_path / "limit.retry", "".join(f"n{i}\n" for i in range(0, n, 2)))
+    assert len(inv.select(f"@{retry}")) == n // 2  # plain names are looked up, not matched against every host
+    assert len(inv.select(",".join(f"n{i}" for i in range(1, n, 2)))) == n // 2
 
 
 def test_range_past_the_bound_is_refused_before_expanding(tmp_path: Path) -> None:
