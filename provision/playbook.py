@@ -355,6 +355,7 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
             raise _err(
                 f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS))})", node, path
             )
+        _condition(node.get("when"), "when", node, path)
         target = Path(path).parent / str(node["import_tasks"])
         real = str(target.resolve())
         if real in _seen:

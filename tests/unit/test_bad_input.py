@@ -95,6 +95,8 @@ PLAYBOOK_CASES = {
     "with_items_string": (task("with_items: abc"), r"pb\.yml:4: with_items must be a list"),
     "when_dict": (task("when: {a: 1}"), r"pb\.yml:4: when must be an expression, true/false, or a list of them"),
     "when_list_of_dict": (task("when: [true, {a: 1}]"), r"pb\.yml:4: when must be an expression"),
+    "import_tasks_when_dict": (PLAY + "  tasks:\n    - import_tasks: other.yml\n      when: {a: 1}\n",
+                               r"pb\.yml:4: when must be an expression"),
     "failed_when_number": (task("failed_when: 3"), r"pb\.yml:4: failed_when must be an expression"),
     "unknown_filter": (task("", "debug: {msg: '{{ 1 | nosuch }}'}"),
                        r"pb\.yml:4: unknown Jinja2 filter 'nosuch' in '\{\{ 1 \| nosuch \}\}'"),
@@ -339,3 +341,23 @@ def test_deeply_nested_yaml_and_json(tmp_path: Path, inv: Path) -> None:
     assert_one_line(run, 5, r"inv\.yml: invalid YAML: nested deeper than 200 levels")
     run = provision("run", "ok.yml", "-i", str(inv), "-e", '{"a": ' + "[" * 900 + "]" * 900 + "}", cwd=tmp_path)
     assert_one_line(run, 5, r"-e: values nested deeper than 200 levels")
+
+
+# ---------------------------------------------------------------- check_filters_tests, unit
+
+
+def test_check_filters_tests_names_the_first_unknown_and_its_line() -> None:
+    from provision.errors import TemplateError
+    from provision.templating import check_filters_tests
+
+    check_filters_tests("{{ x | default('a') | regex_replace('a', 'b') }}{% if y is version('1', '>=') %}{% endif %}")
+    check_filters_tests("x | bool and y is defined", expression=True)
+    with pytest.raises(TemplateError, match=r"^unknown Jinja2 filter 'nosuch' in t\.j2$") as info:
+        check_filters_tests("one\n{% if false %}\n{{ x | nosuch }}\n{% endif %}\n", "t.j2")
+    assert info.value.line == 3
+    with pytest.raises(TemplateError, match=r"unknown Jinja2 test 'oddish'"):
+        check_filters_tests("x is oddish", expression=True)
+    with pytest.raises(TemplateError, match=r"unknown Jinja2 filter 'shout'"):
+        check_filters_tests("{% filter shout %}hi{% endfilter %}")
+    with pytest.raises(TemplateError, match=r"template syntax error"):
+        check_filters_tests("{{ x | }}")
