@@ -361,3 +361,12 @@ def test_check_filters_tests_names_the_first_unknown_and_its_line() -> None:
         check_filters_tests("{% filter shout %}hi{% endfilter %}")
     with pytest.raises(TemplateError, match=r"template syntax error"):
         check_filters_tests("{{ x | }}")
+
+
+def test_pd_verify_options_are_distinct_and_checked(tmp_path: Path, inv: Path) -> None:
+    """pd verify had its own --timeout next to the common -T/--timeout: click warned on every call (stderr
+    noise) and a NaN went through. Now --verify-timeout, checked like the others."""
+    run = provision("pd", "verify", "-i", str(inv), "--verify-timeout", "nan", cwd=tmp_path)
+    assert_one_line(run, 3, r"'--verify-timeout': 'nan' is not a number of seconds > 0")
+    run = provision("pd", "verify", "-i", str(inv), cwd=tmp_path)
+    assert_one_line(run, 5, r"^ERROR: no router host to verify through")
