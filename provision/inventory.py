@@ -583,6 +583,25 @@ def _check_port(host: Host, extra_vars: Mapping[str, Any]) -> None:
     raise InventoryError(f"host {host.name}: ansible_port {port!r}{origin} is not a port number (1-65535)")
 
 
+CONNECTIONS = ("ssh", "paramiko", "smart", "local")  # what provision.connection.open_connection accepts
+_SCALAR_CONNECTION_VARS = ("ansible_host", "ansible_user", "ansible_ssh_private_key_file", "ansible_python_interpreter")
+
+
+def _check_connection_vars(host: Host, extra_vars: Mapping[str, Any]) -> None:
+    """The connection vars a host is reached with: a known ``ansible_connection``, text for the others."""
+    kind = host.vars.get("ansible_connection")
+    if kind is not None and kind not in CONNECTIONS:
+        origin = " (from -e)" if "ansible_connection" in extra_vars else ""
+        raise InventoryError(
+            f"host {host.name}: ansible_connection {kind!r}{origin} is not one of {', '.join(CONNECTIONS)}"
+        )
+    for name in _SCALAR_CONNECTION_VARS:
+        value = host.vars.get(name)
+        if isinstance(value, (dict, list, bool)):
+            origin = " (from -e)" if name in extra_vars else ""
+            raise InventoryError(f"host {host.name}: {name} must be a string, got {value!r}{origin}")
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Generator[None, None, None]:
     """Loading allocates millions of small containers and no garbage cycles: with the cyclic GC on, its full
@@ -619,6 +638,7 @@ class Inventory:
             hosts, groups = builder.build(dict(extra_vars or {}))
         for host in hosts.values():
             _check_port(host, extra_vars or {})
+            _check_connection_vars(host, extra_vars or {})
         return cls(hosts, groups, list(paths))
 
     def select(self, pattern: str | None) -> list[Host]:

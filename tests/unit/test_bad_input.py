@@ -182,6 +182,10 @@ INVENTORY_CASES = {
                      r"host ghost: ansible_port 70000 is not a port number"),
     "port_in_group_vars": ("inv.ini", "[gpu]\nghost ansible_host=127.0.0.1\n[gpu:vars]\nansible_port=-1\n",
                            r"host ghost: ansible_port -1 is not a port number"),
+    "connection_unknown": ("inv.ini", "ghost ansible_host=127.0.0.1 ansible_port=1 ansible_connection=telnet\n",
+                           r"^ERROR: host ghost: ansible_connection 'telnet' is not one of ssh, paramiko, smart"),
+    "host_is_a_list": ("inv.yml", "all:\n  hosts:\n    ghost:\n      ansible_host: [127.0.0.1]\n",
+                       r"^ERROR: host ghost: ansible_host must be a string, got \['127\.0\.0\.1'\]$"),
     "huge_range": ("inv.ini", "[gpu]\nnode[0:99999999] ansible_host=127.0.0.1 ansible_port=1\n",
                    r"inv\.ini:2: host pattern 'node\[0:99999999\]' expands to 100000000 hosts, more than the "
                    r"limit of 100000 per pattern"),
