@@ -374,3 +374,20 @@ def test_pd_verify_options_are_distinct_and_checked(tmp_path: Path, inv: Path) -
     assert_one_line(run, 3, r"'--verify-timeout': 'nan' is not a number of seconds > 0")
     run = provision("pd", "verify", "-i", str(inv), cwd=tmp_path)
     assert_one_line(run, 5, r"^ERROR: no router host to verify through")
+
+
+def test_cut_short_fact_output_fails_the_host_not_the_run() -> None:
+    """What a host returns is untrusted input: output without the end marker is a HostError for that host
+    (unit: a stand-in connection that answers like a host whose session died half-way)."""
+    from provision.connection import CommandResult
+    from provision.errors import HostError
+    from provision.facts_cmd import gather
+
+    class CutShort:
+        name = "gpu1"
+
+        def run(self, command: object, timeout: float, stdin: str | None = None) -> CommandResult:
+            return CommandResult(command="gather", rc=0, stdout="==uname==\nLinux\n", stderr="")
+
+    with pytest.raises(HostError, match=r"^gpu1: fact gathering: facts output is incomplete"):
+        gather(CutShort(), "/opt/venv")  # type: ignore[arg-type]
