@@ -100,6 +100,12 @@ class Seconds(click.ParamType):
         return seconds
 
 
+def _remember_verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """Known before anything is loaded: -vvv shows the traceback of an input error too."""
+    _state["verbosity"] = value
+    return value
+
+
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("-i", "--inventory", "inventories", multiple=True, help="inventory file or dir (repeatable)"),
@@ -107,7 +113,8 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; always wins"),
         click.option("-f", "--forks", type=click.IntRange(1, 1000), default=20, show_default=True),
         click.option("--json", "json_mode", is_flag=True, help="one JSON document on stdout"),
-        click.option("-v", "--verbose", "verbosity", count=True, help="-v results, -vvv tracebacks"),
+        click.option("-v", "--verbose", "verbosity", count=True, help="-v results, -vvv tracebacks",
+                     is_eager=True, callback=_remember_verbosity),
         click.option("--accept-new-host-keys", is_flag=True, help="trust unknown host keys and save them"),
         click.option("--connect-timeout", type=Seconds(), default=10.0, show_default=True),
         click.option("-T", "--timeout", "command_timeout", type=Seconds(), default=1800.0, show_default=True,

@@ -391,3 +391,11 @@ def test_cut_short_fact_output_fails_the_host_not_the_run() -> None:
 
     with pytest.raises(HostError, match=r"^gpu1: fact gathering: facts output is incomplete"):
         gather(CutShort(), "/opt/venv")  # type: ignore[arg-type]
+
+
+def test_vvv_shows_the_traceback_of_an_input_error(tmp_path: Path, inv: Path) -> None:
+    (tmp_path / "pb.yml").write_text("hosts: all\n")
+    run = provision("run", "pb.yml", "-i", str(inv), "-vvv", cwd=tmp_path)
+    assert run.code == 5
+    assert "Traceback (most recent call last)" in run.err
+    assert run.lines[-1] == "ERROR: pb.yml:1: a playbook must be a list of plays"
