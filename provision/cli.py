@@ -7,8 +7,8 @@ Every non-zero exit prints one line saying why; the traceback goes to the debug 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
+import math
 import os
 import shlex
 import sys
@@ -24,17 +24,32 @@ import yaml
 from . import __version__
 from .commands import MASKER
 from .connection import ConnectOptions
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, InputError, ProvisionError, UsageError
-from .executor import Executor, RunOptions, playbook_dir_of, register_inventory_secrets, register_secrets
-from .inventory import Inventory
+from .errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    InputError,
+    ProvisionError,
+    UsageError,
+)
+from .executor import (
+    Executor,
+    InternalError,
+    RunOptions,
+    playbook_dir_of,
+    register_inventory_secrets,
+    register_secrets,
+)
+from .inventory import MAX_DEPTH, Inventory, nesting_too_deep
 from .localfiles import append_private
 from .plan import check_plan
 from .playbook import Play, load_playbook, parse_task
 from .report import Reporter, write_retry_file
+from .results import RunSummary
 from .templating import Vars
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
-EXIT_INTERNAL = 1  # an unexpected exception (a bug): what an uncaught Python exception exits with
 _state: dict[str, int] = {"verbosity": 0}
 _argv: list[str] = []  # this invocation's arguments, for the debug log (masked there)
 
@@ -55,6 +70,8 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise InputError(f"-e: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            except RecursionError:
+                raise InputError("-e: JSON nested too deeply") from None
             if not isinstance(data, dict):
                 raise InputError("-e: JSON extra vars must be an object")
             out.update(data)
@@ -67,8 +84,12 @@ def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
                 if "=" not in word:
                     raise InputError(f"-e: expected key=value, @file or JSON; word {n} has no '='")
                 key, val = word.split("=", 1)
+                if not key.isidentifier():
+                    raise InputError(f"-e: word {n}: {key!r} is not a valid variable name")
                 out[key] = val
         MASKER.add_vars(out)
+    if nesting_too_deep(out):
+        raise InputError(f"-e: values nested deeper than {MAX_DEPTH} levels")
     return out
 
 
@@ -81,6 +102,8 @@ def _extra_vars_file(path: Path) -> dict[str, Any]:
         raise InputError(f"-e @file: not UTF-8 text (byte {exc.start})", file=str(path)) from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError("-e @file: nested too deeply", file=str(path)) from None
     except yaml.YAMLError as exc:
         # str(exc) quotes the offending line: only the problem and its position are shown
         mark = getattr(exc, "problem_mark", None)
@@ -94,7 +117,30 @@ def _extra_vars_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         kind = "list" if isinstance(data, list) else type(data).__name__
         raise InputError(f"-e @file must hold a mapping, not a {kind}", file=str(path))
+    if not all(isinstance(k, str) for k in data):
+        raise InputError("-e @file must hold a mapping of variable names", file=str(path))
     return data
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives are refused up front)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{value!r} is not a number of seconds > 0", param, ctx)
+        return seconds
+
+
+def _remember_verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """Known before anything is loaded: -vvv shows the traceback of an input error too."""
+    _state["verbosity"] = value
+    return value
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,10 +150,11 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; always wins"),
         click.option("-f", "--forks", type=click.IntRange(1, 1000), default=20, show_default=True),
         click.option("--json", "json_mode", is_flag=True, help="one JSON document on stdout"),
-        click.option("-v", "--verbose", "verbosity", count=True, help="-v results, -vvv tracebacks"),
+        click.option("-v", "--verbose", "verbosity", count=True, help="-v results, -vvv tracebacks",
+                     is_eager=True, callback=_remember_verbosity),
         click.option("--accept-new-host-keys", is_flag=True, help="trust unknown host keys and save them"),
-        click.option("--connect-timeout", type=float, default=10.0, show_default=True),
-        click.option("-T", "--timeout", "command_timeout", type=float, default=1800.0, show_default=True,
+        click.option("--connect-timeout", type=Seconds(), default=10.0, show_default=True),
+        click.option("-T", "--timeout", "command_timeout", type=Seconds(), default=1800.0, show_default=True,
                      help="default timeout of each remote command (s)"),
     ]  # fmt: skip
     for option in reversed(options):
@@ -141,20 +188,36 @@ def _options(kw: dict[str, Any], extra: dict[str, Any], **more: Any) -> RunOptio
 
 
 def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, json_mode: bool, playbook: str) -> int:
-    """Run plays and report; returns the exit code."""
+    """Run plays and report; returns the exit code. An internal error (a bug, see executor.InternalError) still
+    gets the recap and the retry file, then one line naming it and exit 2; its traceback goes to the debug log
+    (and to stderr with -vvv)."""
     reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity)
     executor = Executor(inventory, options, reporter, playbook_dir_of(playbook))
     try:
         summary = executor.run(plays)
     finally:
         executor.close()
-    reporter.recap(summary)
+    errors = executor.internal_errors
+    try:
+        reporter.recap(summary)
+    except Exception as exc:
+        errors.append(InternalError(f"internal error in the recap: {type(exc).__name__}: {exc}", exc))
+        _plain_recap(summary)
     retry = write_retry_file(playbook, summary)
     if retry:
-        reporter.line(f"retry file: {retry} (rerun just those hosts with -l @{retry})")
+        click.echo(MASKER.mask(f"retry file: {retry} (rerun just those hosts with -l @{retry})"), err=json_mode)
     if json_mode:
         reporter.emit_json(summary)
     code = summary.exit_code()
+    for error in errors:
+        _debug_log("".join(traceback.format_exception(error.exc)))
+        if options.verbosity >= 3:
+            traceback.print_exception(error.exc, file=sys.stderr)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        click.echo(MASKER.mask(f"ERROR: {errors[0].message}{more}; this is a bug in provision, "
+                               f"the traceback is in {DEBUG_LOG}"), err=True)  # fmt: skip
+        return EXIT_FAILED if code in (0, EXIT_UNREACHABLE) else code
     if code:
         reason = summary.aborted or (
             f"failed hosts: {', '.join(summary.failed_hosts)}" if summary.failed_hosts
@@ -164,6 +227,14 @@ def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, jso
         failures = "".join(f"  {r.host}: {r.task}: {r.status.value}: {r.msg}\n" for r in reporter.failures)
         _debug_log(f"ERROR: {reason}\n{failures}")
     return code
+
+
+def _plain_recap(summary: RunSummary) -> None:
+    """The recap without the reporter (when the reporter is what failed)."""
+    click.echo("\nPLAY RECAP")
+    for host, st in summary.stats.items():
+        click.echo(MASKER.mask(f"{host} : ok={st.ok} changed={st.changed} unreachable={st.unreachable} "
+                               f"failed={st.failed} skipped={st.skipped} ignored={st.ignored}"))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -240,6 +311,10 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
     cls = lookup(module)
     if cls is None:
         raise InputError(f"unknown module {module!r}")
+    try:
+        shlex.split(module_args)
+    except ValueError as exc:
+        raise InputError(f"-a {module_args!r}: {exc}") from None
     raw: Any = module_args if cls.free_form else (module_args or None)
     node: dict[str, Any] = {"name": module, module: raw}
     parsed = parse_task(node, "<command line>")
@@ -317,9 +392,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
-        shown = io.StringIO()
-        exc.show(file=shown)
-        _error_line(shown.getvalue().rstrip("\n"))
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
+        _error_line(f"ERROR: {exc.format_message()}{where}")
         code = EXIT_USAGE
     except click.exceptions.Abort:
         _error_line("ERROR: interrupted")
@@ -333,12 +407,15 @@ def main(argv: list[str] | None = None) -> None:
             _error_line(traceback.format_exc().rstrip("\n"))
         _error_line(f"ERROR: {exc}")
         code = exc.exit_code
-    except Exception as exc:  # a bug: its text may hold any value, so it is masked like the rest
+    except Exception as exc:  # a bug outside a run (a run keeps its recap: see execute): one line, exit 2
         _debug_log("".join(traceback.format_exception(exc)))
         if _state["verbosity"] >= 3:
             _error_line(traceback.format_exc().rstrip("\n"))
-        _error_line(f"ERROR: internal error: {type(exc).__name__}: {exc} (traceback in {DEBUG_LOG})")
-        code = EXIT_INTERNAL
+        _error_line(
+            f"ERROR: internal error: {type(exc).__name__}: {exc}; this is a bug in provision, "
+            f"the traceback is in {DEBUG_LOG}"
+        )
+        code = EXIT_FAILED
     sys.exit(code if isinstance(code, int) else 0)
 
 

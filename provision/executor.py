@@ -9,6 +9,11 @@ notified by a run that then failed still runs on the next run.
 
 The per-task logic (when, loop, until, changed_when/failed_when, register, notify) lives in
 :mod:`provision.taskrun`; this module orders the work.
+
+An unexpected exception (a bug: in a module, the executor, a reporter) never ends the run without its
+recap: inside one host's task it fails that host ("internal error: ..."); anywhere else it stops the run and
+fails the hosts the play had not finished. Each is kept in ``Executor.internal_errors`` with its traceback,
+for the CLI to log and name in one line.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 from . import templating
 from .commands import MASKER, Command
 from .connection import Connection, ConnectOptions, LocalConnection, open_connection
-from .errors import HostError, Interrupted, TemplateError, UnreachableError
+from .errors import HostError, Interrupted, ProvisionError, TemplateError, UnreachableError
 from .inventory import Inventory
 from .playbook import Play, Task
 from .report import Reporter
@@ -48,6 +53,15 @@ class RunOptions:
     connect: ConnectOptions = field(default_factory=ConnectOptions)
     verbosity: int = 0
     command_timeout: float = 1800.0
+
+
+@dataclass
+class InternalError:
+    """An unexpected exception during the run: one line for the user, the exception (and its traceback) for
+    the debug log."""
+
+    message: str
+    exc: BaseException
 
 
 @dataclass
@@ -93,6 +107,8 @@ class Executor:
         self._conn_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, options.forks), thread_name_prefix="provision")
         self._started = options.start_at_task is None
+        self.internal_errors: list[InternalError] = []
+        self._play_hosts: list[str] = []
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
@@ -131,7 +147,22 @@ class Executor:
         except KeyboardInterrupt:
             self.summary.interrupted = True
             raise Interrupted("interrupted") from None
+        except Interrupted:
+            raise
+        except Exception as exc:  # a bug: keep the recap and the retry file, name it in one line
+            if isinstance(exc, ProvisionError):
+                self.summary.aborted = str(exc)
+            else:
+                self.summary.aborted = self._internal_error(exc, "in the executor").message
+            for host in self._active(self._play_hosts):
+                self.host_state(host).failed = True
+                self.summary.stat(host).failed += 1
         return self.summary
+
+    def _internal_error(self, exc: BaseException, context: str) -> InternalError:
+        error = InternalError(f"internal error {context}: {type(exc).__name__}: {exc}", exc)
+        self.internal_errors.append(error)
+        return error
 
     def play_hosts(self, play: Play) -> list[str]:
         selected = [h.name for h in self.inventory.select(play.hosts)]
@@ -156,6 +187,7 @@ class Executor:
 
     def _play(self, play: Play) -> None:
         hosts = self.play_hosts(play)
+        self._play_hosts = hosts
         self.reporter.play_start(play.name, hosts)
         MASKER.add_vars(play.vars, play.no_log)  # the plain values; templates are rendered per host (taskrun)
         if not hosts:
@@ -183,7 +215,7 @@ class Executor:
                 self._started = True
             if not task_selected(task, self.options.tags, self.options.skip_tags):
                 continue
-            self._each(batch, task.name, partial(runner.run, task), run_once=task.run_once)
+            self._each(batch, task.name, partial(runner.run, task), run_once=task.run_once, where=task.where)
             if self._check_abort(play, batch):
                 return True
         self._handlers(play, batch, runner)
@@ -200,6 +232,7 @@ class Executor:
         *,
         run_once: bool = False,
         handler: bool = False,
+        where: str = "",
     ) -> list[TaskResult]:
         active = self._active(hosts)
         if not active:
@@ -209,8 +242,18 @@ class Executor:
         self.reporter.task_start(title, handler=handler)
         futures = [self._pool.submit(fn, h) for h in active]
         results: list[TaskResult] = []
-        for future in futures:
-            result = future.result()
+        for host, future in zip(active, futures, strict=True):
+            try:
+                result = future.result()
+            except Interrupted:
+                raise
+            except Exception as exc:  # a bug in a module or the task runner: this host fails, the run goes on
+                place = f" ({where})" if where else ""
+                if isinstance(exc, ProvisionError):
+                    msg = f"{exc}{place}"
+                else:
+                    msg = self._internal_error(exc, f"in task {title!r} on {host}{place}").message
+                result = TaskResult(host, title, Status.FAILED, msg)
             if result is None:
                 continue
             results.append(result)
@@ -286,7 +329,7 @@ class Executor:
             hosts = [h for h in self._active(batch) if keys & set(self.host_state(h).notified)]
             if not hosts:
                 continue
-            results = self._each(hosts, handler.name, partial(runner.run, handler), handler=True)
+            results = self._each(hosts, handler.name, partial(runner.run, handler), handler=True, where=handler.where)
             for result in results:
                 if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED):
                     state = self.host_state(result.host)

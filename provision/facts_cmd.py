@@ -23,7 +23,10 @@ def gather(conn: Connection, venv_path: str, timeout: float = 60.0) -> dict[str,
     result = conn.run(command, timeout=timeout, stdin=script)
     if result.rc != 0:
         raise HostError(conn.name, f"fact gathering failed (rc={result.rc}): {result.tail()}")
-    return parse_facts(result.stdout).to_dict()
+    try:
+        return parse_facts(result.stdout).to_dict()
+    except ValueError as exc:  # what a host returns is not trusted: bad output fails that host, nothing more
+        raise HostError(conn.name, f"fact gathering: {exc}") from None
 
 
 def _summary(name: str, facts: dict[str, Any]) -> str:

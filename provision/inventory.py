@@ -40,13 +40,15 @@ Stricter than Ansible: an unknown key in a YAML group (anything but hosts/vars/c
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import fnmatch
+import gc
 import re
 import shlex
 import string
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,7 @@ _RANGE = re.compile(r"\[([^\[\]]*)\]")
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:[#;].*)?$")
 _DIGITS = re.compile(r"[0-9]+")
 _GLOB_CHARS = "*?["
+MAX_HOSTS_PER_PATTERN = 100_000  # a host range expanding past this is a typo, not a fleet
 Where = tuple[str, int | None]
 
 
@@ -91,8 +94,8 @@ class _LineDict(dict[Any, Any]):
     key_lines: dict[str, int]
 
 
-class _Loader(yaml.SafeLoader):
-    pass
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's parser when PyYAML has it (about 10x faster on big inventories), Python's otherwise."""
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineDict]:
@@ -123,15 +126,37 @@ def _read(path: Path) -> str:
         raise InventoryError(f"cannot read: {exc}", file=str(path)) from exc
 
 
+MAX_DEPTH = 200  # nesting of YAML values: deeper is a mistake (and would overflow Python's recursion)
+
+
+def nesting_too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when lists/mappings inside ``data`` nest deeper than ``limit`` (walked without recursion)."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(value, dict):
+            stack += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, list):
+            stack += [(v, depth + 1) for v in value]
+    return False
+
+
 def _load_yaml(path: Path, text: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
+        if nesting_too_deep(data):
+            raise InventoryError(f"invalid YAML: nested deeper than {MAX_DEPTH} levels", file=str(path))
+        return data
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise InventoryError(f"invalid YAML: {exc.problem or exc.context}", file=str(path), line=line) from exc
     except yaml.YAMLError as exc:
         raise InventoryError(f"invalid YAML: {exc}", file=str(path)) from exc
+    except RecursionError:
+        raise InventoryError("invalid YAML: nested too deeply", file=str(path)) from None
 
 
 def _fail(msg: str, where: Where) -> InventoryError:
@@ -149,14 +174,36 @@ def _line_of(data: Any, key: str) -> int | None:
 
 
 def expand_hosts(pattern: str) -> list[str]:
-    """Expand ``gpu[01:16]``, ``node[a:c]``, ``h[1:10:2]`` (several ranges multiply). ValueError if bad."""
+    """Expand ``gpu[01:16]``, ``node[a:c]``, ``h[1:10:2]`` (several ranges multiply). ValueError if bad,
+    or if the pattern would give more than MAX_HOSTS_PER_PATTERN names (counted before expanding)."""
+    count = 1
+    for spec in _RANGE.findall(pattern):
+        count *= _range_len(spec)
+    if count > MAX_HOSTS_PER_PATTERN:
+        raise ValueError(
+            f"host pattern {pattern!r} expands to {count} hosts, more than the limit of "
+            f"{MAX_HOSTS_PER_PATTERN} per pattern"
+        )
+    return _expand(pattern)
+
+
+def _range_len(spec: str) -> int:
+    """How many names a numeric range gives (1 for anything else: _range_items judges those)."""
+    parts = spec.split(":")
+    if len(parts) in (2, 3) and all(_DIGITS.fullmatch(p) for p in parts if p) and parts[1]:
+        step = int(parts[2]) if len(parts) == 3 else 1
+        return len(range(int(parts[0] or 0), int(parts[1]) + 1, step)) if step > 0 else 1
+    return 1
+
+
+def _expand(pattern: str) -> list[str]:
     match = _RANGE.search(pattern)
     head = pattern if match is None else pattern[: match.start()]
     if "[" in head or "]" in head:
         raise ValueError(f"unbalanced brackets in host pattern {pattern!r}")
     if match is None:
         return [pattern]
-    tails = expand_hosts(pattern[match.end() :])
+    tails = _expand(pattern[match.end() :])
     return [head + item + tail for item in _range_items(match.group(1), pattern) for tail in tails]
 
 
@@ -200,6 +247,11 @@ def _literal(value: str) -> Any:
             return value
 
 
+def _copy_vars(variables: dict[str, Any]) -> dict[str, Any]:
+    """A copy no other host shares: containers are deep-copied, scalars (most values) are immutable."""
+    return {k: copy.deepcopy(v) if isinstance(v, (dict, list, set)) else v for k, v in variables.items()}
+
+
 @dataclass
 class _HostData:
     inv_vars: dict[str, Any] = field(default_factory=dict)  # from inventory files
@@ -211,6 +263,7 @@ class _GroupData(_HostData):
     hosts: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     parents: list[str] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)  # the names in `hosts`, for O(1) membership
 
 
 class _Builder:
@@ -231,14 +284,15 @@ class _Builder:
             names = expand_hosts(pattern)
         except ValueError as exc:
             raise _fail(str(exc), where) from exc
-        members = self.group(group).hosts
+        data = self.group(group)
         for name in names:
             host = self.hosts.setdefault(name, _HostData())
             if port is not None:
                 host.inv_vars["ansible_port"] = port
-            host.inv_vars.update(copy.deepcopy(hvars))
-            if name not in members:
-                members.append(name)
+            host.inv_vars.update(_copy_vars(hvars))
+            if name not in data.members:
+                data.members.add(name)
+                data.hosts.append(name)
 
     def add_child(self, parent: str, child: str, where: Where) -> None:
         if child == "all":
@@ -274,6 +328,8 @@ class _Builder:
         grouped = {h for g, d in self.groups.items() if g not in ("all", "ungrouped") for h in d.hosts}
         self.groups["ungrouped"].hosts = [h for h in self.hosts if h not in grouped]
         self.groups["all"].hosts = list(self.hosts)
+        for data in self.groups.values():
+            data.members = set(data.hosts)
 
     def depths(self) -> dict[str, int]:
         depth: dict[str, int] = {"all": 0}
@@ -285,20 +341,24 @@ class _Builder:
 
         return {name: of(name) for name in self.groups}
 
-    def ancestors(self, group: str) -> set[str]:
-        found = {group}
-        for parent in self.groups[group].parents:
-            found |= self.ancestors(parent)
-        return found
+    def ancestors(self, group: str, _memo: dict[str, frozenset[str]] | None = None) -> frozenset[str]:
+        memo = {} if _memo is None else _memo
+        if group not in memo:
+            found = {group}
+            for parent in self.groups[group].parents:
+                found |= self.ancestors(parent, memo)
+            memo[group] = frozenset(found)
+        return memo[group]
 
     def build(self, extra_vars: dict[str, Any]) -> tuple[dict[str, Host], dict[str, Group]]:
         self.check_cycles()
         self.link_implicit()
         depth = self.depths()
         memberships: dict[str, set[str]] = {h: {"all"} for h in self.hosts}
+        memo: dict[str, frozenset[str]] = {}
         for name, data in self.groups.items():
             for host in data.hosts:
-                memberships[host] |= self.ancestors(name)
+                memberships[host] |= self.ancestors(name, memo)
         hosts = {}
         for name, member_of in memberships.items():
             merged: dict[str, Any] = {}
@@ -308,7 +368,7 @@ class _Builder:
             merged.update(self.hosts[name].inv_vars)
             merged.update(self.hosts[name].file_vars)
             merged.update(extra_vars)
-            hosts[name] = Host(name, copy.deepcopy(merged), sorted(member_of))
+            hosts[name] = Host(name, _copy_vars(merged), sorted(member_of))
         groups = {
             name: Group(name, {**d.inv_vars, **d.file_vars}, list(d.hosts), list(d.children), list(d.parents))
             for name, d in self.groups.items()
@@ -341,6 +401,7 @@ def _yaml_group(b: _Builder, path: Path, name: str, data: Any, line: int | None)
         if not isinstance(value, dict):
             raise _fail(f"group {name!r}: {key!r} must be a mapping, not a {_kind(value)}", where)
         if key == "vars":
+            _check_var_names(value, f"group {name!r}: vars", str(path))
             b.group(name).inv_vars.update(_plain(value))
         elif key == "hosts":
             _yaml_hosts(b, path, name, value)
@@ -351,11 +412,19 @@ def _yaml_group(b: _Builder, path: Path, name: str, data: Any, line: int | None)
                 _yaml_group(b, path, str(child), child_data, child_line)
 
 
+def _check_var_names(variables: dict[Any, Any], what: str, path: str) -> None:
+    for key in variables:
+        if not isinstance(key, str):
+            line = variables.line if isinstance(variables, _LineDict) else None
+            raise InventoryError(f"{what}: variable name {key!r} is not a string", file=path, line=line)
+
+
 def _yaml_hosts(b: _Builder, path: Path, group: str, hosts: dict[Any, Any]) -> None:
     for host, hvars in hosts.items():
         where = (str(path), _line_of(hosts, str(host)))
         if hvars is not None and not isinstance(hvars, dict):
             raise _fail(f"host {host!r} in group {group!r}: vars must be a mapping, not a {_kind(hvars)}", where)
+        _check_var_names(hvars or {}, f"host {host!r}", str(path))
         b.add_hosts(group, str(host), _plain(hvars or {}), where)
 
 
@@ -431,9 +500,15 @@ def _load_source(b: _Builder, source: str) -> Path | None:
     """Parse one ``-i`` source; return the directory holding its group_vars/ and host_vars/."""
     path = Path(source)
     if path.is_dir():
-        for item in sorted(path.iterdir()):
-            if item.is_file() and not item.name.startswith(".") and not item.name.endswith(_SKIP_SUFFIXES):
-                _load_file(b, item)
+        files = [
+            item
+            for item in sorted(path.iterdir())
+            if item.is_file() and not item.name.startswith(".") and not item.name.endswith(_SKIP_SUFFIXES)
+        ]
+        if not files:
+            raise InventoryError("inventory directory holds no inventory file", file=source)
+        for item in files:
+            _load_file(b, item)
         return path
     if path.is_file():
         _load_file(b, path)
@@ -446,10 +521,11 @@ def _load_source(b: _Builder, source: str) -> Path | None:
     raise InventoryError("inventory source not found", file=source)
 
 
-def _vars_files(directory: Path, name: str) -> list[Path]:
-    files = [directory / f"{name}{ext}" for ext in _VARS_EXTS if (directory / f"{name}{ext}").is_file()]
-    subdir = directory / name
-    if subdir.is_dir():
+def _vars_files(directory: Path, name: str, present: set[str]) -> list[Path]:
+    """``present``: the names in ``directory`` (listed once: no stat per host of a 100k-host inventory)."""
+    files = [directory / f"{name}{ext}" for ext in _VARS_EXTS if f"{name}{ext}" in present]
+    files = [f for f in files if f.is_file()]
+    if name in present and (subdir := directory / name).is_dir():
         files += sorted(
             p
             for p in subdir.rglob("*")
@@ -469,8 +545,9 @@ def _read_vars(path: Path) -> dict[str, Any]:
 
 def _apply_vars_files(directory: Path, entities: Mapping[str, _HostData]) -> None:
     if directory.is_dir():
+        present = {item.name for item in directory.iterdir()}
         for name, entity in entities.items():
-            for file in _vars_files(directory, name):
+            for file in _vars_files(directory, name, present):
                 entity.file_vars.update(_read_vars(file))
 
 
@@ -494,25 +571,74 @@ def _matcher(body: str) -> Callable[[str], bool]:
     return lambda name: name == body
 
 
+def _check_port(host: Host, extra_vars: Mapping[str, Any]) -> None:
+    """``ansible_port``: an int or a string of digits, 1-65535 (not a template: it is read as is)."""
+    port = host.vars.get("ansible_port")
+    if port is None:
+        return
+    text = str(port).strip() if isinstance(port, (int, str)) and not isinstance(port, bool) else ""
+    if _DIGITS.fullmatch(text) and 1 <= int(text) <= 65535:
+        return
+    origin = " (from -e)" if "ansible_port" in extra_vars else ""
+    raise InventoryError(f"host {host.name}: ansible_port {port!r}{origin} is not a port number (1-65535)")
+
+
+CONNECTIONS = ("ssh", "paramiko", "smart", "local")  # what provision.connection.open_connection accepts
+_SCALAR_CONNECTION_VARS = ("ansible_host", "ansible_user", "ansible_ssh_private_key_file", "ansible_python_interpreter")
+
+
+def _check_connection_vars(host: Host, extra_vars: Mapping[str, Any]) -> None:
+    """The connection vars a host is reached with: a known ``ansible_connection``, text for the others."""
+    kind = host.vars.get("ansible_connection")
+    if kind is not None and kind not in CONNECTIONS:
+        origin = " (from -e)" if "ansible_connection" in extra_vars else ""
+        raise InventoryError(
+            f"host {host.name}: ansible_connection {kind!r}{origin} is not one of {', '.join(CONNECTIONS)}"
+        )
+    for name in _SCALAR_CONNECTION_VARS:
+        value = host.vars.get(name)
+        if isinstance(value, (dict, list, bool)):
+            origin = " (from -e)" if name in extra_vars else ""
+            raise InventoryError(f"host {host.name}: {name} must be a string, got {value!r}{origin}")
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Generator[None, None, None]:
+    """Loading allocates millions of small containers and no garbage cycles: with the cyclic GC on, its full
+    collections rescan the growing heap again and again (a 100k-host YAML inventory took 3x longer)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @dataclass
 class Inventory:
     hosts: dict[str, Host]
     groups: dict[str, Group]
     sources: list[str]
+    _members: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, paths: list[str], extra_vars: dict[str, Any] | None = None) -> Inventory:
         """Parse every source, read group_vars/host_vars beside them, merge vars (see module docstring)."""
         builder = _Builder()
         bases: dict[Path, Path] = {}
-        for source in paths:
-            base = _load_source(builder, source)
-            if base is not None:
-                bases.setdefault(base.resolve(), base)
-        for base in bases.values():
-            _apply_vars_files(base / "group_vars", builder.groups)
-            _apply_vars_files(base / "host_vars", builder.hosts)
-        hosts, groups = builder.build(dict(extra_vars or {}))
+        with _gc_paused():
+            for source in paths:
+                base = _load_source(builder, source)
+                if base is not None:
+                    bases.setdefault(base.resolve(), base)
+            for base in bases.values():
+                _apply_vars_files(base / "group_vars", builder.groups)
+                _apply_vars_files(base / "host_vars", builder.hosts)
+            hosts, groups = builder.build(dict(extra_vars or {}))
+        for host in hosts.values():
+            _check_port(host, extra_vars or {})
+            _check_connection_vars(host, extra_vars or {})
         return cls(hosts, groups, list(paths))
 
     def select(self, pattern: str | None) -> list[Host]:
@@ -532,10 +658,22 @@ class Inventory:
 
     def group_members(self, group: str) -> list[str]:
         """Hosts in ``group`` or any of its descendants, in inventory order ([] for an unknown group)."""
-        return [name for name, host in self.hosts.items() if group in host.groups]
+        return list(self._group_index().get(group, []))
 
     def groups_map(self) -> dict[str, list[str]]:
-        return {name: self.group_members(name) for name in self.groups}
+        index = self._group_index()
+        return {name: list(index.get(name, [])) for name in self.groups}
+
+    def _group_index(self) -> dict[str, list[str]]:
+        """Members of every group, built once in one pass over the hosts (not one pass per group and call:
+        every task on every host asks for ``groups``)."""
+        if self._members is None:
+            index: dict[str, list[str]] = {name: [] for name in self.groups}
+            for name, host in self.hosts.items():
+                for group in host.groups:
+                    index.setdefault(group, []).append(name)
+            self._members = index
+        return self._members
 
     def to_list_json(self) -> dict[str, Any]:
         """Like ``ansible-inventory --list``; empty keys and empty groups are left out."""
@@ -573,6 +711,12 @@ class Inventory:
         return names
 
     def _match(self, body: str) -> tuple[set[str], bool]:
+        if not body.startswith("~") and not any(c in body for c in _GLOB_CHARS):
+            # a plain name: looked up, not compared with every host (a retry file may list 100k of them)
+            names = {body} if body in self.hosts else set()
+            if body in self.groups:
+                names.update(self.group_members(body))
+            return names, body in self.hosts or body in self.groups
         test = _matcher(body)
         hosts = [h for h in self.hosts if test(h)]
         groups = [g for g in self.groups if test(g)]

@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from . import templating
-from .cli import _common, _inventory, _options, execute, parse_extra_vars
+from .cli import Seconds, _common, _inventory, _options, execute, parse_extra_vars
 from .commands import MASKER
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
 from .executor import Executor, RunOptions
@@ -160,6 +160,8 @@ def status(**kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
     inventory, extra, options = _setup(kw)
     rows = _expected_rows(inventory, extra)
+    if not rows:
+        raise InputError("no PD process in the inventory: put hosts in the groups prefill, decode and router")
     allowed = {h.name for h in inventory.select(options.limit)} if options.limit else None
     results = _run_quiet([_quiet_play("pd_status", PD_HOSTS)], inventory, options)
     found = {(r["host"], r["role"]): r for res in results for r in res.data.get("procs", [])}
@@ -207,7 +209,14 @@ def logs(role: str, lines: int, **kw: Any) -> int:
 @_common
 @click.option("--prompt", default="Hello world", show_default=True)
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=8, show_default=True)
-@click.option("--timeout", "verify_timeout", type=float, default=60.0, show_default=True)
+@click.option(
+    "--verify-timeout",
+    "verify_timeout",
+    type=Seconds(),
+    default=60.0,
+    show_default=True,
+    help="seconds for the generation (-T/--timeout bounds each remote command)",
+)
 def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -> int:
     """One real generation through each router: completion, latency, TTFT."""
     inventory, _, options = _setup(kw)

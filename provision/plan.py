@@ -18,7 +18,7 @@ import jinja2.nodes
 
 from . import templating
 from .errors import InputError, PlaybookError, TemplateError
-from .inventory import Inventory
+from .inventory import Host, Inventory
 from .modules.base import find_controller_file
 from .playbook import Play, Task
 
@@ -83,11 +83,15 @@ def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
     path = find_controller_file(playbook_dir, src)
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlaybookError(f"template source {src!r} cannot be read: {exc}", file=task.file, line=task.line) from None
+    try:
+        templating.check_filters_tests(text)
         return templating.names_used(text) - guarded_names(text)
     except TemplateError as exc:
-        raise TemplateError(exc.msg, file=str(path)) from None
+        raise TemplateError(exc.msg, file=str(path), line=exc.line) from None
 
 
 def check_plan(
@@ -111,6 +115,7 @@ def check_plan(
         for text in _strings(play.vars):
             if templating.is_template(text):
                 templating.names_used(text)
+        check_recursion(play, hosts, extra_vars)
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
             local = play_known | set(task.vars) | {task.loop_var}
@@ -126,3 +131,79 @@ def check_plan(
                         file=task.file,
                         line=task.line,
                     )
+
+
+def _templated(variables: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in variables.items()
+        if (templating.is_template(v) if isinstance(v, str) else isinstance(v, (dict, list)) and any(
+            templating.is_template(t) for t in _strings(v)
+        ))
+    }  # fmt: skip
+
+
+def check_recursion(play: Play, hosts: list[Host], extra_vars: dict[str, Any]) -> None:
+    """Variables that refer to each other in a ring (``a: "{{ b }}"``, ``b: "{{ a }}"``), as far as the names
+    are visible in the templates, with the precedence a task sees (-e over play vars over the inventory).
+    A ring hidden behind ``hostvars[...]`` is still caught when the task renders it (a task failure)."""
+    play_templated = _templated(play.vars)
+    extra_templated = _templated(extra_vars)
+    names_of: dict[str, set[str]] = {}
+    checked: set[frozenset[tuple[str, str]]] = set()
+    for host in hosts:
+        merged = {**_templated(host.vars), **play_templated, **extra_templated}
+        for name in play.vars.keys() - play_templated.keys():
+            merged.pop(name, None)  # a plain play var hides a templated inventory var of that name
+        for name in extra_vars.keys() - extra_templated.keys():
+            merged.pop(name, None)
+        key = frozenset((k, repr(v)) for k, v in merged.items())
+        if key in checked:
+            continue
+        checked.add(key)
+        ring = _find_ring(merged, names_of)
+        if ring:
+            _ring_error(ring, play, host, extra_templated)
+
+
+def _find_ring(templated: dict[str, Any], names_of: dict[str, set[str]]) -> list[str] | None:
+    def refs(name: str) -> set[str]:
+        source = repr(templated[name])
+        if source not in names_of:
+            try:
+                names_of[source] = templating.names_used(templated[name])
+            except TemplateError:
+                names_of[source] = set()  # syntax errors are reported where the var is used
+        return names_of[source] & templated.keys()
+
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        state[name] = 1
+        for ref in sorted(refs(name)):
+            if state.get(ref) == 1:
+                return [*path[path.index(ref) :], ref]
+            if ref not in state:
+                found = visit(ref, [*path, ref])
+                if found:
+                    return found
+        state[name] = 2
+        return None
+
+    for start in sorted(templated):
+        if start not in state:
+            ring = visit(start, [start])
+            if ring:
+                return ring
+    return None
+
+
+def _ring_error(ring: list[str], play: Play, host: Host, extra: dict[str, Any]) -> None:
+    chain = " -> ".join(ring)
+    if ring[0] in extra:
+        raise TemplateError(f"variable {ring[0]!r} (-e) refers to itself: {chain}")
+    if ring[0] in play.vars:
+        raise TemplateError(
+            f"play vars: variable {ring[0]!r} refers to itself: {chain}", file=play.file, line=play.line
+        )
+    raise TemplateError(f"host {host.name}: inventory variable {ring[0]!r} refers to itself: {chain}")

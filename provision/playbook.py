@@ -8,6 +8,8 @@ inventory is known.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,9 @@ def load_yaml(path: str | Path) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PlaybookError(f"cannot read: {exc.strerror}", file=path) from None
+    except UnicodeDecodeError as exc:
+        bad_line = text_line_of(Path(path).read_bytes(), exc.start)
+        raise PlaybookError(f"not UTF-8 text (byte {exc.object[exc.start]:#04x})", file=path, line=bad_line) from None
     loader = _Loader(text)
     loader.name = path
     try:
@@ -77,8 +82,15 @@ def load_yaml(path: str | Path) -> Any:
         raise PlaybookError(f"YAML syntax error: {what}", file=path, line=line) from None
     except yaml.YAMLError as exc:
         raise PlaybookError(f"YAML error: {exc}", file=path) from None
+    except RecursionError:
+        raise PlaybookError("YAML nested too deeply", file=path) from None
     finally:
         loader.dispose()
+
+
+def text_line_of(data: bytes, offset: int) -> int:
+    """The 1-based line of byte ``offset`` in ``data``."""
+    return data.count(b"\n", 0, offset) + 1
 
 
 @dataclass
@@ -181,8 +193,75 @@ def _mapping(value: Any, key: str, node: Any, path: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _err(f"{key} must be a mapping", node, path)
+        raise _err(f"{key} must be a mapping, got {_kind(value)}", node, path)
+    for name in value:
+        if not isinstance(name, str):
+            raise _err(f"{key}: key {name!r} is not a string", value if isinstance(value, LineDict) else node, path)
     return dict(value)
+
+
+def _kind(value: Any) -> str:
+    return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else repr(value)
+
+
+_NUMBER_KINDS = {
+    "count": "a whole number >= 0", "seconds": "a number of seconds >= 0",
+    "timeout": "a number of seconds > 0", "percent": "a percentage from 0 to 100",
+}  # fmt: skip
+
+
+def _number(value: Any, key: str, kind: str, node: Any, path: str) -> float | None:
+    """A finite number of the given kind (see _NUMBER_KINDS); numeric strings are accepted, templates not."""
+    if value is None:
+        return None
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str) and not templating.is_template(value):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    ok = number is not None and math.isfinite(number) and number >= 0
+    if number is not None and ok:
+        ok = (
+            (kind != "count" or number.is_integer())
+            and (kind != "timeout" or number > 0)
+            and (kind != "percent" or number <= 100)
+        )
+    if not ok or number is None:
+        hint = " (a template is not supported here)" if templating.is_template(value) else ""
+        raise _err(f"{key} must be {_NUMBER_KINDS[kind]}{hint}, got {_kind(value)}", node, path)
+    return number
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _environment(value: Any, node: Any, path: str) -> dict[str, Any]:
+    env = _mapping(value, "environment", node, path)
+    for name, item in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise _err(f"environment: {name!r} is not a valid variable name (letters, digits, _)", node, path)
+        if isinstance(item, (dict, list)):
+            raise _err(f"environment: {name} must be a string or number, got {_kind(item)}", node, path)
+    return env
+
+
+def _condition(value: Any, key: str, node: Any, path: str) -> Any:
+    """``when``-style keys: a string, a bool, or a list of them (all must hold)."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if item is not None and not isinstance(item, (str, bool)):
+            raise _err(f"{key} must be an expression, true/false, or a list of them, got {_kind(item)}", node, path)
+    return value
+
+
+def _loop(value: Any, key: str, node: Any, path: str) -> Any:
+    """A literal list, or a template string checked at run time."""
+    if value is None or isinstance(value, list) or templating.is_template(value):
+        return value
+    raise _err(f"{key} must be a list or a template giving one, got {_kind(value)}", node, path)
 
 
 def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
@@ -211,9 +290,20 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     except ArgError as exc:
         raise _err(str(exc), node, path) from None
     name = str(node.get("name") or f"{module}")
-    loop = node.get("loop", node.get("with_items"))
+    loop_key = "loop" if "loop" in node else "with_items"
+    loop = _loop(node.get(loop_key), loop_key, node, path)
     loop_control = _mapping(node.get("loop_control"), "loop_control", node, path)
-    retries = node.get("retries")
+    loop_var = loop_control.get("loop_var", "item")
+    if not isinstance(loop_var, str) or not loop_var.isidentifier():
+        raise _err(f"loop_control: loop_var {loop_var!r} is not a valid variable name", node, path)
+    retries = _number(node.get("retries"), "retries", "count", node, path)
+    delay = _number(node.get("delay"), "delay", "seconds", node, path)
+    for key in ("when", "changed_when", "failed_when", "until"):
+        _condition(node.get(key), key, node, path)
+    if "diff" in node:
+        _bool(node["diff"], "diff", node, path)
+    if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
+        raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
     task = Task(
         name=name,
         module=cls.name,
@@ -222,27 +312,27 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         line=getattr(node, "line", 0),
         when=node.get("when"),
         loop=loop,
-        loop_var=str(loop_control.get("loop_var", "item")),
+        loop_var=loop_var,
         register=node.get("register"),
         notify=_strlist(node.get("notify"), "notify", node, path),
         tags=_tags(node.get("tags"), node, path) | (inherited_tags or set()),
         changed_when=node.get("changed_when"),
         failed_when=node.get("failed_when"),
         ignore_errors=_bool(node.get("ignore_errors", False), "ignore_errors", node, path),
-        environment=_mapping(node.get("environment"), "environment", node, path),
+        environment=_environment(node.get("environment"), node, path),
         become=_bool(node["become"], "become", node, path) if "become" in node else None,
         run_once=_bool(node.get("run_once", False), "run_once", node, path),
         delegate_to=node.get("delegate_to"),
         retries=int(retries) if retries is not None else (3 if "until" in node else None),
-        delay=float(node.get("delay", 5)),
+        delay=5.0 if delay is None else delay,
         until=node.get("until"),
         vars=_mapping(node.get("vars"), "vars", node, path),
         no_log=_bool(node.get("no_log", False), "no_log", node, path),
-        timeout=float(node["timeout"]) if node.get("timeout") is not None else None,
+        timeout=_number(node.get("timeout"), "timeout", "timeout", node, path),
         listen=_strlist(node.get("listen"), "listen", node, path),
         check_mode=_bool(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
     )
-    if task.register is not None and not str(task.register).isidentifier():
+    if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
     _check_templates(task, node, path)
     return task
@@ -265,6 +355,7 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
             raise _err(
                 f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS))})", node, path
             )
+        _condition(node.get("when"), "when", node, path)
         target = Path(path).parent / str(node["import_tasks"])
         real = str(target.resolve())
         if real in _seen:
@@ -287,9 +378,11 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
 
 
 def _check_templates(task: Task, node: Any, path: str) -> None:
+    """Jinja2 syntax, and that every filter and test exists (names_used checks both)."""
+    expressions = [task.args.get(name) for name in task.module_class.expression_args]
     try:
-        templating.names_used([task.args, task.loop, task.environment, task.vars, task.delegate_to])
-        for expr in (task.when, task.changed_when, task.failed_when, task.until):
+        templating.names_used([task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify])
+        for expr in (task.when, task.changed_when, task.failed_when, task.until, *expressions):
             for item in expr if isinstance(expr, list) else [expr]:
                 if isinstance(item, str):
                     templating.names_used(item, expression=True)
@@ -303,7 +396,7 @@ def _serial(value: Any, node: Any, path: str) -> list[int | str]:
     items = value if isinstance(value, list) else [value]
     out: list[int | str] = []
     for item in items:
-        if isinstance(item, int) and item > 0:
+        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
             out.append(item)
         elif isinstance(item, str) and item.endswith("%") and item[:-1].strip().isdigit():
             out.append(item.strip())
@@ -322,6 +415,11 @@ def parse_play(node: Any, path: str) -> Play:
         raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
     if "hosts" not in node:
         raise _err("play has no 'hosts'", node, path)
+    hosts = node["hosts"]
+    if not (isinstance(hosts, str) and hosts.strip()) and not (
+        isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
+    ):
+        raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
     tags = _tags(node.get("tags"), node, path)
     sections = [node.get("pre_tasks"), node.get("tasks"), node.get("post_tasks")]
     tasks: list[Task] = []
@@ -345,10 +443,10 @@ def parse_play(node: Any, path: str) -> Play:
         vars_files=_strlist(node.get("vars_files"), "vars_files", node, path),
         gather_facts=_bool(node.get("gather_facts", True), "gather_facts", node, path),
         serial=_serial(node.get("serial"), node, path),
-        max_fail_percentage=float(mfp) if mfp is not None else None,
+        max_fail_percentage=_number(mfp, "max_fail_percentage", "percent", node, path),
         any_errors_fatal=_bool(node.get("any_errors_fatal", False), "any_errors_fatal", node, path),
         become=_bool(node.get("become", False), "become", node, path),
-        environment=_mapping(node.get("environment"), "environment", node, path),
+        environment=_environment(node.get("environment"), node, path),
         tasks=tasks,
         handlers=handlers,
         tags=tags,
@@ -366,7 +464,13 @@ def parse_play(node: Any, path: str) -> Play:
         data = load_yaml(base / vf) if not templating.is_template(vf) else {}
         if data is not None and not isinstance(data, dict):
             raise PlaybookError("vars file must be a mapping", file=str(base / vf))
-        play.vars.update(data or {})
+        play.vars.update(_mapping(data, "vars file", data, str(base / vf)))
+    try:
+        templating.names_used(play.vars)
+    except TemplateError as exc:
+        raise _err(
+            f"vars: {exc.msg}", node.get("vars") if isinstance(node.get("vars"), LineDict) else node, path
+        ) from None
     return play
 
 
@@ -377,8 +481,8 @@ def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
     if real in _seen:
         raise PlaybookError("import_playbook loop", file=path)
     data = load_yaml(path)
-    if data is None:
-        return []
+    if data is None or data == []:
+        raise PlaybookError("the playbook is empty: it must be a list of plays", file=path, line=1)
     if not isinstance(data, list):
         raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
     plays: list[Play] = []

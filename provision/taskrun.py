@@ -154,7 +154,7 @@ class TaskRunner:
             return self._call(task, host, variables, where)
         items = templating.render(task.loop, variables, where)
         if isinstance(items, str) or not isinstance(items, list):
-            raise TemplateError(f"loop must be a list, got {type(items).__name__} in {where}")
+            raise TemplateError(f"loop must give a list, got {type(items).__name__} {str(items)[:60]!r}")
         results: list[TaskResult] = []
         for item in items:
             item_vars = self.host_vars(host, task, {task.loop_var: item})

@@ -350,9 +350,10 @@ def names_used(value: Any, *, expression: bool = False) -> set[str]:
             return names
         try:
             ast = ENV.parse(text)
-        except jinja2.TemplateSyntaxError as exc:
+            check_filters_tests(ast, repr(value))
+            names |= jinja2.meta.find_undeclared_variables(ast)
+        except jinja2.TemplateSyntaxError as exc:  # also the compiler's TemplateAssertionError
             raise TemplateError(f"template syntax error in {value!r}: {exc.message}") from None
-        names |= jinja2.meta.find_undeclared_variables(ast)
     elif isinstance(value, Mapping):
         for v in value.values():
             names |= names_used(v, expression=expression)
@@ -362,3 +363,28 @@ def names_used(value: Any, *, expression: bool = False) -> set[str]:
     elif isinstance(value, bool) or value is None:
         pass
     return names - set(ENV.globals)
+
+
+def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *, expression: bool = False) -> None:
+    """Raise TemplateError naming the first filter or test of ``source`` that :data:`ENV` does not define.
+
+    ``source`` is template text (or a bare expression with ``expression=True``) or an already parsed AST.
+    The error's ``line`` is the line inside ``source``; ``where`` (a file, a snippet) goes in the message.
+    Jinja2 itself only finds an unknown filter when the template is compiled, or inside ``{% if %}`` not
+    until that branch runs: this finds every one before any host is contacted.
+    """
+    if isinstance(source, str):
+        text = f"{{{{ {source} }}}}" if expression else source
+        try:
+            ast = ENV.parse(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"template syntax error in {where or repr(source)}: {exc.message}") from None
+    else:
+        ast = source
+    for node in ast.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
+        is_filter = isinstance(node, jinja2.nodes.Filter)
+        known = ENV.filters if is_filter else ENV.tests
+        if node.name not in known:
+            kind = "filter" if is_filter else "test"
+            place = f" in {where}" if where else ""
+            raise TemplateError(f"unknown Jinja2 {kind} {node.name!r}{place}", line=node.lineno)

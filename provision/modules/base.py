@@ -178,6 +178,8 @@ class Module:
         for name, spec in cls.args.items():
             if spec.required and name not in resolved:
                 raise ArgError(f"{cls.name}: missing required argument {name!r}")
+            if name in resolved and resolved[name] is not None and not _has_template(resolved[name], is_template):
+                _coerce(resolved[name], spec, f"{cls.name}: {name}")  # a literal of the wrong type: say so now
             if name in resolved and spec.choices and not is_template(resolved[name]):
                 value = resolved[name]
                 if spec.type == "bool":
@@ -207,6 +209,14 @@ class Module:
     # ---------------------------------------------------------------- execution
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         raise NotImplementedError
+
+
+def _has_template(value: Any, is_template: Callable[[Any], bool]) -> bool:
+    if isinstance(value, Mapping):
+        return any(_has_template(v, is_template) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_template(v, is_template) for v in value)
+    return bool(is_template(value))
 
 
 def to_bool(value: Any, name: str = "value") -> bool:
@@ -266,7 +276,11 @@ def parse_kv(text: str) -> dict[str, Any]:
     import shlex
 
     out: dict[str, Any] = {}
-    for word in shlex.split(text):
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise ArgError(f"cannot parse arguments {text!r}: {exc}") from None
+    for word in words:
         if "=" not in word:
             raise ArgError(f"expected key=value, got {word!r}")
         key, value = word.split("=", 1)

@@ -472,3 +472,60 @@ def test_graph(inv: Inventory) -> None:
         "  |--@ungrouped:\n"
         "  |  |--bastion"
     )
+
+
+# ---------------------------------------------------------------- scale and bounds
+
+
+def test_100k_hosts_load_with_right_counts(tmp_path: Path) -> None:
+    """Loading is linear (benchmarks/inventory_load.py times it); here: 100k hosts load, counts are right."""
+    groups = ("prefill", "decode", "router", "spare")
+    n = 100_000
+    yaml_lines = ["all:", "  vars: {ansible_user: ops}", "  children:", "    gpu:", "      children:"]
+    ini_lines = ["[all:vars]", "ansible_user=ops", "[gpu:children]", *groups]
+    for k, group in enumerate(groups):
+        yaml_lines += [f"        {group}:", "          hosts:"]
+        yaml_lines += [f"            n{i}: {{ansible_host: 10.0.0.1}}" for i in range(k, n, len(groups))]
+        ini_lines += [f"[{group}]", *(f"n{i} ansible_host=10.0.0.1" for i in range(k, n, len(groups)))]
+    write(tmp_path / "y" / "group_vars" / "decode.yml", "role: decode\n")
+    write(tmp_path / "i" / "group_vars" / "decode.yml", "role: decode\n")
+    for path in (write(tmp_path / "y" / "hosts.yml", "\n".join(yaml_lines)),
+                 write(tmp_path / "i" / "hosts.ini", "\n".join(ini_lines))):  # fmt: skip
+        inv = Inventory.load([str(path)])
+        assert len(inv.hosts) == n
+        assert len(inv.select("decode")) == n // 4 == len(inv.groups["decode"].hosts)
+        assert len(inv.group_members("gpu")) == n
+        assert inv.hosts["n1"].vars["role"] == "decode" and "role" not in inv.hosts["n0"].vars
+        assert inv.hosts["n99999"].groups == ["all", "gpu", "spare"]
+    retry = write(tmp_path / "limit.retry", "".join(f"n{i}\n" for i in range(0, n, 2)))
+    assert len(inv.select(f"@{retry}")) == n // 2  # plain names are looked up, not matched against every host
+    assert len(inv.select(",".join(f"n{i}" for i in range(1, n, 2)))) == n // 2
+
+
+def test_range_past_the_bound_is_refused_before_expanding(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"expands to 100000000 hosts, more than the limit of 100000 per pattern"):
+        expand_hosts("node[0:99999999]")
+    with pytest.raises(ValueError, match=r"expands to 1000000 hosts"):
+        expand_hosts("r[0:999]n[0:999]")  # ranges multiply
+    assert len(expand_hosts("node[1:100000]")) == 100_000
+    with pytest.raises(InventoryError, match=r"inv\.ini:2: host pattern 'node\[0:99999999\]' expands to"):
+        load(tmp_path, "inv.ini", "[gpu]\nnode[0:99999999]\n")
+
+
+def test_empty_inventory_directory_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "inv" / "group_vars").mkdir(parents=True)
+    (tmp_path / "inv" / ".hidden").write_text("x\n")
+    with pytest.raises(InventoryError, match=r"inv: inventory directory holds no inventory file"):
+        Inventory.load([str(tmp_path / "inv")])
+
+
+@pytest.mark.parametrize("port", ["abc", "0", "65536", "-1", "'{{ p }}'", "[22]", "true", "2.5"])
+def test_bad_ansible_port_names_host_and_var(tmp_path: Path, port: str) -> None:
+    with pytest.raises(InventoryError, match=r"^host gpu1: ansible_port .* is not a port number \(1-65535\)$"):
+        load(tmp_path, "inv.yml", f"all:\n  hosts:\n    gpu1:\n      ansible_port: {port}\n")
+
+
+def test_bad_ansible_port_from_extra_vars(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match=r"ansible_port 'x' \(from -e\)"):
+        load(tmp_path, "inv.ini", "gpu1\n", {"ansible_port": "x"})
+    assert load(tmp_path, "inv2.ini", "gpu1 ansible_port=2222\ngpu2:22\n").hosts["gpu2"].vars["ansible_port"] == 22
