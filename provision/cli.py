@@ -314,7 +314,7 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
     try:
         shlex.split(module_args)
     except ValueError as exc:
-        raise InputError(f"-a {module_args!r}: {exc}") from None
+        raise InputError(f"-a arguments: {exc} (the value is not shown: it may hold a secret)") from None
     raw: Any = module_args if cls.free_form else (module_args or None)
     node: dict[str, Any] = {"name": module, module: raw}
     parsed = parse_task(node, "<command line>")

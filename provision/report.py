@@ -23,9 +23,9 @@ from .results import RunSummary, Status, TaskResult
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def printable(text: str) -> str:
+def printable(text: object) -> str:
     """Host text made safe for a terminal: control characters (except newline and tab) shown as escapes."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text if isinstance(text, str) else str(text))
 
 
 _COLORS = {
