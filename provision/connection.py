@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from .commands import Command
 from .errors import CommandTimeout, HostError, UnreachableError
 
-TIMEOUT_RC = 124  # what GNU timeout returns when it had to kill the command
+TIMEOUT_RC = 124  # what the runner (and GNU timeout, its fallback) returns when it had to kill the command
 
 
 @dataclass(frozen=True)
@@ -110,9 +110,10 @@ COUNTERS = Counters()
 def finished(
     host: str, cmd: Command, timeout: float | None, rc: int, out: bytes, err: bytes, started: float
 ) -> CommandResult:
-    """The result of a command that ended; CommandTimeout when GNU timeout killed it (rc 124/137 at the limit)."""
+    """The result of a command that ended; CommandTimeout when it was killed at its deadline: rc 124 from the
+    runner; 137 or -1 (no exit status: killed by a signal) from the GNU timeout fallback after its KILL."""
     elapsed = time.monotonic() - started
-    if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
+    if timeout and rc in (TIMEOUT_RC, 137, -1) and elapsed >= timeout * 0.98:
         raise CommandTimeout(host, cmd.display(), timeout)
     return CommandResult(rc, _text(out), _text(err), cmd.display(), elapsed)
 
@@ -150,6 +151,51 @@ class _LineFeed:
         for line in done:
             if line.strip():
                 self.sink(line.decode(errors="replace"))
+
+
+def _exchange(
+    proc: subprocess.Popen[bytes], payload: bytes, deadline: float | None, on_output: Callable[[str], None] | None
+) -> tuple[bytes, bytes]:
+    """Send ``payload`` to a local runner WITHOUT closing its stdin (EOF would mean "controller gone"), and
+    collect stdout/stderr until both end; TimeoutError after ``deadline``."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
+
+    def feed() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            stdin.write(payload)
+
+    threading.Thread(target=feed, daemon=True, name="provision-stdin").start()
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    lines = _LineFeed(on_output)
+    while True:
+        open_fds = [fd for fd, parts in chunks.items() if not parts or parts[-1]]
+        if not open_fds:
+            break
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError()
+        ready, _, _ = select.select(open_fds, [], [], remaining)
+        for fd in ready:
+            data = os.read(fd, 65536)
+            chunks[fd].append(data)
+            lines.feed(data)
+    proc.wait()
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Close our ends; a runner still going sees its stdin end and kills its command; then wait for it."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
 
 
 # ------------------------------------------------------------------------------------------------- local
@@ -197,7 +243,7 @@ class LocalConnection:
         if agent is None or agent.dead:
             try:
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", PythonAgent.command(interpreter).render()],
+                    ["/bin/sh", "-c", PythonAgent.command(interpreter).direct()],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     start_new_session=True,
@@ -219,68 +265,24 @@ class LocalConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        text = cmd.render(timeout)
-        if on_output is not None:
-            return self._run_streaming(cmd, text, timeout, stdin, on_output)
+        inv = cmd.render(timeout, stdin)
         started = time.monotonic()
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", text],
+            ["/bin/sh", "-c", inv.text],
+            bufsize=0,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
         try:
-            out, err = proc.communicate(stdin or b"", timeout=None if timeout is None else timeout + 15.0)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            proc.communicate()
+            out, err = _exchange(proc, inv.stdin, None if timeout is None else started + timeout + 15.0, on_output)
+        except TimeoutError:
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
+        finally:
+            _reap(proc)  # also on KeyboardInterrupt: closing its stdin makes the runner kill the command
         self.commands_run += 1
         return finished(self.name, cmd, timeout, proc.returncode, out, err, started)
-
-    def _run_streaming(
-        self,
-        cmd: Command,
-        text: str,
-        timeout: float | None,
-        stdin: bytes | None,
-        on_output: Callable[[str], None],
-    ) -> CommandResult:
-        """Like run, but stdout+stderr are merged and fed line by line to ``on_output`` as they come."""
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", text],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(stdin or b"")
-        proc.stdin.close()
-        deadline = None if timeout is None else started + timeout + 15.0
-        chunks: list[bytes] = []
-        lines = _LineFeed(on_output)
-        while True:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                chunk = os.read(proc.stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                lines.feed(chunk)
-            if deadline is not None and time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 9)
-                proc.wait()
-                proc.stdout.close()
-                raise CommandTimeout(self.name, cmd.display(), timeout or 0)
-        rc = proc.wait()
-        proc.stdout.close()
-        self.commands_run += 1
-        return finished(self.name, cmd, timeout, rc, b"".join(chunks), b"", started)
 
     def expand_path(self, path: str) -> str:
         return os.path.expanduser(path)

@@ -232,21 +232,23 @@ class SSHConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        text = cmd.render(timeout)
+        inv = cmd.render(timeout, stdin)
         started = time.monotonic()
+        channel: paramiko.Channel | None = None
         try:
             channel = self._transport().open_session(timeout=self.opts.channel_timeout)
-            channel.exec_command(text)
-            if stdin:
-                channel.sendall(stdin)
-            channel.shutdown_write()
+            channel.exec_command(inv.text)
+            # stdin stays open until the command ends: its EOF makes the runner on the host kill the command
+            channel.sendall(inv.stdin)
             out, err = self._drain(channel, None if timeout is None else timeout + 15.0, on_output)
             rc = channel.recv_exit_status()
-            channel.close()
         except TimeoutError:
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise UnreachableError(self.name, f"SSH session lost while running a command: {exc}") from None
+        finally:
+            if channel is not None:
+                channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
         self.commands_run += 1
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
@@ -285,7 +287,7 @@ class SSHConnection:
         if agent is None or agent.dead:
             try:
                 channel = self._transport().open_session(timeout=self.opts.channel_timeout)
-                channel.exec_command(PythonAgent.command(interpreter).render())
+                channel.exec_command(PythonAgent.command(interpreter).direct())
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise AgentUnavailable(str(exc)) from None
             agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)

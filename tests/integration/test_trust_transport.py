@@ -1,0 +1,230 @@
+"""The transport against hosts we do not trust (the lab: real sshd, one Unix user per host).
+
+What a host's other users must never see (secrets in the process list), what must never outlive the
+controller (remote commands of a dead, interrupted or disconnected run), a per-host run lock, a frozen host
+reported unreachable in time, and remote file writes that are private from the first byte.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import Lab
+
+from provision.commands import Command
+from provision.connection import ConnectOptions, LocalConnection
+from provision.errors import CommandTimeout
+from provision.ssh import SSHConnection
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lab_env(lab: Lab) -> Iterator[None]:
+    old = os.environ.get("PROVISION_SSH_CONFIG")
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    yield
+    if old is None:
+        os.environ.pop("PROVISION_SSH_CONFIG", None)
+    else:
+        os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+def ssh(lab: Lab, i: int = 0, **opts: Any) -> SSHConnection:
+    h = lab.hosts[i]
+    host_vars = {
+        "ansible_host": h.address,
+        "ansible_port": h.port,
+        "ansible_user": h.user,
+        "ansible_ssh_private_key_file": str(lab.client_key),
+    }
+    return SSHConnection(h.name, host_vars, ConnectOptions(known_hosts=(str(lab.known_hosts_path),), **opts))
+
+
+def wait_for(cond: Callable[[], bool], limit: float, step: float = 0.05) -> float | None:
+    """Seconds until ``cond()`` held, None if it never did within ``limit``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if cond():
+            return time.monotonic() - started
+        time.sleep(step)
+    return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def pids_of(user: str, needle: str) -> list[int]:
+    """Live processes of ``user`` whose command line contains ``needle``."""
+    uid = pwd.getpwnam(user).pw_uid
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in args and alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:
+    got: list[int] = []
+
+    def ready() -> bool:
+        text = lab.run_as(i, ["cat", path]).stdout.strip()
+        if text.isdigit():
+            got.append(int(text))
+        return bool(got)
+
+    assert wait_for(ready, limit, 0.1) is not None, f"{path} never appeared"
+    return got[0]
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # the test inspects it
+            box.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+# ---------------------------------------------------------------------------------- 1. no secret in `ps`
+SECRET = "hf_TopSecretValue123"
+SCRIPT_MARK = "script-text-marker-4711"
+
+
+def ps_args() -> str:
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+
+
+def _assert_private_while_running(run: Callable[[Command], Any], pidfile: Path | str, read: Callable[[], str]) -> None:
+    cmd = Command.shell(
+        f'echo $$ > {pidfile}; sleep 3; echo "$HF_TOKEN" # {SCRIPT_MARK}',
+        env={"HF_TOKEN": SECRET, "OTHER": f"x {SECRET} y"},
+    )
+    thread, box = in_thread(lambda: run(cmd))
+    assert wait_for(lambda: read().strip().isdigit(), 15), "the command never started"
+    listing = ps_args()
+    thread.join(30)
+    assert box and getattr(box[0], "stdout", None) == SECRET + "\n", box
+    assert SECRET not in listing and SCRIPT_MARK not in listing, listing
+    assert "sleep 3" in listing  # we looked while it ran
+
+
+def test_ssh_secrets_and_script_text_never_in_the_process_list(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    lab.run_as(0, ["rm", "-f", "ps.pid"])
+    try:
+        _assert_private_while_running(
+            lambda cmd: conn.run(cmd, timeout=60), "ps.pid", lambda: lab.run_as(0, ["cat", "ps.pid"]).stdout
+        )
+    finally:
+        conn.close()
+
+
+def test_local_secrets_and_script_text_never_in_the_process_list(tmp_path: Path) -> None:
+    conn = LocalConnection("local")
+    pidfile = tmp_path / "ps.pid"
+    _assert_private_while_running(
+        lambda cmd: conn.run(cmd, timeout=60), pidfile, lambda: pidfile.read_text() if pidfile.exists() else ""
+    )
+
+
+def test_argv_command_with_env_chdir_and_stdin_over_ssh(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    try:
+        result = conn.run(
+            Command.of("sh", "-c", 'printf "%s|%s|" "$V" "$(pwd)"; cat', env={"V": "it's $(x)"}, chdir="/tmp"),
+            timeout=30,
+            stdin=b"data",
+        )
+    finally:
+        conn.close()
+    assert (result.rc, result.stdout) == (0, "it's $(x)|/tmp|data")
+
+
+# ------------------------------------------------------------------------- 2. command life tied to channel
+def test_closing_the_connection_kills_the_remote_command(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    lab.run_as(0, ["rm", "-f", "tie.pid"])
+    in_thread(lambda: conn.run(Command.shell("echo $$ > tie.pid; sleep 300 & sleep 301; wait"), timeout=600))
+    pid = read_pid(lab, 0, "tie.pid")
+    assert pids_of(lab.hosts[0].user, "sleep 300")
+    conn.close()
+    took = wait_for(lambda: not alive(pid) and not pids_of(lab.hosts[0].user, "sleep 30"), 10)
+    assert took is not None, "the remote command outlived its connection"
+
+
+def test_a_command_that_ignores_sigterm_is_a_timeout_not_rc_minus_one(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    try:
+        with pytest.raises(CommandTimeout):
+            conn.run(Command.shell("trap '' TERM; echo $$ > trap.pid; sleep 60; sleep 60"), timeout=1)
+        pid = int(lab.run_as(0, ["cat", "trap.pid"]).stdout)
+        assert wait_for(lambda: not alive(pid), 5) is not None
+        assert conn.run(Command.of("true"), timeout=10).rc == 0  # the connection is still good
+    finally:
+        conn.close()
+
+
+def test_agent_exits_with_its_channel(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    agent = conn.python_agent("python3")
+    assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+    pids = pids_of(lab.hosts[0].user, "provision-agent")
+    assert pids
+    conn.close()
+    assert wait_for(lambda: not any(alive(p) for p in pids), 10) is not None
+
+
+KILL_SCRIPT = """
+import sys, time
+from provision.commands import Command
+from provision.connection import ConnectOptions, LocalConnection
+conn = LocalConnection("local")
+print("ready", flush=True)
+conn.run(Command.shell("echo $$ > " + sys.argv[1] + "; sleep 300"), timeout=600)
+"""
+
+
+def test_local_command_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
+    pidfile = tmp_path / "local.pid"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(pidfile)], env=env)
+    try:
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 15) is not None
+        pid = int(pidfile.read_text())
+        proc.kill()
+        proc.wait()
+        assert wait_for(lambda: not alive(pid), 10) is not None, "the command outlived its controller"
+    finally:
+        proc.kill()
+        proc.wait()
