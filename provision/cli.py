@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,16 @@ import yaml
 from . import __version__
 from .commands import MASKER
 from .connection import ConnectOptions
-from .errors import EXIT_INTERRUPTED, EXIT_USAGE, InputError, ProvisionError, UsageError
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    InputError,
+    Interrupted,
+    ProvisionError,
+    SigTerm,
+    UsageError,
+)
 from .executor import Executor, RunOptions, playbook_dir_of
 from .inventory import Inventory
 from .plan import check_plan
@@ -273,24 +284,51 @@ def _debug_log(exc: BaseException) -> None:
         pass
 
 
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM: unwind the main thread (the executor closes every connection on the way out, and the
+    hosts kill what still runs: see provision.commands.RUNNER). A second signal leaves at once."""
+    if _state.get("signal"):
+        os._exit(128 + signum)
+    _state["signal"] = signum
+    raise SigTerm() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _interrupted_line(exc: BaseException | None) -> tuple[str, int]:
+    while exc is not None and not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        exc = exc.__cause__ or exc.__context__  # click wraps Ctrl-C in Abort
+    if isinstance(exc, SigTerm) or (_state.get("signal") == signal.SIGTERM):
+        return "ERROR: terminated (SIGTERM)", EXIT_TERMINATED
+    return "ERROR: interrupted", EXIT_INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> None:
+    _state.pop("signal", None)
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, _on_signal)
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
         exc.show()
         code = EXIT_USAGE
-    except click.exceptions.Abort:
-        click.echo("ERROR: interrupted", err=True)
-        code = EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        click.echo("ERROR: interrupted", err=True)
-        code = EXIT_INTERRUPTED
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        line, code = _interrupted_line(exc)
+        click.echo(line, err=True)
     except ProvisionError as exc:
         _debug_log(exc)
         if _state["verbosity"] >= 3:
             traceback.print_exc()
         click.echo(MASKER.mask(f"ERROR: {exc}"), err=True)
         code = exc.exit_code
+    finally:
+        for signum, old in handlers.items():
+            signal.signal(signum, old)
+    if _state.get("signal"):
+        # worker threads may still sit in a command whose connection we closed: do not wait for them
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code if isinstance(code, int) else EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

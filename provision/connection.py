@@ -235,6 +235,7 @@ class LocalConnection:
         self.commands_run = 0
         self.agent_calls = 0
         self._agents: dict[str, Any] = {}
+        self._running: set[subprocess.Popen[bytes]] = set()
 
     def python_agent(self, interpreter: str) -> Any:
         from .agent import AgentUnavailable, PythonAgent
@@ -275,11 +276,13 @@ class LocalConnection:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        self._running.add(proc)
         try:
             out, err = _exchange(proc, inv.stdin, None if timeout is None else started + timeout + 15.0, on_output)
         except TimeoutError:
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
         finally:
+            self._running.discard(proc)
             _reap(proc)  # also on KeyboardInterrupt: closing its stdin makes the runner kill the command
         self.commands_run += 1
         return finished(self.name, cmd, timeout, proc.returncode, out, err, started)
@@ -315,6 +318,9 @@ class LocalConnection:
             raise HostError(self.name, f"cannot read {path}: {exc}") from None
 
     def close(self) -> None:
+        for proc in list(self._running):  # their runners see stdin end and kill the commands
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()  # type: ignore[union-attr]
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()

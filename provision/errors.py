@@ -15,10 +15,11 @@ at the boundary that meets them (``raise XError(...) from exc``), so none of the
     │   │   └── HostKeyChanged      host key differs from known_hosts: always refused
     │   ├── CommandTimeout          a remote command outlived its timeout (its process group was killed)
     │   └── ModuleError             a module could not do its job (task fails with this message)
-    └── Interrupted                 exit 130
+    └── Interrupted                 exit 130 (SIGINT / Ctrl-C)
+        └── Terminated              exit 143 (SIGTERM)
 
 Exit codes follow the contract in ``interface.md``: 0 ok, 2 failed hosts, 3 usage, 4 unreachable,
-5 invalid input, 130 interrupted.
+5 invalid input, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ EXIT_USAGE = 3
 EXIT_UNREACHABLE = 4
 EXIT_INPUT = 5
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
 
 class ProvisionError(Exception):
@@ -76,6 +78,15 @@ class UsageError(ProvisionError):
 
 class Interrupted(ProvisionError):
     exit_code = EXIT_INTERRUPTED
+
+
+class Terminated(Interrupted):
+    exit_code = EXIT_TERMINATED
+
+
+class SigTerm(KeyboardInterrupt):
+    """Raised in the main thread by the CLI's SIGTERM handler: unwinds like Ctrl-C (every connection is
+    closed on the way out), then exits 143."""
 
 
 class HostError(ProvisionError):

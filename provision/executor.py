@@ -25,7 +25,7 @@ from typing import Any
 
 from .commands import MASKER, Command
 from .connection import Connection, ConnectOptions, LocalConnection, open_connection
-from .errors import HostError, Interrupted, UnreachableError
+from .errors import HostError, Interrupted, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
 from .playbook import Play, Task
 from .report import Reporter
@@ -111,9 +111,12 @@ class Executor:
             return conn
 
     def close(self) -> None:
-        for conn in self._conns.values():
-            conn.close()
+        """Close every connection (also mid-task, on an interrupt: the hosts then kill what still runs)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._conn_lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            conn.close()
 
     def commands_run(self) -> dict[str, int]:
         """Remote round trips per host (commands and calls to the persistent python helper)."""
@@ -129,8 +132,10 @@ class Executor:
                 self._play(play)
                 if self.summary.aborted:
                     break
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self.summary.interrupted = True
+            if isinstance(exc, SigTerm):
+                raise Terminated("terminated (SIGTERM)") from None
             raise Interrupted("interrupted") from None
         return self.summary
 

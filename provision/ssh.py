@@ -273,6 +273,8 @@ class SSHConnection:
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if channel.exit_status_ready() and drained and (channel.eof_received or channel.closed):
                 break
+            if channel.closed and drained:  # closed under us (connection closed or lost): no exit status will come
+                raise EOFError("the channel closed before the command ended")
             if progressed:
                 continue
             if deadline is not None and time.monotonic() > deadline:

@@ -228,3 +228,70 @@ def test_local_command_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+# ------------------------------------------------------------------------------------- 3. controller signals
+SLEEP_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: long
+      shell: echo $$ > {pidfile}; sleep 300; echo never
+"""
+
+
+def start_cli(lab: Lab, tmp_path: Path, pidfile: str, *extra: str) -> subprocess.Popen[str]:
+    playbook = tmp_path / "sleep.yml"
+    playbook.write_text(SLEEP_PLAYBOOK.format(pidfile=pidfile))
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), *extra],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(("sig", "code", "line"), [
+    (signal.SIGTERM, 143, "ERROR: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "ERROR: interrupted"),
+])  # fmt: skip
+def test_signal_to_the_controller_exits_with_one_line_and_kills_the_remote_command(
+    lab: Lab, tmp_path: Path, sig: int, code: int, line: str
+) -> None:
+    lab.run_as(0, ["rm", "-f", "sig.pid"])
+    proc = start_cli(lab, tmp_path, "sig.pid")
+    try:
+        pid = read_pid(lab, 0, "sig.pid", 30)
+        sleeps = pids_of(lab.hosts[0].user, "sleep 300")
+        assert sleeps
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert [ln for ln in err.splitlines() if ln.startswith("ERROR")] == [line], err
+    assert err.rstrip().splitlines()[-1] == line
+    took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 5)
+    assert took is not None, "the remote command outlived the interrupted run"
+    print(f"\n{signal.Signals(sig).name}: remote command gone {took:.2f}s after the controller exited")
+
+
+def test_sigkilled_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:
+    lab.run_as(0, ["rm", "-f", "kill.pid"])
+    proc = start_cli(lab, tmp_path, "kill.pid")
+    try:
+        pid = read_pid(lab, 0, "kill.pid", 30)
+        sleeps = pids_of(lab.hosts[0].user, "sleep 300")
+        assert sleeps
+        proc.kill()
+        proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
+    assert took is not None, "the remote command outlived the SIGKILLed controller"
+    print(f"\nSIGKILL: remote command gone {took:.2f}s after the controller died")
