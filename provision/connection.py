@@ -17,10 +17,13 @@ paramiko/socket exceptions never leave this module: they become :class:`Unreacha
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import posixpath
+import re
 import select
+import socket
 import subprocess
 import threading
 import time
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .commands import Command
-from .errors import CommandTimeout, HostError, UnreachableError
+from .errors import CommandTimeout, HostBusy, HostError, UnreachableError
 
 TIMEOUT_RC = 124  # what the runner (and GNU timeout, its fallback) returns when it had to kill the command
 
@@ -45,6 +48,8 @@ class ConnectOptions:
     accept_new_host_keys: bool = False
     ssh_config: str | None = None  # default: ~/.ssh/config (or $PROVISION_SSH_CONFIG)
     known_hosts: tuple[str, ...] = ()  # extra known_hosts files, checked before ssh_config's and ~/.ssh's
+    run_lock: bool = False  # hold the host's run lock while connected (a playbook run: see RUN_LOCKER)
+    keepalive: float | None = None  # seconds between keepalives with replies; None: connect_timeout
 
 
 @dataclass
@@ -198,6 +203,84 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+# ---------------------------------------------------------------------------------------------- run lock
+# One run at a time per host: a run holds ``~/.provision/run-<inventory_hostname>.lock`` (flock) on the host
+# for as long as it is connected. Over SSH the holder is this small process on its own channel: it reads the
+# holder's description (one line) from stdin, answers ``locked`` or ``busy <description of the holder>``,
+# then waits for its stdin to end (the run closed the connection, or died: sshd closes it) and exits, which
+# releases the lock. A host without python3 gets no lock (it cannot run provision's helpers either).
+RUN_LOCKER = """\
+import os,sys,fcntl
+d=os.path.expanduser('~/.provision')
+try:os.makedirs(d,0o700)
+except OSError:pass
+f=os.open(os.path.join(d,'run-%s.lock'%sys.argv[1]),os.O_RDWR|os.O_CREAT,0o600)
+h=b''
+while not h.endswith(b'\\n'):
+ c=os.read(0,1)
+ if not c:sys.exit(0)
+ h+=c
+try:fcntl.flock(f,fcntl.LOCK_EX|fcntl.LOCK_NB)
+except OSError:
+ os.write(1,b'busy '+os.pread(f,4096,0).split(b'\\n')[0]+b'\\n');sys.exit(1)
+os.ftruncate(f,0);os.pwrite(f,h,0)
+os.write(1,b'locked\\n')
+while os.read(0,4096):pass
+"""
+_STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def lock_name(host: str) -> str:
+    """The host's inventory name as a safe file name part."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host)[:100] or "_"
+
+
+def lock_holder() -> str:
+    """Who holds a lock: this controller process (shown to a second run that finds the host busy)."""
+    return f"provision pid {os.getpid()} on {socket.gethostname()}, started {_STARTED}"
+
+
+def busy(host: str, answer: str) -> HostBusy:
+    holder = answer.removeprefix("busy").strip() or "a holder that has not said who it is yet"
+    return HostBusy(host, f"host is busy: another provision run holds its run lock ({holder}); rerun when it ends")
+
+
+_local_locks: dict[str, list[Any]] = {}  # path -> [fd, users]: flock is per open file, so one fd per process
+_local_locks_guard = threading.Lock()
+
+
+def _local_lock(host: str) -> str:
+    path = os.path.expanduser(f"~/.provision/run-{lock_name(host)}.lock")
+    with _local_locks_guard:
+        held = _local_locks.get(path)
+        if held is not None:
+            held[1] += 1
+            return path
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            answer = os.pread(fd, 4096, 0).decode(errors="replace").split("\n")[0]
+            os.close(fd)
+            raise busy(host, answer) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (lock_holder() + "\n").encode(), 0)
+        _local_locks[path] = [fd, 1]
+        return path
+
+
+def _local_unlock(path: str) -> None:
+    with _local_locks_guard:
+        held = _local_locks.get(path)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] <= 0:
+            del _local_locks[path]
+            os.close(held[0])
+
+
 # ------------------------------------------------------------------------------------------------- local
 class _PipeStream:
     """The agent's stream for a local process: its stdin and stdout pipes."""
@@ -230,8 +313,10 @@ class _PipeStream:
 class LocalConnection:
     """``ansible_connection: local``: the same commands, run on the controller."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, run_lock: bool = False) -> None:
         self.name = name
+        self.run_lock = run_lock
+        self._lock_path: str | None = None
         self.commands_run = 0
         self.agent_calls = 0
         self._agents: dict[str, Any] = {}
@@ -240,6 +325,7 @@ class LocalConnection:
     def python_agent(self, interpreter: str) -> Any:
         from .agent import AgentUnavailable, PythonAgent
 
+        self._take_lock()
         agent = self._agents.get(interpreter)
         if agent is None or agent.dead:
             try:
@@ -266,6 +352,7 @@ class LocalConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
+        self._take_lock()
         inv = cmd.render(timeout, stdin)
         started = time.monotonic()
         proc = subprocess.Popen(
@@ -287,10 +374,15 @@ class LocalConnection:
         self.commands_run += 1
         return finished(self.name, cmd, timeout, proc.returncode, out, err, started)
 
+    def _take_lock(self) -> None:
+        if self.run_lock and self._lock_path is None:
+            self._lock_path = _local_lock(self.name)
+
     def expand_path(self, path: str) -> str:
         return os.path.expanduser(path)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        self._take_lock()
         path = self.expand_path(path)
         tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.provision-{uuid.uuid4().hex[:8]}")
         try:
@@ -310,6 +402,7 @@ class LocalConnection:
             raise HostError(self.name, f"cannot write {path}: {exc}") from None
 
     def get(self, path: str) -> bytes | None:
+        self._take_lock()
         try:
             return Path(self.expand_path(path)).read_bytes()
         except FileNotFoundError:
@@ -324,6 +417,9 @@ class LocalConnection:
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()
+        if self._lock_path is not None:
+            _local_unlock(self._lock_path)
+            self._lock_path = None
 
     def __del__(self) -> None:  # an agent process must not outlive a connection nobody closed
         self.close()
@@ -333,7 +429,7 @@ def open_connection(name: str, variables: Mapping[str, Any], opts: ConnectOption
     """Make the connection object for a host (lazy: nothing is contacted until the first command)."""
     kind = str(variables.get("ansible_connection", "ssh"))
     if kind == "local":
-        return LocalConnection(name)
+        return LocalConnection(name, run_lock=opts.run_lock)
     if kind not in ("ssh", "paramiko", "smart"):
         raise UnreachableError(name, f"unsupported ansible_connection {kind!r} (use ssh or local)")
     from .ssh import SSHConnection  # Fabric/paramiko load only when a host needs SSH

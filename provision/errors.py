@@ -12,7 +12,8 @@ at the boundary that meets them (``raise XError(...) from exc``), so none of the
     ├── HostError                   something went wrong on one host (carries ``host``)
     │   ├── UnreachableError        the host could not be reached (connect, auth, host key, lost session)
     │   │   ├── HostKeyUnknown      host key not in known_hosts and accept-new was not asked for
-    │   │   └── HostKeyChanged      host key differs from known_hosts: always refused
+    │   │   ├── HostKeyChanged      host key differs from known_hosts: always refused
+    │   │   └── HostBusy            another provision run holds the host's run lock (nothing was run on it)
     │   ├── CommandTimeout          a remote command outlived its timeout (its process group was killed)
     │   └── ModuleError             a module could not do its job (task fails with this message)
     └── Interrupted                 exit 130 (SIGINT / Ctrl-C)
@@ -108,6 +109,11 @@ class HostKeyUnknown(UnreachableError):
 
 class HostKeyChanged(UnreachableError):
     pass
+
+
+class HostBusy(UnreachableError):
+    """Another run holds the host's run lock. Counted as unreachable: nothing of this run touched the host,
+    ``ignore_errors`` cannot hide it, and the retry file names the host for a rerun once the other run ends."""
 
 
 class CommandTimeout(HostError):

@@ -14,6 +14,7 @@ The per-task logic (when, loop, until, changed_when/failed_when, register, notif
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
@@ -101,10 +102,12 @@ class Executor:
         with self._conn_lock:
             conn = self._conns.get(host)
             if conn is None:
+                # a run holds each host's run lock while connected: no two runs ever overlap on a host
                 if host in self.inventory.hosts:
-                    conn = open_connection(host, self.inventory.hosts[host].vars, self.options.connect)
+                    opts = dataclasses.replace(self.options.connect, run_lock=True)
+                    conn = open_connection(host, self.inventory.hosts[host].vars, opts)
                 elif host in ("localhost", "127.0.0.1"):
-                    conn = LocalConnection(host)
+                    conn = LocalConnection(host, run_lock=True)
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn

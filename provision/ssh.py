@@ -27,11 +27,15 @@ from .agent import AgentUnavailable, PythonAgent
 from .commands import Command
 from .connection import (
     COUNTERS,
+    RUN_LOCKER,
     CommandResult,
     ConnectOptions,
     _expand,
     _LineFeed,
+    busy,
     finished,
+    lock_holder,
+    lock_name,
 )
 from .errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
 
@@ -121,6 +125,7 @@ class SSHConnection:
         self._lock = threading.Lock()
         self._agents: dict[str, PythonAgent] = {}
         self.agent_calls = 0
+        self._lock_channel: paramiko.Channel | None = None
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -215,8 +220,44 @@ class SSHConnection:
                 # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
                 transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             COUNTERS.opened()
+            if self.opts.run_lock:
+                try:
+                    self._take_run_lock(conn)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    raise
             self._conn = conn
             return conn
+
+    def _take_run_lock(self, conn: fabric.Connection) -> None:
+        """Hold the host's run lock for as long as this connection lives (one round trip): see RUN_LOCKER."""
+        transport = conn.client.get_transport()
+        assert transport is not None
+        interpreter = str(self._vars.get("ansible_python_interpreter") or "python3")
+        answer = b""
+        try:
+            channel = transport.open_session(timeout=self.opts.channel_timeout)
+            channel.exec_command(Command.of(interpreter, "-c", RUN_LOCKER, lock_name(self.name)).direct())
+            channel.sendall((lock_holder() + "\n").encode())
+            channel.settimeout(max(self.opts.channel_timeout, 30.0))
+            while not answer.endswith(b"\n"):
+                chunk = channel.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(self.name, f"cannot take the run lock: {exc or type(exc).__name__}") from None
+        text = answer.decode(errors="replace").strip()
+        if text == "locked":
+            channel.settimeout(None)
+            self._lock_channel = channel
+            self.commands_run += 1  # a round trip like a command
+            return
+        channel.close()
+        if text.startswith("busy"):
+            raise busy(self.name, text)
+        # no python3 on the host (a bootstrap play may be about to install it): run without the lock
 
     def _transport(self) -> paramiko.Transport:
         transport = self.connect().client.get_transport()
@@ -357,6 +398,10 @@ class SSHConnection:
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()
+        with contextlib.suppress(Exception):
+            if self._lock_channel is not None:
+                self._lock_channel.close()  # the holder on the host sees EOF, exits: the lock is free
+        self._lock_channel = None
         with contextlib.suppress(Exception):
             if self._sftp is not None:
                 self._sftp.close()

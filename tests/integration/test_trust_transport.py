@@ -295,3 +295,83 @@ def test_sigkilled_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_p
     took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
     assert took is not None, "the remote command outlived the SIGKILLed controller"
     print(f"\nSIGKILL: remote command gone {took:.2f}s after the controller died")
+
+
+# -------------------------------------------------------------------------------------------- 4. run lock
+TOUCH_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: step
+      command: touch lock-rerun-ran
+"""
+
+
+def test_a_second_run_on_a_busy_host_is_refused_until_the_first_one_is_gone(lab: Lab, tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    lab.run_as(0, ["rm", "-f", "lock.pid", "lock-rerun-ran"])
+    first = start_cli(lab, tmp_path, "lock.pid")
+    playbook = tmp_path / "touch.yml"
+    playbook.write_text(TOUCH_PLAYBOOK)
+    inv = lab.write_inventory(tmp_path / "inv2.yml", names=[0])
+    old, cwd = os.environ.get("PROVISION_SSH_CONFIG"), Path.cwd()
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    os.chdir(tmp_path)  # the retry file
+    try:
+        pid = read_pid(lab, 0, "lock.pid", 30)
+        second = run_cli(["run", str(playbook), "-i", str(inv)])
+        assert second.code == 4, second.err
+        shown = second.out + second.err
+        assert "host is busy" in shown and f"provision pid {first.pid} on " in shown, shown
+        assert lab.run_as(0, ["test", "-e", "lock-rerun-ran"]).returncode != 0  # nothing of it ran
+        first.kill()  # an interrupted run: the rerun must not overlap with what it left running
+        first.communicate(timeout=15)
+        rerun = None
+        for _ in range(50):
+            rerun = run_cli(["run", str(playbook), "-i", str(inv)])
+            if rerun.code != 4:
+                break
+            time.sleep(0.2)
+        assert rerun is not None and rerun.code == 0, rerun
+        assert not alive(pid)
+    finally:
+        first.kill()
+        first.communicate()
+        os.chdir(cwd)
+        if old is None:
+            os.environ.pop("PROVISION_SSH_CONFIG", None)
+        else:
+            os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+LOCK_SCRIPT = """
+import sys
+from provision.commands import Command
+from provision.connection import LocalConnection
+from provision.errors import HostBusy
+try:
+    LocalConnection(sys.argv[1], run_lock=True).run(Command.of("true"))
+except HostBusy as exc:
+    print(exc.msg)
+"""
+
+
+def test_local_run_lock_is_shared_in_a_process_and_refused_to_another(tmp_path: Path) -> None:
+    name = f"lock-test-{os.getpid()}"
+    one, two = LocalConnection(name, run_lock=True), LocalConnection(name, run_lock=True)
+    try:
+        assert one.run(Command.of("true")).rc == 0 and two.run(Command.of("true")).rc == 0
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        out = subprocess.run([sys.executable, "-c", LOCK_SCRIPT, name], env=env, capture_output=True, text=True)
+        assert f"host is busy: another provision run holds its run lock (provision pid {os.getpid()}" in out.stdout
+        one.close()
+        out = subprocess.run([sys.executable, "-c", LOCK_SCRIPT, name], env=env, capture_output=True, text=True)
+        assert "busy" in out.stdout  # still held by `two`
+        two.close()
+        out = subprocess.run([sys.executable, "-c", LOCK_SCRIPT, name], env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout == "", out
+    finally:
+        one.close()
+        two.close()
+        Path(os.path.expanduser(f"~/.provision/run-{name}.lock")).unlink(missing_ok=True)
