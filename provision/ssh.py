@@ -126,6 +126,8 @@ class SSHConnection:
         self._agents: dict[str, PythonAgent] = {}
         self.agent_calls = 0
         self._lock_channel: paramiko.Channel | None = None
+        self._stalled: str | None = None  # why the watchdog closed the connection
+        self._watch_stop = threading.Event()
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -220,6 +222,11 @@ class SSHConnection:
                 # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
                 transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             COUNTERS.opened()
+            if transport is not None:
+                self._watch_stop = stop = threading.Event()
+                threading.Thread(
+                    target=self._watch, args=(transport, stop), daemon=True, name=f"provision-keepalive-{self.name}"
+                ).start()
             if self.opts.run_lock:
                 try:
                     self._take_run_lock(conn)
@@ -229,6 +236,34 @@ class SSHConnection:
                     raise
             self._conn = conn
             return conn
+
+    def _watch(self, transport: paramiko.Transport, stop: threading.Event) -> None:
+        """Keepalives WITH replies (paramiko's own never waits for one): every ``interval`` seconds a
+        ``keepalive@openssh.com`` global request; no reply within ``interval`` seconds and the connection is
+        closed, so whatever waits on it fails at once as unreachable (a frozen host is reported within about
+        2-3 intervals, not after the command timeout). Runs beside the commands: no latency added to them."""
+        interval = self.opts.keepalive or self.opts.connect_timeout
+
+        def ask(answered: threading.Event) -> None:
+            with contextlib.suppress(Exception):  # any reply counts, even "request failed"
+                transport.global_request("keepalive@openssh.com", wait=True)
+            answered.set()
+
+        while not stop.wait(interval) and transport.is_active():
+            answered = threading.Event()
+            threading.Thread(target=ask, args=(answered,), daemon=True, name=f"provision-keepalive-{self.name}").start()
+            if not answered.wait(interval) and not stop.is_set():
+                self._stalled = f"the host stopped answering: no keepalive reply within {interval:g}s"
+                with contextlib.suppress(Exception):
+                    transport.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in send()
+                with contextlib.suppress(Exception):
+                    transport.close()
+                return
+
+    def _lost(self, what: str, exc: BaseException) -> UnreachableError:
+        if self._stalled:
+            return UnreachableError(self.name, f"{self._stalled} ({what}); connection closed")
+        return UnreachableError(self.name, f"SSH session lost {what}: {exc or type(exc).__name__}")
 
     def _take_run_lock(self, conn: fabric.Connection) -> None:
         """Hold the host's run lock for as long as this connection lives (one round trip): see RUN_LOCKER."""
@@ -262,7 +297,7 @@ class SSHConnection:
     def _transport(self) -> paramiko.Transport:
         transport = self.connect().client.get_transport()
         if transport is None or not transport.is_active():
-            raise UnreachableError(self.name, "the SSH session was closed by the host")
+            raise UnreachableError(self.name, self._stalled or "the SSH session was closed by the host")
         return transport
 
     # -- commands
@@ -286,7 +321,7 @@ class SSHConnection:
         except TimeoutError:
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise UnreachableError(self.name, f"SSH session lost while running a command: {exc}") from None
+            raise self._lost("while running a command", exc) from None
         finally:
             if channel is not None:
                 channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
@@ -313,9 +348,10 @@ class SSHConnection:
                 progressed = True
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if channel.exit_status_ready() and drained and (channel.eof_received or channel.closed):
+                transport = channel.get_transport()
+                if channel.exit_status == -1 and (transport is None or not transport.is_active()):
+                    raise EOFError("the connection closed before the command ended")  # not the command's rc
                 break
-            if channel.closed and drained:  # closed under us (connection closed or lost): no exit status will come
-                raise EOFError("the channel closed before the command ended")
             if progressed:
                 continue
             if deadline is not None and time.monotonic() > deadline:
@@ -395,6 +431,7 @@ class SSHConnection:
             raise HostError(self.name, f"cannot read {path}: {exc}") from None
 
     def close(self) -> None:
+        self._watch_stop.set()
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()

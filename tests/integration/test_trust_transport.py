@@ -7,6 +7,7 @@ reported unreachable in time, and remote file writes that are private from the f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import signal
@@ -375,3 +376,81 @@ def test_local_run_lock_is_shared_in_a_process_and_refused_to_another(tmp_path: 
         one.close()
         two.close()
         Path(os.path.expanduser(f"~/.provision/run-{name}.lock")).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------ 5. stalled link
+FREEZE_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: long
+      shell: "{{ 'echo $$ > freeze.pid; sleep 60' if inventory_hostname == 'lab0' else 'true' }}"
+    - name: after
+      command: touch after-freeze
+"""
+
+
+def connection_sshds(lab: Lab, i: int) -> list[int]:
+    """The per-connection sshd processes of lab host i (under its listener; not the listener itself)."""
+    listener = lab.hosts[i].pid
+    assert listener is not None
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    out = []
+    for pid in parents:
+        up = parents.get(pid)
+        while up is not None and up != listener:
+            up = parents.get(up)
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if up == listener and comm.startswith("sshd"):
+            out.append(pid)
+    return out
+
+
+def test_a_frozen_host_is_unreachable_within_three_keepalive_intervals(lab: Lab, tmp_path: Path) -> None:
+    import json
+
+    for i in (0, 1):
+        lab.run_as(i, ["rm", "-f", "freeze.pid", "after-freeze"])
+    playbook = tmp_path / "freeze.yml"
+    playbook.write_text(FREEZE_PLAYBOOK)
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0, 1])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    argv = [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), "--json"]
+    argv += ["--connect-timeout", "2", "-T", "120"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    frozen: list[int] = []
+    try:
+        pid = read_pid(lab, 0, "freeze.pid", 30)
+        frozen = connection_sshds(lab, 0)
+        assert frozen
+        for p in frozen:
+            os.kill(p, signal.SIGSTOP)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        for p in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+        proc.kill()
+        proc.communicate()
+    print(f"\nfrozen host reported unreachable {took:.2f}s after SIGSTOP (connect timeout 2 s)")
+    assert proc.returncode == 4, err
+    stats = json.loads(out)["stats"]
+    assert stats["lab0"]["unreachable"] == 1 and stats["lab1"]["failed"] == 0 and stats["lab1"]["ok"] == 2
+    msgs = json.dumps(json.loads(out)["plays"][0]["tasks"][0]["hosts"]["lab0"])
+    assert "keepalive" in msgs, msgs
+    assert lab.run_as(1, ["test", "-e", "after-freeze"]).returncode == 0  # lab1 went on
+    assert took < 15, took  # about 2-3 keepalive intervals, far from the 120 s command timeout
+    # once the host thaws, its sshd finds the connection closed and the command dies with its channel
+    assert wait_for(lambda: not alive(pid), 15) is not None
