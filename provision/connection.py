@@ -382,9 +382,12 @@ class LocalConnection:
         return os.path.expanduser(path)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        """Atomic write: a new temp file beside the target, 0600 from creation (O_EXCL: never an existing file
+        or a planted link), the exact final mode, then rename; the temp file is removed on any failure or
+        interrupt. An OS error is a HostError with its reason (the task fails)."""
         self._take_lock()
         path = self.expand_path(path)
-        tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.provision-{uuid.uuid4().hex[:8]}")
+        tmp = temp_path_beside(path)
         try:
             if mode is None:
                 try:
@@ -396,10 +399,12 @@ class LocalConnection:
                 fh.write(data)
             os.chmod(tmp, mode)
             os.replace(tmp, path)
-        except OSError as exc:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise HostError(self.name, f"cannot write {path}: {exc}") from None
+            if isinstance(exc, OSError):
+                raise HostError(self.name, f"cannot write {path}: {exc}") from None
+            raise
 
     def get(self, path: str) -> bytes | None:
         self._take_lock()

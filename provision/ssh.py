@@ -10,12 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import posixpath
 import select
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from .connection import (
     finished,
     lock_holder,
     lock_name,
+    temp_path_beside,
 )
 from .errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
 
@@ -104,6 +103,18 @@ class _ChannelStream:
         self.channel.close()
 
 
+def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
+    """Create a new file, mode 0600 from creation: SFTP open with a permissions attribute (paramiko's
+    ``sftp.open`` sends none, and the server then creates it 0666 minus umask) and O_EXCL."""
+    attrs = paramiko.SFTPAttributes()
+    attrs.st_mode = 0o600
+    flags = paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE | paramiko.sftp.SFTP_FLAG_EXCL
+    kind, msg = sftp._request(paramiko.sftp.CMD_OPEN, path, flags, attrs)  # type: ignore[attr-defined]
+    if kind != paramiko.sftp.CMD_HANDLE or msg is None:
+        raise paramiko.SFTPError("Expected handle")
+    return paramiko.SFTPFile(sftp, msg.get_binary(), "wb")
+
+
 class SSHConnection:
     """An SSH connection to one host, opened lazily on first use and kept for the whole run."""
 
@@ -127,6 +138,7 @@ class SSHConnection:
         self.agent_calls = 0
         self._lock_channel: paramiko.Channel | None = None
         self._stalled: str | None = None  # why the watchdog closed the connection
+        self._inflight: set[str] = set()  # temp files of writes in progress (removed by close())
         self._watch_stop = threading.Event()
 
     # -- opening
@@ -397,10 +409,15 @@ class SSHConnection:
         return _expand(path, self._home)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        """Atomic write: a NEW temp file beside the target (SFTP open with O_EXCL and permissions 0600, so it
+        is private from its first byte and never an existing file or planted link), the exact final mode,
+        then ``posix_rename``. The temp file is removed on any failure or interrupt (and by :meth:`close`
+        while a write is in flight). A write refused by the host (permission denied, disk full) is a
+        HostError with the reason; only a lost connection is unreachable."""
         path = self.expand_path(path)
-        tmp = posixpath.join(
-            posixpath.dirname(path) or ".", f".{posixpath.basename(path)}.provision-{uuid.uuid4().hex[:8]}"
-        )
+        tmp = temp_path_beside(path)
+        sftp: paramiko.SFTPClient | None = None
+        self._inflight.add(tmp)
         try:
             sftp = self._sftp_client()
             if mode is None:
@@ -408,17 +425,31 @@ class SSHConnection:
                     mode = (sftp.stat(path).st_mode or 0o644) & 0o7777  # keep the mode of the file it replaces
                 except FileNotFoundError:
                     mode = 0o644
-            with sftp.open(tmp, "wb") as fh:
+            with _create_private(sftp, tmp) as fh:
                 fh.set_pipelined(True)
                 fh.write(data)
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
-        except (paramiko.SSHException, OSError) as exc:
-            with contextlib.suppress(Exception):
-                self._sftp_client().remove(tmp)
-            if isinstance(exc, OSError) and not isinstance(exc, socket.error | EOFError):
-                raise HostError(self.name, f"cannot write {path}: {exc}") from None
-            raise UnreachableError(self.name, f"SFTP failed writing {path}: {exc}") from None
+        except BaseException as exc:
+            if sftp is not None and not self._stalled:
+                with contextlib.suppress(Exception):
+                    sftp.remove(tmp)
+            if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
+                raise self._file_error(f"cannot write {path}", exc) from None
+            raise
+        finally:
+            self._inflight.discard(tmp)
+
+    def _file_error(self, what: str, exc: BaseException) -> HostError:
+        """A lost connection is unreachable; anything the host's filesystem said is a HostError (task fails)."""
+        transport = self._conn.client.get_transport() if self._conn is not None else None
+        lost = isinstance(exc, (paramiko.SSHException, EOFError, TimeoutError, ConnectionError))
+        if lost or self._stalled or transport is None or not transport.is_active():
+            return self._lost(f"({what})", exc)
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        if reason == "Failure":  # SFTP v3 has no code for ENOSPC/EDQUOT/EROFS: OpenSSH answers "Failure"
+            reason = "the host refused the write without a reason (disk full, quota or read-only filesystem?)"
+        return HostError(self.name, f"{what}: {reason}")
 
     def get(self, path: str) -> bytes | None:
         path = self.expand_path(path)
@@ -427,11 +458,18 @@ class SSHConnection:
                 return fh.read()
         except FileNotFoundError:
             return None
-        except (paramiko.SSHException, OSError) as exc:
-            raise HostError(self.name, f"cannot read {path}: {exc}") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._file_error(f"cannot read {path}", exc) from None
 
     def close(self) -> None:
         self._watch_stop.set()
+        if self._inflight and self._sftp is not None and not self._stalled:  # closed mid-write (interrupt)
+            with contextlib.suppress(Exception):
+                channel = self._sftp.get_channel()
+                if channel is not None:
+                    channel.settimeout(3.0)
+                for tmp in list(self._inflight):
+                    self._sftp.remove(tmp)
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()

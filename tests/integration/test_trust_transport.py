@@ -454,3 +454,112 @@ def test_a_frozen_host_is_unreachable_within_three_keepalive_intervals(lab: Lab,
     assert took < 15, took  # about 2-3 keepalive intervals, far from the 120 s command timeout
     # once the host thaws, its sshd finds the connection closed and the command dies with its channel
     assert wait_for(lambda: not alive(pid), 15) is not None
+
+
+# ------------------------------------------------------------------------------------- 6. remote file writes
+def temp_files(directory: Path, name: str) -> list[Path]:
+    return [p for p in directory.glob(f".{name}.provision-*")]
+
+
+def test_ssh_put_is_private_from_the_first_byte(lab: Lab, lab_env: None) -> None:
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "priv"])
+    lab.run_as(0, ["mkdir", "priv"])
+    seen: dict[str, int] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for tmp in temp_files(home / "priv", "big.bin"):
+                with contextlib.suppress(OSError):
+                    seen[tmp.name] = seen.get(tmp.name, 0) | tmp.lstat().st_mode
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    conn = ssh(lab)
+    try:
+        conn.put(os.urandom(64 << 20), "~/priv/big.bin", 0o600)
+    finally:
+        done.set()
+        watcher.join()
+        conn.close()
+    assert seen, "the temp file was never seen while written"
+    assert all(mode & 0o077 == 0 for mode in seen.values()), {k: oct(v) for k, v in seen.items()}
+    assert (home / "priv" / "big.bin").stat().st_mode & 0o777 == 0o600
+    assert not temp_files(home / "priv", "big.bin")
+
+
+def test_put_failures_are_host_errors_and_leave_no_temp_file(lab: Lab, lab_env: None, tmp_path: Path) -> None:
+    from provision.errors import HostError, UnreachableError
+
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "isdir"])
+    lab.run_as(0, ["mkdir", "-p", "isdir/target"])
+    conn = ssh(lab)
+    try:
+        with pytest.raises(HostError) as denied:
+            conn.put(b"x", "/etc/provision-denied.txt", 0o600)
+        assert not isinstance(denied.value, UnreachableError) and "Permission denied" in denied.value.msg
+        with pytest.raises(HostError) as over_dir:  # created, then the rename fails: the temp file goes
+            conn.put(b"x" * 100000, "~/isdir/target", 0o600)
+        assert not isinstance(over_dir.value, UnreachableError)
+        assert not temp_files(home / "isdir", "target")
+        assert conn.run(Command.of("true"), timeout=10).rc == 0  # the connection is fine
+    finally:
+        conn.close()
+    local = LocalConnection("local")
+    (tmp_path / "target").mkdir()
+    with pytest.raises(HostError):
+        local.put(b"x", str(tmp_path / "target"), 0o600)
+    assert not temp_files(tmp_path, "target")
+
+
+def test_closing_mid_write_removes_the_temp_file(lab: Lab, lab_env: None) -> None:
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "cut"])
+    lab.run_as(0, ["mkdir", "cut"])
+    conn = ssh(lab)
+    thread, box = in_thread(lambda: conn.put(os.urandom(256 << 20), "~/cut/huge.bin", 0o600))
+    assert wait_for(lambda: bool(temp_files(home / "cut", "huge.bin")), 30, 0.01) is not None
+    conn.close()  # what an interrupted run does
+    thread.join(60)
+    assert box and isinstance(box[0], Exception)
+    assert wait_for(lambda: not temp_files(home / "cut", "huge.bin"), 10) is not None
+    assert not (home / "cut" / "huge.bin").exists()
+
+
+DENIED_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: denied
+      copy: {content: "secret\\n", dest: /etc/provision-denied.txt, mode: "0600"}
+      ignore_errors: true
+    - name: after
+      command: touch after-denied
+"""
+
+
+def test_a_refused_write_fails_the_task_and_ignore_errors_keeps_the_host(
+    lab: Lab, lab_env: None, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.helpers import run_cli
+
+    lab.run_as(0, ["rm", "-f", "after-denied"])
+    playbook = tmp_path / "denied.yml"
+    playbook.write_text(DENIED_PLAYBOOK)
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = run_cli(["run", str(playbook), "-i", str(inv), "--json"])
+    finally:
+        os.chdir(cwd)
+    doc = json.loads(result.out)
+    denied = doc["plays"][0]["tasks"][0]["hosts"]["lab0"]
+    assert denied["failed"] and "Permission denied" in denied["msg"], denied
+    assert doc["stats"]["lab0"]["unreachable"] == 0
+    assert lab.run_as(0, ["test", "-e", "after-denied"]).returncode == 0  # the host stayed in the play
+    assert result.code == 0, result.err
