@@ -1,6 +1,7 @@
 """The command line. It only wires the stages together: inventory → playbook → plan → executor → report.
 
-Exit codes (interface.md): 0 ok, 2 failed hosts, 3 usage, 4 unreachable, 5 invalid input, 130 interrupted.
+Exit codes (interface.md): 0 ok, 2 failed hosts, 3 usage, 4 unreachable, 5 invalid input, 130 interrupted
+(SIGINT), 143 terminated (SIGTERM).
 Every non-zero exit prints one line saying why; the traceback goes to the debug log (and to stderr with -vvv).
 """
 
