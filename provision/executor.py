@@ -48,6 +48,7 @@ class RunOptions:
     connect: ConnectOptions = field(default_factory=ConnectOptions)
     verbosity: int = 0
     command_timeout: float = 1800.0
+    run_lock: bool = True  # hold each host's run lock (off for read-only queries: pd status/logs/verify)
 
 
 @dataclass
@@ -104,10 +105,10 @@ class Executor:
             if conn is None:
                 # a run holds each host's run lock while connected: no two runs ever overlap on a host
                 if host in self.inventory.hosts:
-                    opts = dataclasses.replace(self.options.connect, run_lock=True)
+                    opts = dataclasses.replace(self.options.connect, run_lock=self.options.run_lock)
                     conn = open_connection(host, self.inventory.hosts[host].vars, opts)
                 elif host in ("localhost", "127.0.0.1"):
-                    conn = LocalConnection(host, run_lock=True)
+                    conn = LocalConnection(host)  # the controller itself (delegate_to): not a managed host
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
