@@ -391,7 +391,8 @@ class SSHConnection:
 
     # -- files
     def _sftp_client(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
+        channel = self._sftp.get_channel() if self._sftp is not None else None
+        if self._sftp is None or channel is None or channel.closed:  # none yet, or closed by a failure
             self._sftp = self.connect().sftp()
             channel = self._sftp.get_channel()
             if channel is not None:
@@ -435,15 +436,17 @@ class SSHConnection:
                 with contextlib.suppress(Exception):
                     sftp.remove(tmp)
             if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
-                raise self._file_error(f"cannot write {path}", exc) from None
+                raise self._file_error(f"cannot write {path}", exc, sftp) from None
             raise
         finally:
             self._inflight.discard(tmp)
 
-    def _file_error(self, what: str, exc: BaseException) -> HostError:
+    def _file_error(self, what: str, exc: BaseException, sftp: paramiko.SFTPClient | None = None) -> HostError:
         """A lost connection is unreachable; anything the host's filesystem said is a HostError (task fails)."""
         transport = self._conn.client.get_transport() if self._conn is not None else None
+        channel = sftp.get_channel() if sftp is not None else None
         lost = isinstance(exc, (paramiko.SSHException, EOFError, TimeoutError, ConnectionError))
+        lost = lost or (channel is not None and channel.closed)  # our SFTP session is gone, not a host's refusal
         if lost or self._stalled or transport is None or not transport.is_active():
             return self._lost(f"({what})", exc)
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -453,23 +456,26 @@ class SSHConnection:
 
     def get(self, path: str) -> bytes | None:
         path = self.expand_path(path)
+        sftp: paramiko.SFTPClient | None = None
         try:
-            with self._sftp_client().open(path, "rb") as fh:
+            sftp = self._sftp_client()
+            with sftp.open(path, "rb") as fh:
                 return fh.read()
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self._file_error(f"cannot read {path}", exc) from None
+            raise self._file_error(f"cannot read {path}", exc, sftp) from None
 
     def close(self) -> None:
         self._watch_stop.set()
-        if self._inflight and self._sftp is not None and not self._stalled:  # closed mid-write (interrupt)
+        if self._inflight and self._conn is not None and not self._stalled:  # closed mid-write (interrupt)
+            # stop the writes (SFTP session closed), then remove their temp files on a channel of its own
+            temps = sorted(self._inflight)  # the writers drop theirs as soon as their session closes
             with contextlib.suppress(Exception):
-                channel = self._sftp.get_channel()
-                if channel is not None:
-                    channel.settimeout(3.0)
-                for tmp in list(self._inflight):
-                    self._sftp.remove(tmp)
+                if self._sftp is not None:
+                    self._sftp.close()
+            with contextlib.suppress(Exception):
+                self.run(Command.of("rm", "-f", "--", *temps), timeout=10)
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()
