@@ -107,9 +107,12 @@ def _shown(value: object) -> str:
 # (through a pipe: never argv) in a NEW session, feeds it the data, then waits for the first of: the child
 # exits (exit with its rc), its own stdin reaches EOF (the controller closed the channel or died: TERM the
 # child's process group, KILL it 2 s later), the deadline T (TERM, KILL 5 s later, exit 124). Stdlib only,
-# Python 3.6+. Changing this text changes what every host sees in `ps`: keep it free of user values.
+# Python 3.6+, and only cheap builtin modules (fork/exec, _thread, _signal: no subprocess, threading or
+# signal imports, which would double the interpreter's start time). The parent waits for the exec (a
+# close-on-exec pipe) so the new session exists before anything may signal it. Changing this text changes
+# what every host sees in `ps`: keep it free of user values.
 RUNNER = """\
-import os,sys,time,select,signal,threading,subprocess
+import os,sys,time,select,_thread,_signal
 def rd(n):
  b=b''
  while len(b)<n:
@@ -119,9 +122,15 @@ def rd(n):
  return b
 n,m,t=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3])
 s=rd(n);d=rd(m)
-sr,sw=os.pipe();dr,dw=os.pipe();wr,ww=os.pipe()
-p=subprocess.Popen(['/bin/sh','/proc/self/fd/%d'%sr],stdin=dr,pass_fds=(sr,),start_new_session=True)
-os.close(sr);os.close(dr)
+sr,sw=os.pipe();dr,dw=os.pipe();wr,ww=os.pipe();er,ew=os.pipe()
+p=os.fork()
+if p==0:
+ try:
+  os.setsid();os.dup2(dr,0);os.dup2(sr,3);os.set_inheritable(3,True)
+  for g in (13,25):_signal.signal(g,0)
+  os.execv('/bin/sh',['/bin/sh','/proc/self/fd/3'])
+ finally:os._exit(127)
+os.close(ew);os.read(er,1);os.close(sr);os.close(dr)
 def feed(f,x):
  try:
   while x:x=x[os.write(f,x):]
@@ -129,12 +138,13 @@ def feed(f,x):
  os.close(f)
 rc=[]
 def wait():
- rc.append(p.wait());os.write(ww,b'x')
-for a in ((sw,memoryview(s)),(dw,memoryview(d))):threading.Thread(target=feed,args=a,daemon=True).start()
-threading.Thread(target=wait,daemon=True).start()
+ rc.append(os.waitpid(p,0)[1]);os.write(ww,b'x')
+_thread.start_new_thread(feed,(sw,memoryview(s)))
+_thread.start_new_thread(feed,(dw,memoryview(d)))
+_thread.start_new_thread(wait,())
 def stop(grace,code):
- for sig,w in ((signal.SIGTERM,grace),(signal.SIGKILL,0)):
-  try:os.killpg(p.pid,sig)
+ for g,w in ((15,grace),(9,0)):
+  try:os.killpg(p,g)
   except OSError:pass
   if w:select.select([wr],[],[],w)
  os._exit(code)
@@ -142,7 +152,7 @@ end=time.monotonic()+t if t>0 else None
 while 1:
  r=select.select([0,wr],[],[],None if end is None else max(0,end-time.monotonic()))[0]
  if wr in r:
-  c=rc[0];os._exit(c if c>=0 else 128-c)
+  c=rc[0];os._exit(os.WEXITSTATUS(c) if os.WIFEXITED(c) else 128+os.WTERMSIG(c))
  if 0 in r:
   if not os.read(0,65536):stop(2,129)
  elif not r:stop(5,124)
@@ -208,7 +218,8 @@ class Command:
         for name in self.env:
             if not _ENV_NAME_RE.match(name):
                 raise ValueError(f"invalid environment variable name: {name!r}")
-        lines = [f"export {k}={quote(v)}" for k, v in self.env.items()]
+        lines = ["exec 3<&-"]  # the script's own pipe: sh has its copy, the command's processes get none
+        lines += [f"export {k}={quote(v)}" for k, v in self.env.items()]
         if self.chdir:
             lines.append(f"cd {quote(self.chdir)} || exit 1")
         lines.append(self.script if self.script is not None else " ".join(quote(a) for a in self.argv))
