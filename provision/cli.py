@@ -1,6 +1,7 @@
 """The command line. It only wires the stages together: inventory → playbook → plan → executor → report.
 
-Exit codes (interface.md): 0 ok, 2 failed hosts, 3 usage, 4 unreachable, 5 invalid input, 130 interrupted.
+Exit codes (interface.md): 0 ok, 2 failed hosts, 3 usage, 4 unreachable, 5 invalid input, 130 interrupted
+(SIGINT), 143 terminated (SIGTERM).
 Every non-zero exit prints one line saying why; the traceback goes to the debug log (and to stderr with -vvv).
 """
 
@@ -11,7 +12,9 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -27,10 +30,13 @@ from .connection import ConnectOptions
 from .errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     InputError,
+    Interrupted,
     ProvisionError,
+    SigTerm,
     UsageError,
 )
 from .executor import (
@@ -386,21 +392,40 @@ def _error_line(text: str) -> None:
     click.echo(MASKER.mask(text), err=True)
 
 
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM: unwind the main thread (the executor closes every connection on the way out, and the
+    hosts kill what still runs: see provision.commands.RUNNER). A second signal leaves at once."""
+    if _state.get("signal"):
+        os._exit(128 + signum)
+    _state["signal"] = signum
+    raise SigTerm() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _interrupted_line(exc: BaseException | None) -> tuple[str, int]:
+    while exc is not None and not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        exc = exc.__cause__ or exc.__context__  # click wraps Ctrl-C in Abort
+    if isinstance(exc, SigTerm) or (_state.get("signal") == signal.SIGTERM):
+        return "ERROR: terminated (SIGTERM)", EXIT_TERMINATED
+    return "ERROR: interrupted", EXIT_INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> None:
     _argv[:] = sys.argv[1:] if argv is None else argv
     _state["verbosity"] = 0  # set again by the options of this invocation
+    _state.pop("signal", None)
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, _on_signal)
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
         where = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
         _error_line(f"ERROR: {exc.format_message()}{where}")
         code = EXIT_USAGE
-    except click.exceptions.Abort:
-        _error_line("ERROR: interrupted")
-        code = EXIT_INTERRUPTED
-    except KeyboardInterrupt:
-        _error_line("ERROR: interrupted")
-        code = EXIT_INTERRUPTED
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        line, code = _interrupted_line(exc)
+        _error_line(line)
     except ProvisionError as exc:
         _debug_log("".join(traceback.format_exception(exc)))
         if _state["verbosity"] >= 3:
@@ -416,6 +441,14 @@ def main(argv: list[str] | None = None) -> None:
             f"the traceback is in {DEBUG_LOG}"
         )
         code = EXIT_FAILED
+    finally:
+        for signum, old in handlers.items():
+            signal.signal(signum, old)
+    if _state.get("signal"):
+        # worker threads may still sit in a command whose connection we closed: do not wait for them
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code if isinstance(code, int) else EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

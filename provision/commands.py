@@ -3,8 +3,9 @@ secret masking.
 
 Nothing else in provision glues user values into shell text. A module describes what to run as a
 :class:`Command` (an argv list, or a user's own shell script for the ``shell`` module); :meth:`Command.render`
-produces the exact text the remote ``sh`` receives (every value quoted), and :meth:`Command.display`
-produces what may be shown to people (secrets replaced by ``********``).
+produces what the host receives: a FIXED exec text (the runner, :data:`RUNNER`: the only thing the host's
+process list shows) and the script (every value quoted) with the command's stdin data, sent on stdin.
+:meth:`Command.display` produces what may be shown to people (secrets replaced by ``********``).
 
 Secrets: any value registered with :data:`MASKER` (vars whose names contain token/password/secret/passwd,
 at any depth and as rendered for each host; vars listed in ``no_log``; module args marked secret; values
@@ -187,13 +188,92 @@ def _shown(value: object) -> str:
     return MASK if isinstance(value, Secret) else shlex.quote(str(value))
 
 
+# The fixed program that runs every command on a host (``python3 -c RUNNER N M T``). It reads the N-byte
+# shell script and M bytes of the command's stdin data from its own stdin, starts ``/bin/sh`` on the script
+# (through a pipe: never argv) in a NEW session, feeds it the data, then waits for the first of: the child
+# exits (exit with its rc), its own stdin reaches EOF (the controller closed the channel or died: TERM the
+# child's process group, KILL it 2 s later), the deadline T (TERM, KILL 5 s later, exit 124). Stdlib only,
+# Python 3.6+, and only cheap builtin modules (fork/exec, _thread, _signal: no subprocess, threading or
+# signal imports, which would double the interpreter's start time). The parent waits for the exec (a
+# close-on-exec pipe) so the new session exists before anything may signal it. Changing this text changes
+# what every host sees in `ps`: keep it free of user values.
+RUNNER = """\
+import os,sys,time,select,_thread,_signal
+def rd(n):
+ b=b''
+ while len(b)<n:
+  c=os.read(0,min(n-len(b),1<<20))
+  if not c:os._exit(125)
+  b+=c
+ return b
+n,m,t=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3])
+s=rd(n);d=rd(m)
+sr,sw=os.pipe();dr,dw=os.pipe();wr,ww=os.pipe();er,ew=os.pipe()
+p=os.fork()
+if p==0:
+ try:
+  os.setsid();os.dup2(dr,0);os.dup2(sr,3);os.set_inheritable(3,True)
+  for g in (13,25):_signal.signal(g,0)
+  os.execv('/bin/sh',['/bin/sh','/proc/self/fd/3'])
+ finally:os._exit(127)
+os.close(ew);os.read(er,1);os.close(sr);os.close(dr)
+def feed(f,x):
+ try:
+  while x:x=x[os.write(f,x):]
+ except OSError:pass
+ os.close(f)
+rc=[]
+def wait():
+ rc.append(os.waitpid(p,0)[1]);os.write(ww,b'x')
+_thread.start_new_thread(feed,(sw,memoryview(s)))
+_thread.start_new_thread(feed,(dw,memoryview(d)))
+_thread.start_new_thread(wait,())
+def stop(grace,code):
+ for g,w in ((15,grace),(9,0)):
+  try:os.killpg(p,g)
+  except OSError:pass
+  if w:select.select([wr],[],[],w)
+ os._exit(code)
+end=time.monotonic()+t if t>0 else None
+while 1:
+ r=select.select([0,wr],[],[],None if end is None else max(0,end-time.monotonic()))[0]
+ if wr in r:
+  c=rc[0];os._exit(os.WEXITSTATUS(c) if os.WIFEXITED(c) else 128+os.WTERMSIG(c))
+ if 0 in r:
+  if not os.read(0,65536):stop(2,129)
+ elif not r:stop(5,124)
+"""
+
+# Chooses the runner, or (no python3 on the host) a plain sh path: the script is read with head -c and given
+# to sh through a here-document on fd 3, GNU timeout kills it at the deadline; no tie to the channel there.
+# Arguments: $0 RUNNER, $1 N, $2 M, $3 T.
+SELECTOR = """\
+if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$0" "$@"; fi
+s=$(head -c "$1"; echo .); s=${s%.}
+head -c "$2" | timeout -k 5 "$3" /bin/sh /proc/self/fd/3 3<<PROVISION_EOF
+$s
+PROVISION_EOF
+"""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How a command travels: ``text`` is the exec request (fixed wrapper text, what ``ps`` shows on the
+    host: no environment value, no script text), ``stdin`` the bytes to send on the channel's stdin (the
+    script, then the command's own stdin data). The channel's stdin must stay OPEN until the command ends:
+    its EOF tells the runner on the host that the controller is gone, and it kills the command."""
+
+    text: str
+    stdin: bytes
+
+
 @dataclass(frozen=True)
 class Command:
     """A command to run on a host.
 
-    ``argv``: a list of words, each quoted on render. ``script``: a user's shell text (``shell`` module),
-    run verbatim by ``/bin/sh -c`` — it is the user's program, so it is passed as ONE quoted argument and
-    never re-interpreted by our wrapper. Exactly one of the two is set.
+    ``argv``: a list of words, each quoted in the script. ``script``: a user's shell text (``shell`` module),
+    run verbatim by ``/bin/sh`` — it is the user's program, never re-interpreted by our wrapper. Exactly one
+    of the two is set.
     """
 
     argv: tuple[object, ...] = ()
@@ -219,25 +299,35 @@ class Command:
         body = self.script if self.script is not None else " ".join(qf(a) for a in self.argv)
         return f"cd {qf(self.chdir)} && {body}" if self.chdir else body
 
-    def render(self, timeout: float | None = None) -> str:
-        """The exact text sent to the remote shell: every value quoted."""
+    def script_text(self) -> str:
+        """The shell script the host's ``/bin/sh`` runs (it travels on stdin): environment, cd, the command."""
         for name in self.env:
             if not _ENV_NAME_RE.match(name):
                 raise ValueError(f"invalid environment variable name: {name!r}")
-        inner = self._inner(quote)
-        if self.script is not None or self.chdir:
-            # the user's shell text (or our cd prefix) travels as ONE quoted argument of sh -c
-            inner = f"/bin/sh -c {quote(inner)}"
+        lines = ["exec 3<&-"]  # the script's own pipe: sh has its copy, the command's processes get none
+        lines += [f"export {k}={quote(v)}" for k, v in self.env.items()]
+        if self.chdir:
+            lines.append(f"cd {quote(self.chdir)} || exit 1")
+        lines.append(self.script if self.script is not None else " ".join(quote(a) for a in self.argv))
+        return "\n".join(lines) + "\n"
+
+    def render(self, timeout: float | None = None, stdin: bytes | None = None) -> Invocation:
+        """The exec text (fixed wrapper) and the stdin bytes (script + ``stdin`` data) for the host."""
+        script = self.script_text().encode()
+        data = stdin or b""
         words: list[str] = []
         if self.become:
             words += ["sudo", "-n", "-H", "-u", quote(self.become_user), "--"]
-        if self.env:
-            words += ["env", *(f"{k}={quote(v)}" for k, v in self.env.items())]
-        if timeout:
-            # GNU timeout runs the command in its own process group and signals the whole group:
-            # a timed-out command leaves nothing running on the host.
-            words += ["timeout", "-k", "5", f"{timeout:g}"]
-        return " ".join([*words, inner])
+        words += ["/bin/sh", "-c", quote(SELECTOR), quote(RUNNER), str(len(script)), str(len(data))]
+        words.append(f"{timeout:g}" if timeout else "0")
+        return Invocation(" ".join(words), script + data)
+
+    def direct(self) -> str:
+        """Plain quoted argv, for the long-lived stream processes provision starts itself (the python agent,
+        the run lock): they own their stdin and die with it. Never for user commands."""
+        if self.script is not None or self.env or self.chdir or self.become:
+            raise ValueError("direct() is only for a bare argv command")
+        return " ".join(quote(a) for a in self.argv)
 
     def display(self) -> str:
         """What may be shown to people: secrets masked, no wrapper noise."""

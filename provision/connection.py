@@ -17,10 +17,13 @@ paramiko/socket exceptions never leave this module: they become :class:`Unreacha
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import posixpath
+import re
 import select
+import socket
 import subprocess
 import threading
 import time
@@ -31,9 +34,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .commands import Command
-from .errors import CommandTimeout, HostError, UnreachableError
+from .errors import CommandTimeout, HostBusy, HostError, UnreachableError
 
-TIMEOUT_RC = 124  # what GNU timeout returns when it had to kill the command
+TIMEOUT_RC = 124  # what the runner (and GNU timeout, its fallback) returns when it had to kill the command
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class ConnectOptions:
     accept_new_host_keys: bool = False
     ssh_config: str | None = None  # default: ~/.ssh/config (or $PROVISION_SSH_CONFIG)
     known_hosts: tuple[str, ...] = ()  # extra known_hosts files, checked before ssh_config's and ~/.ssh's
+    run_lock: bool = False  # hold the host's run lock while connected (a playbook run: see RUN_LOCKER)
+    keepalive: float | None = None  # seconds between keepalives with replies; None: connect_timeout
 
 
 @dataclass
@@ -110,9 +115,10 @@ COUNTERS = Counters()
 def finished(
     host: str, cmd: Command, timeout: float | None, rc: int, out: bytes, err: bytes, started: float
 ) -> CommandResult:
-    """The result of a command that ended; CommandTimeout when GNU timeout killed it (rc 124/137 at the limit)."""
+    """The result of a command that ended; CommandTimeout when it was killed at its deadline: rc 124 from the
+    runner; 137 or -1 (no exit status: killed by a signal) from the GNU timeout fallback after its KILL."""
     elapsed = time.monotonic() - started
-    if timeout and rc in (TIMEOUT_RC, 137) and elapsed >= timeout * 0.98:
+    if timeout and rc in (TIMEOUT_RC, 137, -1) and elapsed >= timeout * 0.98:
         raise CommandTimeout(host, cmd.display(), timeout)
     return CommandResult(rc, _text(out), _text(err), cmd.display(), elapsed)
 
@@ -152,6 +158,129 @@ class _LineFeed:
                 self.sink(line.decode(errors="replace"))
 
 
+def _exchange(
+    proc: subprocess.Popen[bytes], payload: bytes, deadline: float | None, on_output: Callable[[str], None] | None
+) -> tuple[bytes, bytes]:
+    """Send ``payload`` to a local runner WITHOUT closing its stdin (EOF would mean "controller gone"), and
+    collect stdout/stderr until both end; TimeoutError after ``deadline``."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
+
+    def feed() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            stdin.write(payload)
+
+    threading.Thread(target=feed, daemon=True, name="provision-stdin").start()
+    chunks: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    lines = _LineFeed(on_output)
+    while True:
+        open_fds = [fd for fd, parts in chunks.items() if not parts or parts[-1]]
+        if not open_fds:
+            break
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError()
+        ready, _, _ = select.select(open_fds, [], [], remaining)
+        for fd in ready:
+            data = os.read(fd, 65536)
+            chunks[fd].append(data)
+            lines.feed(data)
+    proc.wait()
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Close our ends; a runner still going sees its stdin end and kills its command; then wait for it."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- run lock
+# One run at a time per host: a run holds ``~/.provision/run-<inventory_hostname>.lock`` (flock) on the host
+# for as long as it is connected. Over SSH the holder is this small process on its own channel: it reads the
+# holder's description (one line) from stdin, answers ``locked`` or ``busy <description of the holder>``,
+# then waits for its stdin to end (the run closed the connection, or died: sshd closes it) and exits, which
+# releases the lock. A host without python3 gets no lock (it cannot run provision's helpers either).
+RUN_LOCKER = """\
+import os,sys,fcntl
+d=os.path.expanduser('~/.provision')
+try:os.makedirs(d,0o700)
+except OSError:pass
+f=os.open(os.path.join(d,'run-%s.lock'%sys.argv[1]),os.O_RDWR|os.O_CREAT,0o600)
+h=b''
+while not h.endswith(b'\\n'):
+ c=os.read(0,1)
+ if not c:sys.exit(0)
+ h+=c
+try:fcntl.flock(f,fcntl.LOCK_EX|fcntl.LOCK_NB)
+except OSError:
+ os.write(1,b'busy '+os.pread(f,4096,0).split(b'\\n')[0]+b'\\n');sys.exit(1)
+os.ftruncate(f,0);os.pwrite(f,h,0)
+os.write(1,b'locked\\n')
+while os.read(0,4096):pass
+"""
+_STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def lock_name(host: str) -> str:
+    """The host's inventory name as a safe file name part."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host)[:100] or "_"
+
+
+def lock_holder() -> str:
+    """Who holds a lock: this controller process (shown to a second run that finds the host busy)."""
+    return f"provision pid {os.getpid()} on {socket.gethostname()}, started {_STARTED}"
+
+
+def busy(host: str, answer: str) -> HostBusy:
+    holder = answer.removeprefix("busy").strip() or "a holder that has not said who it is yet"
+    return HostBusy(host, f"host is busy: another provision run holds its run lock ({holder}); rerun when it ends")
+
+
+_local_locks: dict[str, list[Any]] = {}  # path -> [fd, users]: flock is per open file, so one fd per process
+_local_locks_guard = threading.Lock()
+
+
+def _local_lock(host: str) -> str:
+    path = os.path.expanduser(f"~/.provision/run-{lock_name(host)}.lock")
+    with _local_locks_guard:
+        held = _local_locks.get(path)
+        if held is not None:
+            held[1] += 1
+            return path
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            answer = os.pread(fd, 4096, 0).decode(errors="replace").split("\n")[0]
+            os.close(fd)
+            raise busy(host, answer) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (lock_holder() + "\n").encode(), 0)
+        _local_locks[path] = [fd, 1]
+        return path
+
+
+def _local_unlock(path: str) -> None:
+    with _local_locks_guard:
+        held = _local_locks.get(path)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] <= 0:
+            del _local_locks[path]
+            os.close(held[0])
+
+
 # ------------------------------------------------------------------------------------------------- local
 class _PipeStream:
     """The agent's stream for a local process: its stdin and stdout pipes."""
@@ -184,20 +313,24 @@ class _PipeStream:
 class LocalConnection:
     """``ansible_connection: local``: the same commands, run on the controller."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, run_lock: bool = False) -> None:
         self.name = name
+        self.run_lock = run_lock
+        self._lock_path: str | None = None
         self.commands_run = 0
         self.agent_calls = 0
         self._agents: dict[str, Any] = {}
+        self._running: set[subprocess.Popen[bytes]] = set()
 
     def python_agent(self, interpreter: str) -> Any:
         from .agent import AgentUnavailable, PythonAgent
 
+        self._take_lock()
         agent = self._agents.get(interpreter)
         if agent is None or agent.dead:
             try:
                 proc = subprocess.Popen(
-                    ["/bin/sh", "-c", PythonAgent.command(interpreter).render()],
+                    ["/bin/sh", "-c", PythonAgent.command(interpreter).direct()],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     start_new_session=True,
@@ -219,75 +352,42 @@ class LocalConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        text = cmd.render(timeout)
-        if on_output is not None:
-            return self._run_streaming(cmd, text, timeout, stdin, on_output)
+        self._take_lock()
+        inv = cmd.render(timeout, stdin)
         started = time.monotonic()
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", text],
+            ["/bin/sh", "-c", inv.text],
+            bufsize=0,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        self._running.add(proc)
         try:
-            out, err = proc.communicate(stdin or b"", timeout=None if timeout is None else timeout + 15.0)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 9)
-            proc.communicate()
+            out, err = _exchange(proc, inv.stdin, None if timeout is None else started + timeout + 15.0, on_output)
+        except TimeoutError:
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
+        finally:
+            self._running.discard(proc)
+            _reap(proc)  # also on KeyboardInterrupt: closing its stdin makes the runner kill the command
         self.commands_run += 1
         return finished(self.name, cmd, timeout, proc.returncode, out, err, started)
 
-    def _run_streaming(
-        self,
-        cmd: Command,
-        text: str,
-        timeout: float | None,
-        stdin: bytes | None,
-        on_output: Callable[[str], None],
-    ) -> CommandResult:
-        """Like run, but stdout+stderr are merged and fed line by line to ``on_output`` as they come."""
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", text],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(stdin or b"")
-        proc.stdin.close()
-        deadline = None if timeout is None else started + timeout + 15.0
-        chunks: list[bytes] = []
-        lines = _LineFeed(on_output)
-        while True:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                chunk = os.read(proc.stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                lines.feed(chunk)
-            if deadline is not None and time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, 9)
-                proc.wait()
-                proc.stdout.close()
-                raise CommandTimeout(self.name, cmd.display(), timeout or 0)
-        rc = proc.wait()
-        proc.stdout.close()
-        self.commands_run += 1
-        return finished(self.name, cmd, timeout, rc, b"".join(chunks), b"", started)
+    def _take_lock(self) -> None:
+        if self.run_lock and self._lock_path is None:
+            self._lock_path = _local_lock(self.name)
 
     def expand_path(self, path: str) -> str:
         return os.path.expanduser(path)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        """Atomic write: a new temp file beside the target, 0600 from creation (O_EXCL: never an existing file
+        or a planted link), the exact final mode, then rename; the temp file is removed on any failure or
+        interrupt. An OS error is a HostError with its reason (the task fails)."""
+        self._take_lock()
         path = self.expand_path(path)
-        tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.provision-{uuid.uuid4().hex[:8]}")
+        tmp = temp_path_beside(path)
         try:
             if mode is None:
                 try:
@@ -299,12 +399,15 @@ class LocalConnection:
                 fh.write(data)
             os.chmod(tmp, mode)
             os.replace(tmp, path)
-        except OSError as exc:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise HostError(self.name, f"cannot write {path}: {exc}") from None
+            if isinstance(exc, OSError):
+                raise HostError(self.name, f"cannot write {path}: {exc}") from None
+            raise
 
     def get(self, path: str) -> bytes | None:
+        self._take_lock()
         try:
             return Path(self.expand_path(path)).read_bytes()
         except FileNotFoundError:
@@ -313,9 +416,15 @@ class LocalConnection:
             raise HostError(self.name, f"cannot read {path}: {exc}") from None
 
     def close(self) -> None:
+        for proc in list(self._running):  # their runners see stdin end and kill the commands
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()  # type: ignore[union-attr]
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()
+        if self._lock_path is not None:
+            _local_unlock(self._lock_path)
+            self._lock_path = None
 
     def __del__(self) -> None:  # an agent process must not outlive a connection nobody closed
         self.close()
@@ -325,7 +434,7 @@ def open_connection(name: str, variables: Mapping[str, Any], opts: ConnectOption
     """Make the connection object for a host (lazy: nothing is contacted until the first command)."""
     kind = str(variables.get("ansible_connection", "ssh"))
     if kind == "local":
-        return LocalConnection(name)
+        return LocalConnection(name, run_lock=opts.run_lock)
     if kind not in ("ssh", "paramiko", "smart"):
         raise UnreachableError(name, f"unsupported ansible_connection {kind!r} (use ssh or local)")
     from .ssh import SSHConnection  # Fabric/paramiko load only when a host needs SSH

@@ -12,13 +12,15 @@ at the boundary that meets them (``raise XError(...) from exc``), so none of the
     ├── HostError                   something went wrong on one host (carries ``host``)
     │   ├── UnreachableError        the host could not be reached (connect, auth, host key, lost session)
     │   │   ├── HostKeyUnknown      host key not in known_hosts and accept-new was not asked for
-    │   │   └── HostKeyChanged      host key differs from known_hosts: always refused
+    │   │   ├── HostKeyChanged      host key differs from known_hosts: always refused
+    │   │   └── HostBusy            another provision run holds the host's run lock (nothing was run on it)
     │   ├── CommandTimeout          a remote command outlived its timeout (its process group was killed)
     │   └── ModuleError             a module could not do its job (task fails with this message)
-    └── Interrupted                 exit 130
+    └── Interrupted                 exit 130 (SIGINT / Ctrl-C)
+        └── Terminated              exit 143 (SIGTERM)
 
 Exit codes follow the contract in ``interface.md``: 0 ok, 2 failed hosts, 3 usage, 4 unreachable,
-5 invalid input, 130 interrupted.
+5 invalid input, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ EXIT_USAGE = 3
 EXIT_UNREACHABLE = 4
 EXIT_INPUT = 5
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
 
 class ProvisionError(Exception):
@@ -78,6 +81,15 @@ class Interrupted(ProvisionError):
     exit_code = EXIT_INTERRUPTED
 
 
+class Terminated(Interrupted):
+    exit_code = EXIT_TERMINATED
+
+
+class SigTerm(KeyboardInterrupt):
+    """Raised in the main thread by the CLI's SIGTERM handler: unwinds like Ctrl-C (every connection is
+    closed on the way out), then exits 143."""
+
+
 class HostError(ProvisionError):
     """Something went wrong on one host."""
 
@@ -97,6 +109,11 @@ class HostKeyUnknown(UnreachableError):
 
 class HostKeyChanged(UnreachableError):
     pass
+
+
+class HostBusy(UnreachableError):
+    """Another run holds the host's run lock. Counted as unreachable: nothing of this run touched the host,
+    ``ignore_errors`` cannot hide it, and the retry file names the host for a rerun once the other run ends."""
 
 
 class CommandTimeout(HostError):

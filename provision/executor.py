@@ -19,6 +19,7 @@ for the CLI to log and name in one line.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterable
@@ -31,7 +32,7 @@ from typing import Any
 from . import templating
 from .commands import MASKER, Command
 from .connection import Connection, ConnectOptions, LocalConnection, open_connection
-from .errors import HostError, Interrupted, ProvisionError, TemplateError, UnreachableError
+from .errors import HostError, Interrupted, ProvisionError, SigTerm, TemplateError, Terminated, UnreachableError
 from .inventory import Inventory
 from .playbook import Play, Task
 from .report import Reporter
@@ -53,6 +54,7 @@ class RunOptions:
     connect: ConnectOptions = field(default_factory=ConnectOptions)
     verbosity: int = 0
     command_timeout: float = 1800.0
+    run_lock: bool = True  # hold each host's run lock (off for read-only queries: pd status/logs/verify)
 
 
 @dataclass
@@ -116,19 +118,24 @@ class Executor:
         with self._conn_lock:
             conn = self._conns.get(host)
             if conn is None:
+                # a run holds each host's run lock while connected: no two runs ever overlap on a host
                 if host in self.inventory.hosts:
-                    conn = open_connection(host, self.inventory.hosts[host].vars, self.options.connect)
+                    opts = dataclasses.replace(self.options.connect, run_lock=self.options.run_lock)
+                    conn = open_connection(host, self.inventory.hosts[host].vars, opts)
                 elif host in ("localhost", "127.0.0.1"):
-                    conn = LocalConnection(host)
+                    conn = LocalConnection(host)  # the controller itself (delegate_to): not a managed host
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
             return conn
 
     def close(self) -> None:
-        for conn in self._conns.values():
-            conn.close()
+        """Close every connection (also mid-task, on an interrupt: the hosts then kill what still runs)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._conn_lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            conn.close()
 
     def commands_run(self) -> dict[str, int]:
         """Remote round trips per host (commands and calls to the persistent python helper)."""
@@ -144,8 +151,10 @@ class Executor:
                 self._play(play)
                 if self.summary.aborted:
                     break
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self.summary.interrupted = True
+            if isinstance(exc, SigTerm):
+                raise Terminated("terminated (SIGTERM)") from None
             raise Interrupted("interrupted") from None
         except Interrupted:
             raise

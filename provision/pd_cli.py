@@ -163,6 +163,7 @@ def status(**kw: Any) -> int:
     if not rows:
         raise InputError("no PD process in the inventory: put hosts in the groups prefill, decode and router")
     allowed = {h.name for h in inventory.select(options.limit)} if options.limit else None
+    options.run_lock = False  # a read-only query: it may run beside a run holding the hosts
     results = _run_quiet([_quiet_play("pd_status", PD_HOSTS)], inventory, options)
     found = {(r["host"], r["role"]): r for res in results for r in res.data.get("procs", [])}
     broken = {res.host: res for res in results if res.status in (Status.UNREACHABLE, Status.FAILED)}
@@ -192,6 +193,7 @@ def status(**kw: Any) -> int:
 def logs(role: str, lines: int, **kw: Any) -> int:
     """The last lines of each process's log."""
     inventory, _, options = _setup(kw)
+    options.run_lock = False  # a read-only query: it may run beside a run holding the hosts
     results = _run_quiet([_quiet_play("pd_logs", PD_HOSTS, {"role": role, "lines": lines})], inventory, options)
     entries = [entry for res in results for entry in res.data.get("logs", [])]
     if kw["json_mode"]:
@@ -221,6 +223,7 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
     """One real generation through each router: completion, latency, TTFT."""
     inventory, _, options = _setup(kw)
     args = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
+    options.run_lock = False  # a read-only query: it may run beside a run holding the hosts
     results = [r for r in _run_quiet([_quiet_play("pd_verify", "router", args)], inventory, options)
                if r.status is not Status.SKIPPED]  # fmt: skip
     if kw["json_mode"]:

@@ -10,12 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import posixpath
 import select
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,11 +25,16 @@ from .agent import AgentUnavailable, PythonAgent
 from .commands import Command
 from .connection import (
     COUNTERS,
+    RUN_LOCKER,
     CommandResult,
     ConnectOptions,
     _expand,
     _LineFeed,
+    busy,
     finished,
+    lock_holder,
+    lock_name,
+    temp_path_beside,
 )
 from .errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
 
@@ -100,6 +103,18 @@ class _ChannelStream:
         self.channel.close()
 
 
+def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
+    """Create a new file, mode 0600 from creation: SFTP open with a permissions attribute (paramiko's
+    ``sftp.open`` sends none, and the server then creates it 0666 minus umask) and O_EXCL."""
+    attrs = paramiko.SFTPAttributes()
+    attrs.st_mode = 0o600
+    flags = paramiko.sftp.SFTP_FLAG_WRITE | paramiko.sftp.SFTP_FLAG_CREATE | paramiko.sftp.SFTP_FLAG_EXCL
+    kind, msg = sftp._request(paramiko.sftp.CMD_OPEN, path, flags, attrs)  # type: ignore[attr-defined]
+    if kind != paramiko.sftp.CMD_HANDLE or msg is None:
+        raise paramiko.SFTPError("Expected handle")
+    return paramiko.SFTPFile(sftp, msg.get_binary(), "wb")
+
+
 class SSHConnection:
     """An SSH connection to one host, opened lazily on first use and kept for the whole run."""
 
@@ -121,6 +136,10 @@ class SSHConnection:
         self._lock = threading.Lock()
         self._agents: dict[str, PythonAgent] = {}
         self.agent_calls = 0
+        self._lock_channel: paramiko.Channel | None = None
+        self._stalled: str | None = None  # why the watchdog closed the connection
+        self._inflight: set[str] = set()  # temp files of writes in progress (removed by close())
+        self._watch_stop = threading.Event()
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -215,13 +234,82 @@ class SSHConnection:
                 # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
                 transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             COUNTERS.opened()
+            if transport is not None:
+                self._watch_stop = stop = threading.Event()
+                threading.Thread(
+                    target=self._watch, args=(transport, stop), daemon=True, name=f"provision-keepalive-{self.name}"
+                ).start()
+            if self.opts.run_lock:
+                try:
+                    self._take_run_lock(conn)
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    raise
             self._conn = conn
             return conn
+
+    def _watch(self, transport: paramiko.Transport, stop: threading.Event) -> None:
+        """Keepalives WITH replies (paramiko's own never waits for one): every ``interval`` seconds a
+        ``keepalive@openssh.com`` global request; no reply within ``interval`` seconds and the connection is
+        closed, so whatever waits on it fails at once as unreachable (a frozen host is reported within about
+        2-3 intervals, not after the command timeout). Runs beside the commands: no latency added to them."""
+        interval = self.opts.keepalive or self.opts.connect_timeout
+
+        def ask(answered: threading.Event) -> None:
+            with contextlib.suppress(Exception):  # any reply counts, even "request failed"
+                transport.global_request("keepalive@openssh.com", wait=True)
+            answered.set()
+
+        while not stop.wait(interval) and transport.is_active():
+            answered = threading.Event()
+            threading.Thread(target=ask, args=(answered,), daemon=True, name=f"provision-keepalive-{self.name}").start()
+            if not answered.wait(interval) and not stop.is_set():
+                self._stalled = f"the host stopped answering: no keepalive reply within {interval:g}s"
+                with contextlib.suppress(Exception):
+                    transport.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in send()
+                with contextlib.suppress(Exception):
+                    transport.close()
+                return
+
+    def _lost(self, what: str, exc: BaseException) -> UnreachableError:
+        if self._stalled:
+            return UnreachableError(self.name, f"{self._stalled} ({what}); connection closed")
+        return UnreachableError(self.name, f"SSH session lost {what}: {exc or type(exc).__name__}")
+
+    def _take_run_lock(self, conn: fabric.Connection) -> None:
+        """Hold the host's run lock for as long as this connection lives (one round trip): see RUN_LOCKER."""
+        transport = conn.client.get_transport()
+        assert transport is not None
+        interpreter = str(self._vars.get("ansible_python_interpreter") or "python3")
+        answer = b""
+        try:
+            channel = transport.open_session(timeout=self.opts.channel_timeout)
+            channel.exec_command(Command.of(interpreter, "-c", RUN_LOCKER, lock_name(self.name)).direct())
+            channel.sendall((lock_holder() + "\n").encode())
+            channel.settimeout(max(self.opts.channel_timeout, 30.0))
+            while not answer.endswith(b"\n"):
+                chunk = channel.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(self.name, f"cannot take the run lock: {exc or type(exc).__name__}") from None
+        text = answer.decode(errors="replace").strip()
+        if text == "locked":
+            channel.settimeout(None)
+            self._lock_channel = channel
+            self.commands_run += 1  # a round trip like a command
+            return
+        channel.close()
+        if text.startswith("busy"):
+            raise busy(self.name, text)
+        # no python3 on the host (a bootstrap play may be about to install it): run without the lock
 
     def _transport(self) -> paramiko.Transport:
         transport = self.connect().client.get_transport()
         if transport is None or not transport.is_active():
-            raise UnreachableError(self.name, "the SSH session was closed by the host")
+            raise UnreachableError(self.name, self._stalled or "the SSH session was closed by the host")
         return transport
 
     # -- commands
@@ -232,21 +320,23 @@ class SSHConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        text = cmd.render(timeout)
+        inv = cmd.render(timeout, stdin)
         started = time.monotonic()
+        channel: paramiko.Channel | None = None
         try:
             channel = self._transport().open_session(timeout=self.opts.channel_timeout)
-            channel.exec_command(text)
-            if stdin:
-                channel.sendall(stdin)
-            channel.shutdown_write()
+            channel.exec_command(inv.text)
+            # stdin stays open until the command ends: its EOF makes the runner on the host kill the command
+            channel.sendall(inv.stdin)
             out, err = self._drain(channel, None if timeout is None else timeout + 15.0, on_output)
             rc = channel.recv_exit_status()
-            channel.close()
         except TimeoutError:
             raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise UnreachableError(self.name, f"SSH session lost while running a command: {exc}") from None
+            raise self._lost("while running a command", exc) from None
+        finally:
+            if channel is not None:
+                channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
         self.commands_run += 1
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
@@ -270,6 +360,9 @@ class SSHConnection:
                 progressed = True
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if channel.exit_status_ready() and drained and (channel.eof_received or channel.closed):
+                transport = channel.get_transport()
+                if channel.exit_status == -1 and (transport is None or not transport.is_active()):
+                    raise EOFError("the connection closed before the command ended")  # not the command's rc
                 break
             if progressed:
                 continue
@@ -285,7 +378,7 @@ class SSHConnection:
         if agent is None or agent.dead:
             try:
                 channel = self._transport().open_session(timeout=self.opts.channel_timeout)
-                channel.exec_command(PythonAgent.command(interpreter).render())
+                channel.exec_command(PythonAgent.command(interpreter).direct())
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise AgentUnavailable(str(exc)) from None
             agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
@@ -298,7 +391,8 @@ class SSHConnection:
 
     # -- files
     def _sftp_client(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
+        channel = self._sftp.get_channel() if self._sftp is not None else None
+        if self._sftp is None or channel is None or channel.closed:  # none yet, or closed by a failure
             self._sftp = self.connect().sftp()
             channel = self._sftp.get_channel()
             if channel is not None:
@@ -316,10 +410,15 @@ class SSHConnection:
         return _expand(path, self._home)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        """Atomic write: a NEW temp file beside the target (SFTP open with O_EXCL and permissions 0600, so it
+        is private from its first byte and never an existing file or planted link), the exact final mode,
+        then ``posix_rename``. The temp file is removed on any failure or interrupt (and by :meth:`close`
+        while a write is in flight). A write refused by the host (permission denied, disk full) is a
+        HostError with the reason; only a lost connection is unreachable."""
         path = self.expand_path(path)
-        tmp = posixpath.join(
-            posixpath.dirname(path) or ".", f".{posixpath.basename(path)}.provision-{uuid.uuid4().hex[:8]}"
-        )
+        tmp = temp_path_beside(path)
+        sftp: paramiko.SFTPClient | None = None
+        self._inflight.add(tmp)
         try:
             sftp = self._sftp_client()
             if mode is None:
@@ -327,32 +426,63 @@ class SSHConnection:
                     mode = (sftp.stat(path).st_mode or 0o644) & 0o7777  # keep the mode of the file it replaces
                 except FileNotFoundError:
                     mode = 0o644
-            with sftp.open(tmp, "wb") as fh:
+            with _create_private(sftp, tmp) as fh:
                 fh.set_pipelined(True)
                 fh.write(data)
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
-        except (paramiko.SSHException, OSError) as exc:
-            with contextlib.suppress(Exception):
-                self._sftp_client().remove(tmp)
-            if isinstance(exc, OSError) and not isinstance(exc, socket.error | EOFError):
-                raise HostError(self.name, f"cannot write {path}: {exc}") from None
-            raise UnreachableError(self.name, f"SFTP failed writing {path}: {exc}") from None
+        except BaseException as exc:
+            if sftp is not None and not self._stalled:
+                with contextlib.suppress(Exception):
+                    sftp.remove(tmp)
+            if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
+                raise self._file_error(f"cannot write {path}", exc, sftp) from None
+            raise
+        finally:
+            self._inflight.discard(tmp)
+
+    def _file_error(self, what: str, exc: BaseException, sftp: paramiko.SFTPClient | None = None) -> HostError:
+        """A lost connection is unreachable; anything the host's filesystem said is a HostError (task fails)."""
+        transport = self._conn.client.get_transport() if self._conn is not None else None
+        channel = sftp.get_channel() if sftp is not None else None
+        lost = isinstance(exc, (paramiko.SSHException, EOFError, TimeoutError, ConnectionError))
+        lost = lost or (channel is not None and channel.closed)  # our SFTP session is gone, not a host's refusal
+        if lost or self._stalled or transport is None or not transport.is_active():
+            return self._lost(f"({what})", exc)
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        if reason == "Failure":  # SFTP v3 has no code for ENOSPC/EDQUOT/EROFS: OpenSSH answers "Failure"
+            reason = "the host refused the write without a reason (disk full, quota or read-only filesystem?)"
+        return HostError(self.name, f"{what}: {reason}")
 
     def get(self, path: str) -> bytes | None:
         path = self.expand_path(path)
+        sftp: paramiko.SFTPClient | None = None
         try:
-            with self._sftp_client().open(path, "rb") as fh:
+            sftp = self._sftp_client()
+            with sftp.open(path, "rb") as fh:
                 return fh.read()
         except FileNotFoundError:
             return None
-        except (paramiko.SSHException, OSError) as exc:
-            raise HostError(self.name, f"cannot read {path}: {exc}") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._file_error(f"cannot read {path}", exc, sftp) from None
 
     def close(self) -> None:
+        self._watch_stop.set()
+        if self._inflight and self._conn is not None and not self._stalled:  # closed mid-write (interrupt)
+            # stop the writes (SFTP session closed), then remove their temp files on a channel of its own
+            temps = sorted(self._inflight)  # the writers drop theirs as soon as their session closes
+            with contextlib.suppress(Exception):
+                if self._sftp is not None:
+                    self._sftp.close()
+            with contextlib.suppress(Exception):
+                self.run(Command.of("rm", "-f", "--", *temps), timeout=10)
         for agent in self._agents.values():
             agent.close()
         self._agents.clear()
+        with contextlib.suppress(Exception):
+            if self._lock_channel is not None:
+                self._lock_channel.close()  # the holder on the host sees EOF, exits: the lock is free
+        self._lock_channel = None
         with contextlib.suppress(Exception):
             if self._sftp is not None:
                 self._sftp.close()

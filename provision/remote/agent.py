@@ -8,7 +8,8 @@ source, length-prefixed, from stdin). Then, on the same stdin, requests arrive f
 
 The protocol uses private copies of fds 0 and 1; the real fds 0 and 1 point at /dev/null, so a script's child
 processes can never write into the protocol stream. A script that runs past its timeout is interrupted with
-SIGALRM and answered with rc 124, as GNU timeout does.
+SIGALRM and answered with rc 124, as GNU timeout does. When stdin ends (the channel closed, the controller
+died) the agent exits and TERMs its process group: nothing it started outlives the run.
 """
 
 import base64
@@ -69,6 +70,17 @@ def _run(code, name, args, stdin, timeout):
     return rc, out.buffer.getvalue(), err.buffer.getvalue()
 
 
+def _gone():
+    """Our stdin ended: the controller closed the channel or died. Take what our scripts started with us."""
+    if os.getpgrp() == os.getpid():  # we lead our own group (sshd's session child, or a local new session)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            os.killpg(0, signal.SIGTERM)
+        except OSError:
+            pass
+    return 0
+
+
 def main():
     fin = os.fdopen(os.dup(0), "rb")
     fout = os.fdopen(os.dup(1), "wb")
@@ -81,7 +93,7 @@ def main():
     while True:
         line = fin.readline()
         if not line:
-            return 0
+            return _gone()
         request = json.loads(_read_exact(fin, int(line)).decode("utf-8"))
         name = request["name"]
         if request.get("source") is not None:

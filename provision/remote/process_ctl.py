@@ -107,11 +107,19 @@ def load(req):
 
 
 def write_atomic(path, text, mode=0o600):
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.rename(tmp, path)
+    """A new temp file (O_EXCL: never an existing file or link), private from creation, renamed over ``path``;
+    removed on any failure or interrupt."""
+    tmp = "%s.tmp-%d-%s" % (path, os.getpid(), os.urandom(4).hex())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def forget(req):

@@ -1,0 +1,565 @@
+"""The transport against hosts we do not trust (the lab: real sshd, one Unix user per host).
+
+What a host's other users must never see (secrets in the process list), what must never outlive the
+controller (remote commands of a dead, interrupted or disconnected run), a per-host run lock, a frozen host
+reported unreachable in time, and remote file writes that are private from the first byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import Lab
+
+from provision.commands import Command
+from provision.connection import ConnectOptions, LocalConnection
+from provision.errors import CommandTimeout
+from provision.ssh import SSHConnection
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def lab_env(lab: Lab) -> Iterator[None]:
+    old = os.environ.get("PROVISION_SSH_CONFIG")
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    yield
+    if old is None:
+        os.environ.pop("PROVISION_SSH_CONFIG", None)
+    else:
+        os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+def ssh(lab: Lab, i: int = 0, **opts: Any) -> SSHConnection:
+    h = lab.hosts[i]
+    host_vars = {
+        "ansible_host": h.address,
+        "ansible_port": h.port,
+        "ansible_user": h.user,
+        "ansible_ssh_private_key_file": str(lab.client_key),
+    }
+    return SSHConnection(h.name, host_vars, ConnectOptions(known_hosts=(str(lab.known_hosts_path),), **opts))
+
+
+def wait_for(cond: Callable[[], bool], limit: float, step: float = 0.05) -> float | None:
+    """Seconds until ``cond()`` held, None if it never did within ``limit``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if cond():
+            return time.monotonic() - started
+        time.sleep(step)
+    return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def pids_of(user: str, needle: str) -> list[int]:
+    """Live processes of ``user`` whose command line contains ``needle``."""
+    uid = pwd.getpwnam(user).pw_uid
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in args and alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:
+    got: list[int] = []
+
+    def ready() -> bool:
+        text = lab.run_as(i, ["cat", path]).stdout.strip()
+        if text.isdigit():
+            got.append(int(text))
+        return bool(got)
+
+    assert wait_for(ready, limit, 0.1) is not None, f"{path} never appeared"
+    return got[0]
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # the test inspects it
+            box.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+# ---------------------------------------------------------------------------------- 1. no secret in `ps`
+SECRET = "hf_TopSecretValue123"
+SCRIPT_MARK = "script-text-marker-4711"
+
+
+def ps_args() -> str:
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+
+
+def _assert_private_while_running(run: Callable[[Command], Any], pidfile: Path | str, read: Callable[[], str]) -> None:
+    cmd = Command.shell(
+        f'echo $$ > {pidfile}; sleep 3; echo "$HF_TOKEN" # {SCRIPT_MARK}',
+        env={"HF_TOKEN": SECRET, "OTHER": f"x {SECRET} y"},
+    )
+    thread, box = in_thread(lambda: run(cmd))
+    assert wait_for(lambda: read().strip().isdigit(), 15), "the command never started"
+    listing = ps_args()
+    thread.join(30)
+    assert box and getattr(box[0], "stdout", None) == SECRET + "\n", box
+    assert SECRET not in listing and SCRIPT_MARK not in listing, listing
+    assert "sleep 3" in listing  # we looked while it ran
+
+
+def test_ssh_secrets_and_script_text_never_in_the_process_list(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    lab.run_as(0, ["rm", "-f", "ps.pid"])
+    try:
+        _assert_private_while_running(
+            lambda cmd: conn.run(cmd, timeout=60), "ps.pid", lambda: lab.run_as(0, ["cat", "ps.pid"]).stdout
+        )
+    finally:
+        conn.close()
+
+
+def test_local_secrets_and_script_text_never_in_the_process_list(tmp_path: Path) -> None:
+    conn = LocalConnection("local")
+    pidfile = tmp_path / "ps.pid"
+    _assert_private_while_running(
+        lambda cmd: conn.run(cmd, timeout=60), pidfile, lambda: pidfile.read_text() if pidfile.exists() else ""
+    )
+
+
+def test_argv_command_with_env_chdir_and_stdin_over_ssh(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    try:
+        result = conn.run(
+            Command.of("sh", "-c", 'printf "%s|%s|" "$V" "$(pwd)"; cat', env={"V": "it's $(x)"}, chdir="/tmp"),
+            timeout=30,
+            stdin=b"data",
+        )
+    finally:
+        conn.close()
+    assert (result.rc, result.stdout) == (0, "it's $(x)|/tmp|data")
+
+
+# ------------------------------------------------------------------------- 2. command life tied to channel
+def test_closing_the_connection_kills_the_remote_command(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    lab.run_as(0, ["rm", "-f", "tie.pid"])
+    in_thread(lambda: conn.run(Command.shell("echo $$ > tie.pid; sleep 300 & sleep 301; wait"), timeout=600))
+    pid = read_pid(lab, 0, "tie.pid")
+    assert pids_of(lab.hosts[0].user, "sleep 300")
+    conn.close()
+    took = wait_for(lambda: not alive(pid) and not pids_of(lab.hosts[0].user, "sleep 30"), 10)
+    assert took is not None, "the remote command outlived its connection"
+
+
+def test_a_command_that_ignores_sigterm_is_a_timeout_not_rc_minus_one(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    try:
+        with pytest.raises(CommandTimeout):
+            conn.run(Command.shell("trap '' TERM; echo $$ > trap.pid; sleep 60; sleep 60"), timeout=1)
+        pid = int(lab.run_as(0, ["cat", "trap.pid"]).stdout)
+        assert wait_for(lambda: not alive(pid), 5) is not None
+        assert conn.run(Command.of("true"), timeout=10).rc == 0  # the connection is still good
+    finally:
+        conn.close()
+
+
+def test_agent_exits_with_its_channel(lab: Lab, lab_env: None) -> None:
+    conn = ssh(lab)
+    agent = conn.python_agent("python3")
+    assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+    pids = pids_of(lab.hosts[0].user, "provision-agent")
+    assert pids
+    conn.close()
+    assert wait_for(lambda: not any(alive(p) for p in pids), 10) is not None
+
+
+KILL_SCRIPT = """
+import sys, time
+from provision.commands import Command
+from provision.connection import ConnectOptions, LocalConnection
+conn = LocalConnection("local")
+print("ready", flush=True)
+conn.run(Command.shell("echo $$ > " + sys.argv[1] + "; sleep 300"), timeout=600)
+"""
+
+
+def test_local_command_dies_with_a_sigkilled_controller(tmp_path: Path) -> None:
+    pidfile = tmp_path / "local.pid"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(pidfile)], env=env)
+    try:
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 15) is not None
+        pid = int(pidfile.read_text())
+        proc.kill()
+        proc.wait()
+        assert wait_for(lambda: not alive(pid), 10) is not None, "the command outlived its controller"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ------------------------------------------------------------------------------------- 3. controller signals
+SLEEP_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: long
+      shell: echo $$ > {pidfile}; sleep 300; echo never
+"""
+
+
+def start_cli(lab: Lab, tmp_path: Path, pidfile: str, *extra: str) -> subprocess.Popen[str]:
+    playbook = tmp_path / "sleep.yml"
+    playbook.write_text(SLEEP_PLAYBOOK.format(pidfile=pidfile))
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), *extra],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(("sig", "code", "line"), [
+    (signal.SIGTERM, 143, "ERROR: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "ERROR: interrupted"),
+])  # fmt: skip
+def test_signal_to_the_controller_exits_with_one_line_and_kills_the_remote_command(
+    lab: Lab, tmp_path: Path, sig: int, code: int, line: str
+) -> None:
+    lab.run_as(0, ["rm", "-f", "sig.pid"])
+    proc = start_cli(lab, tmp_path, "sig.pid")
+    try:
+        pid = read_pid(lab, 0, "sig.pid", 30)
+        sleeps = pids_of(lab.hosts[0].user, "sleep 300")
+        assert sleeps
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert [ln for ln in err.splitlines() if ln.startswith("ERROR")] == [line], err
+    assert err.rstrip().splitlines()[-1] == line
+    took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 5)
+    assert took is not None, "the remote command outlived the interrupted run"
+    print(f"\n{signal.Signals(sig).name}: remote command gone {took:.2f}s after the controller exited")
+
+
+def test_sigkilled_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:
+    lab.run_as(0, ["rm", "-f", "kill.pid"])
+    proc = start_cli(lab, tmp_path, "kill.pid")
+    try:
+        pid = read_pid(lab, 0, "kill.pid", 30)
+        sleeps = pids_of(lab.hosts[0].user, "sleep 300")
+        assert sleeps
+        proc.kill()
+        proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
+    assert took is not None, "the remote command outlived the SIGKILLed controller"
+    print(f"\nSIGKILL: remote command gone {took:.2f}s after the controller died")
+
+
+# -------------------------------------------------------------------------------------------- 4. run lock
+TOUCH_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: step
+      command: touch lock-rerun-ran
+"""
+
+
+def test_a_second_run_on_a_busy_host_is_refused_until_the_first_one_is_gone(lab: Lab, tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    lab.run_as(0, ["rm", "-f", "lock.pid", "lock-rerun-ran"])
+    first = start_cli(lab, tmp_path, "lock.pid")
+    playbook = tmp_path / "touch.yml"
+    playbook.write_text(TOUCH_PLAYBOOK)
+    inv = lab.write_inventory(tmp_path / "inv2.yml", names=[0])
+    old, cwd = os.environ.get("PROVISION_SSH_CONFIG"), Path.cwd()
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    os.chdir(tmp_path)  # the retry file
+    try:
+        pid = read_pid(lab, 0, "lock.pid", 30)
+        second = run_cli(["run", str(playbook), "-i", str(inv)])
+        assert second.code == 4, second.err
+        shown = second.out + second.err
+        assert "host is busy" in shown and f"provision pid {first.pid} on " in shown, shown
+        assert lab.run_as(0, ["test", "-e", "lock-rerun-ran"]).returncode != 0  # nothing of it ran
+        first.kill()  # an interrupted run: the rerun must not overlap with what it left running
+        first.communicate(timeout=15)
+        rerun = None
+        for _ in range(50):
+            rerun = run_cli(["run", str(playbook), "-i", str(inv)])
+            if rerun.code != 4:
+                break
+            time.sleep(0.2)
+        assert rerun is not None and rerun.code == 0, rerun
+        assert not alive(pid)
+    finally:
+        first.kill()
+        first.communicate()
+        os.chdir(cwd)
+        if old is None:
+            os.environ.pop("PROVISION_SSH_CONFIG", None)
+        else:
+            os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+LOCK_SCRIPT = """
+import sys
+from provision.commands import Command
+from provision.connection import LocalConnection
+from provision.errors import HostBusy
+try:
+    LocalConnection(sys.argv[1], run_lock=True).run(Command.of("true"))
+except HostBusy as exc:
+    print(exc.msg)
+"""
+
+
+def test_local_run_lock_is_shared_in_a_process_and_refused_to_another(tmp_path: Path) -> None:
+    name = f"lock-test-{os.getpid()}"
+    one, two = LocalConnection(name, run_lock=True), LocalConnection(name, run_lock=True)
+    try:
+        assert one.run(Command.of("true")).rc == 0 and two.run(Command.of("true")).rc == 0
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        out = subprocess.run([sys.executable, "-c", LOCK_SCRIPT, name], env=env, capture_output=True, text=True)
+        assert f"host is busy: another provision run holds its run lock (provision pid {os.getpid()}" in out.stdout
+        one.close()
+        out = subprocess.run([sys.executable, "-c", LOCK_SCRIPT, name], env=env, capture_output=True, text=True)
+        assert "busy" in out.stdout  # still held by `two`
+        two.close()
+        out = subprocess.run([sys.executable, "-c", LOCK_SCRIPT, name], env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout == "", out
+    finally:
+        one.close()
+        two.close()
+        Path(os.path.expanduser(f"~/.provision/run-{name}.lock")).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------ 5. stalled link
+FREEZE_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: long
+      shell: "{{ 'echo $$ > freeze.pid; sleep 60' if inventory_hostname == 'lab0' else 'true' }}"
+    - name: after
+      command: touch after-freeze
+"""
+
+
+def connection_sshds(lab: Lab, i: int) -> list[int]:
+    """The per-connection sshd processes of lab host i (under its listener; not the listener itself)."""
+    listener = lab.hosts[i].pid
+    assert listener is not None
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    out = []
+    for pid in parents:
+        up = parents.get(pid)
+        while up is not None and up != listener:
+            up = parents.get(up)
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if up == listener and comm.startswith("sshd"):
+            out.append(pid)
+    return out
+
+
+def test_a_frozen_host_is_unreachable_within_three_keepalive_intervals(lab: Lab, tmp_path: Path) -> None:
+    import json
+
+    for i in (0, 1):
+        lab.run_as(i, ["rm", "-f", "freeze.pid", "after-freeze"])
+    playbook = tmp_path / "freeze.yml"
+    playbook.write_text(FREEZE_PLAYBOOK)
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0, 1])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    argv = [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), "--json"]
+    argv += ["--connect-timeout", "2", "-T", "120"]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    frozen: list[int] = []
+    try:
+        pid = read_pid(lab, 0, "freeze.pid", 30)
+        frozen = connection_sshds(lab, 0)
+        assert frozen
+        for p in frozen:
+            os.kill(p, signal.SIGSTOP)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        for p in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+        proc.kill()
+        proc.communicate()
+    print(f"\nfrozen host reported unreachable {took:.2f}s after SIGSTOP (connect timeout 2 s)")
+    assert proc.returncode == 4, err
+    stats = json.loads(out)["stats"]
+    assert stats["lab0"]["unreachable"] == 1 and stats["lab1"]["failed"] == 0 and stats["lab1"]["ok"] == 2
+    msgs = json.dumps(json.loads(out)["plays"][0]["tasks"][0]["hosts"]["lab0"])
+    assert "keepalive" in msgs, msgs
+    assert lab.run_as(1, ["test", "-e", "after-freeze"]).returncode == 0  # lab1 went on
+    assert took < 15, took  # about 2-3 keepalive intervals, far from the 120 s command timeout
+    # once the host thaws, its sshd finds the connection closed and the command dies with its channel
+    assert wait_for(lambda: not alive(pid), 15) is not None
+
+
+# ------------------------------------------------------------------------------------- 6. remote file writes
+def temp_files(directory: Path, name: str) -> list[Path]:
+    return [p for p in directory.glob(f".{name}.provision-*")]
+
+
+def test_ssh_put_is_private_from_the_first_byte(lab: Lab, lab_env: None) -> None:
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "priv"])
+    lab.run_as(0, ["mkdir", "priv"])
+    seen: dict[str, int] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for tmp in temp_files(home / "priv", "big.bin"):
+                with contextlib.suppress(OSError):
+                    seen[tmp.name] = seen.get(tmp.name, 0) | tmp.lstat().st_mode
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    conn = ssh(lab)
+    try:
+        conn.put(os.urandom(64 << 20), "~/priv/big.bin", 0o600)
+    finally:
+        done.set()
+        watcher.join()
+        conn.close()
+    assert seen, "the temp file was never seen while written"
+    assert all(mode & 0o077 == 0 for mode in seen.values()), {k: oct(v) for k, v in seen.items()}
+    assert (home / "priv" / "big.bin").stat().st_mode & 0o777 == 0o600
+    assert not temp_files(home / "priv", "big.bin")
+
+
+def test_put_failures_are_host_errors_and_leave_no_temp_file(lab: Lab, lab_env: None, tmp_path: Path) -> None:
+    from provision.errors import HostError, UnreachableError
+
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "isdir"])
+    lab.run_as(0, ["mkdir", "-p", "isdir/target"])
+    conn = ssh(lab)
+    try:
+        with pytest.raises(HostError) as denied:
+            conn.put(b"x", "/etc/provision-denied.txt", 0o600)
+        assert not isinstance(denied.value, UnreachableError) and "Permission denied" in denied.value.msg
+        with pytest.raises(HostError) as over_dir:  # created, then the rename fails: the temp file goes
+            conn.put(b"x" * 100000, "~/isdir/target", 0o600)
+        assert not isinstance(over_dir.value, UnreachableError)
+        assert not temp_files(home / "isdir", "target")
+        assert conn.run(Command.of("true"), timeout=10).rc == 0  # the connection is fine
+    finally:
+        conn.close()
+    local = LocalConnection("local")
+    (tmp_path / "target").mkdir()
+    with pytest.raises(HostError):
+        local.put(b"x", str(tmp_path / "target"), 0o600)
+    assert not temp_files(tmp_path, "target")
+
+
+def test_closing_mid_write_removes_the_temp_file(lab: Lab, lab_env: None) -> None:
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "cut"])
+    lab.run_as(0, ["mkdir", "cut"])
+    conn = ssh(lab)
+    thread, box = in_thread(lambda: conn.put(os.urandom(256 << 20), "~/cut/huge.bin", 0o600))
+    assert wait_for(lambda: bool(temp_files(home / "cut", "huge.bin")), 30, 0.01) is not None
+    conn.close()  # what an interrupted run does
+    thread.join(60)
+    assert box and isinstance(box[0], Exception)
+    assert wait_for(lambda: not temp_files(home / "cut", "huge.bin"), 10) is not None
+    assert not (home / "cut" / "huge.bin").exists()
+
+
+DENIED_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: denied
+      copy: {content: "secret\\n", dest: /etc/provision-denied.txt, mode: "0600"}
+      ignore_errors: true
+    - name: after
+      command: touch after-denied
+"""
+
+
+def test_a_refused_write_fails_the_task_and_ignore_errors_keeps_the_host(
+    lab: Lab, lab_env: None, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.helpers import run_cli
+
+    lab.run_as(0, ["rm", "-f", "after-denied"])
+    playbook = tmp_path / "denied.yml"
+    playbook.write_text(DENIED_PLAYBOOK)
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = run_cli(["run", str(playbook), "-i", str(inv), "--json"])
+    finally:
+        os.chdir(cwd)
+    doc = json.loads(result.out)
+    denied = doc["plays"][0]["tasks"][0]["hosts"]["lab0"]
+    assert denied["failed"] and "Permission denied" in denied["msg"], denied
+    assert doc["stats"]["lab0"]["unreachable"] == 0
+    assert lab.run_as(0, ["test", "-e", "after-denied"]).returncode == 0  # the host stayed in the play
+    assert result.code == 0, result.err
