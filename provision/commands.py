@@ -256,6 +256,17 @@ PROVISION_EOF
 """
 
 
+class CommandError(ValueError):
+    """A command that cannot be expressed faithfully on a POSIX host (a NUL byte in a value, an invalid
+    environment name): the task fails with this message; nothing is sent."""
+
+
+def check_nul(what: str, value: object) -> None:
+    if "\x00" in _plain(value):
+        raise CommandError(f"{what} contains a NUL byte, which a command line, an environment or a shell script "
+                           "cannot carry; nothing was run")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Invocation:
     """How a command travels: ``text`` is the exec request (fixed wrapper text, what ``ps`` shows on the
@@ -301,14 +312,26 @@ class Command:
 
     def script_text(self) -> str:
         """The shell script the host's ``/bin/sh`` runs (it travels on stdin): environment, cd, the command."""
-        for name in self.env:
+        for name, value in self.env.items():
             if not _ENV_NAME_RE.match(name):
-                raise ValueError(f"invalid environment variable name: {name!r}")
+                raise CommandError(f"invalid environment variable name: {name!r}")
+            check_nul(f"environment variable {name}", value)
+        for word in self.argv:
+            check_nul("a command argument", word)
+        if self.script is not None:
+            check_nul("the shell script", self.script)
+        if self.chdir:
+            check_nul("chdir", self.chdir)
         lines = ["exec 3<&-"]  # the script's own pipe: sh has its copy, the command's processes get none
         lines += [f"export {k}={quote(v)}" for k, v in self.env.items()]
         if self.chdir:
             lines.append(f"cd {quote(self.chdir)} || exit 1")
-        lines.append(self.script if self.script is not None else " ".join(quote(a) for a in self.argv))
+        if self.script is not None:
+            lines.append(self.script)
+        else:
+            # `exec`: the program itself runs, never a shell builtin of the same name (dash's `echo` would
+            # read backslashes in an argument), as an argv command runs under Ansible
+            lines.append("exec " + " ".join(quote(a) for a in self.argv))
         return "\n".join(lines) + "\n"
 
     def render(self, timeout: float | None = None, stdin: bytes | None = None) -> Invocation:

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import templating
-from .commands import MASKER
+from .commands import MASKER, CommandError
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
 from .executor import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
@@ -114,7 +114,7 @@ class TaskRunner:
             result = self._run(task, host)
         except UnreachableError as exc:
             result = TaskResult(host, task.name, Status.UNREACHABLE, exc.msg)
-        except (HostError, TemplateError, ArgError) as exc:
+        except (HostError, TemplateError, ArgError, CommandError) as exc:
             msg = exc.msg if isinstance(exc, (HostError, TemplateError)) else str(exc)
             result = TaskResult(host, task.name, Status.FAILED, f"{msg} ({task.where})")
         except Exception:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..agent import QUICK_SCRIPTS, AgentUnavailable
-from ..commands import Command
+from ..commands import Command, check_nul
 from ..connection import CommandResult, Connection
 from ..errors import ModuleError
 
@@ -117,6 +117,8 @@ class ModuleContext:
         ``stdin``: data for the script (read with ``sys.stdin.buffer.read()``): file content, request bodies,
         anything that must not appear on the host's process list. The source then travels length-prefixed
         in front of it and a one-line bootstrap (``python3 -c``) runs it."""
+        for arg in args:
+            check_nul("a helper argument", arg)
         interpreter = python or str(self.variables.get("ansible_python_interpreter") or "python3")
         if script in QUICK_SCRIPTS and not self.become and not self.environment:
             agent_of = getattr(self.conn, "python_agent", None)
@@ -132,9 +134,11 @@ class ModuleContext:
         return self.run(Command.of(interpreter, "-c", _BOOTSTRAP, *args), stdin=payload, timeout=timeout)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
+        check_nul("a file path", path)  # a C path would end at the NUL: a different file
         self.conn.put(data, path, mode)
 
     def get(self, path: str) -> bytes | None:
+        check_nul("a file path", path)
         return self.conn.get(path)
 
     def expand(self, path: str) -> str:

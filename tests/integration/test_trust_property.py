@@ -131,3 +131,48 @@ def test_hostile_values_from_a_host_arrive_verbatim_and_run_nothing(lab, setup, 
     assert second.code == 0, second.out + second.err
     stats = json.loads(second.out)["stats"]
     assert all(s["changed"] == 0 for s in stats.values()), stats
+
+
+def test_nul_and_non_utf8_from_a_host_fail_cleanly_or_arrive_replaced(lab, setup, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A host's output that is not UTF-8 is decoded with replacement characters; a NUL it sends cannot travel
+    in argv, the environment, shell text or a path: each such task fails with one line and runs nothing."""
+    inv, _, home = setup
+    monkeypatch.setenv("PROVISION_SSH_CONFIG", str(lab.ssh_config_path))
+    lab.run_as(1, ["sh", "-c", "printf 'a\\000b{{ 7 * 191 }}\\377\\376z' > \"$HOME/raw.bin\""])
+    pb = tmp_path / "nul.yml"
+    pb.write_text(
+        f"""- hosts: all
+  gather_facts: false
+  tasks:
+    - command: cat {home}/raw.bin
+      register: raw
+      changed_when: false
+    - debug:
+        var: raw.stdout
+    - command:
+        argv: [printf, '%s', "{{{{ raw.stdout }}}}"]
+      ignore_errors: true
+    - shell: printf '%s' "$V"
+      environment:
+        V: "{{{{ raw.stdout }}}}"
+      ignore_errors: true
+    - shell: "printf '%s' {{{{ raw.stdout | quote }}}}"
+      ignore_errors: true
+    - copy:
+        content: x
+        dest: "{home}/{{{{ raw.stdout }}}}"
+      ignore_errors: true
+    - copy:
+        content: "{{{{ raw.stdout }}}}"
+        dest: "{home}/nul-copy"
+"""
+    )
+    result = run("run", pb, "-i", inv, "--json")
+    assert result.code == 0, result.out + result.err
+    assert "Traceback" not in result.err
+    tasks = [next(iter(t["hosts"].values())) for t in json.loads(result.out)["plays"][0]["tasks"]]
+    assert tasks[0]["stdout"] == "a\x00b{{ 7 * 191 }}\ufffd\ufffdz"
+    for failed in tasks[2:6]:
+        assert failed["failed"] and ("NUL byte" in failed["msg"] or "null byte" in failed["msg"]), failed
+    assert (Path(home) / "nul-copy").read_bytes() == "a\x00b{{ 7 * 191 }}\ufffd\ufffdz".encode()
+    assert not (Path(home) / "a").exists()  # a path cut at the NUL was never written
