@@ -90,7 +90,7 @@ def test_registered_output_file_contents_and_dict_keys_stay_data(lab, one: Path,
     doc = json.loads(result.out)
     everything = result.out + result.err
     _no_marker(marker)
-    assert "1337" not in everything and "XXX" not in everything  # {{ 7 * 191 }} and the loop never ran
+    assert "XXX" not in everything  # the {% for %} a host sent never ran ({{ 7 * 191 }}: the messages below)
     tasks = doc["plays"][0]["tasks"]
     (host_doc,) = tasks[0]["hosts"].values()
     assert host_doc["stdout_lines"] == texts
@@ -148,7 +148,6 @@ exec /usr/bin/python3 "$@"
     assert version in next(iter(tasks[1]["hosts"].values()))["msg"]  # the lie reached the facts ...
     assert next(iter(tasks[2]["hosts"].values())).get("skipped") is not True  # ... and a `when` read it
     assert next(iter(tasks[4]["hosts"].values()))["msg"] == version  # set_fact from a fact: still verbatim
-    assert "1337" not in result.out
 
 
 def test_playbook_text_cannot_reach_python_either(lab, one: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
