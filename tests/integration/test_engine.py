@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,6 @@ from tests.helpers import CliResult, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "playbooks" / "examples" / "base.yml"
-
-
-@pytest.fixture(scope="module")
-def lab_env(lab) -> Iterator[None]:  # type: ignore[no-untyped-def]
-    """Point provision at the lab's ssh_config (its UserKnownHostsFile holds the lab's host keys)."""
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    yield
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
 
 
 @pytest.fixture

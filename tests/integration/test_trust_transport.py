@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +30,6 @@ from provision.ssh import SSHConnection
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def lab_env(lab: Lab) -> Iterator[None]:
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    yield
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
 
 
 def ssh(lab: Lab, i: int = 0, **opts: Any) -> SSHConnection:
