@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,7 +351,10 @@ class LocalConnection:
                 )
             except OSError as exc:
                 raise AgentUnavailable(str(exc)) from None
-            agent = PythonAgent(self.name, _PipeStream(proc), self._agent_answered)
+            # no reference back to self (a cycle): a connection nobody closed is finalized (its agent killed and
+            # reaped) as soon as it is dropped, never after the agent's Popen in a cyclic collection
+            answered = weakref.WeakMethod(self._agent_answered)
+            agent = PythonAgent(self.name, _PipeStream(proc), lambda: (answered() or _nothing)())
             self._agents[interpreter] = agent
         return agent
 
@@ -441,6 +445,10 @@ class LocalConnection:
 
     def __del__(self) -> None:  # an agent process must not outlive a connection nobody closed
         self.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 def open_connection(name: str, variables: Mapping[str, Any], opts: ConnectOptions) -> Connection:
