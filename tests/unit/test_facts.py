@@ -364,7 +364,7 @@ def test_parse_facts_recorded_nogpu() -> None:
 def test_facts_command() -> None:
     cmd, script = facts_command("/opt/my venvs")
     assert cmd.argv == ("sh", "-s", "--", "/opt/my venvs")
-    assert cmd.render().stdin.endswith(b"\nsh -s -- '/opt/my venvs'\n")
+    assert cmd.render().stdin.endswith(b"\nexec sh -s -- '/opt/my venvs'\n")
     assert script == SCRIPT.read_bytes() and b"=====PROVISION:" in script
 
 
