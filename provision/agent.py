@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from .commands import Command
+from .commands import HEARTBEAT, Command
 from .connection import CommandResult
 from .errors import CommandTimeout
 
@@ -65,7 +65,8 @@ class PythonAgent:
         self._on_answer = on_answer
         self._stream = stream
         self._sent: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one call at a time
+        self._send_lock = threading.Lock()  # a heartbeat never lands inside a request
         self._buf = b""
         self.dead = False
         source = (REMOTE_DIR / "agent.py").read_bytes()
@@ -76,8 +77,20 @@ class PythonAgent:
             raise AgentUnavailable(str(exc)) from None
 
     @staticmethod
-    def command(interpreter: str) -> Command:
-        return Command.of(interpreter, "-c", BOOTSTRAP)
+    def command(interpreter: str, heartbeat: float = 0.0) -> Command:
+        """``heartbeat``: H > 0 when :meth:`beat` will be called every H seconds (the agent exits after 3 H
+        seconds without a byte); 0: the agent waits for the end of its stdin only."""
+        return Command.of(interpreter, "-c", BOOTSTRAP, f"{heartbeat:g}" if heartbeat > 0 else "0")
+
+    def beat(self) -> None:
+        """Send a heartbeat (a bare newline, which the agent skips between requests); skipped while a request
+        is being sent (those bytes are a sign of life too). Called by the connection's heartbeat thread."""
+        if self.dead or not self._send_lock.acquire(blocking=False):
+            return
+        try:
+            self._stream.send(HEARTBEAT)
+        finally:
+            self._send_lock.release()
 
     def _read(self, n: int, deadline: float | None) -> bytes:
         while len(self._buf) < n:
@@ -112,7 +125,8 @@ class PythonAgent:
             started = time.monotonic()
             deadline = None if timeout is None else started + timeout + 15.0
             try:
-                self._stream.send(b"%d\n" % len(data) + data)
+                with self._send_lock:
+                    self._stream.send(b"%d\n" % len(data) + data)
                 self._sent.add(script)
                 answer = json.loads(self._read(int(self._read_line(deadline)), deadline))
             except TimeoutError:

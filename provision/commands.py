@@ -188,25 +188,29 @@ def _shown(value: object) -> str:
     return MASK if isinstance(value, Secret) else shlex.quote(str(value))
 
 
-# The fixed program that runs every command on a host (``python3 -c RUNNER N M T``). It reads the N-byte
+# The fixed program that runs every command on a host (``python3 -c RUNNER N M T H``). It reads the N-byte
 # shell script and M bytes of the command's stdin data from its own stdin, starts ``/bin/sh`` on the script
 # (through a pipe: never argv) in a NEW session, feeds it the data, then waits for the first of: the child
 # exits (exit with its rc), its own stdin reaches EOF (the controller closed the channel or died: TERM the
-# child's process group, KILL it 2 s later), the deadline T (TERM, KILL 5 s later, exit 124). Stdlib only,
+# child's process group, KILL it 2 s later), the deadline T (TERM, KILL 5 s later, exit 124), and, when
+# H > 0, no byte on its stdin for 3 H seconds (the controller sends a heartbeat, :data:`HEARTBEAT`, every H
+# seconds after the script and data: silence means a frozen controller or a link that dropped without a FIN
+# ever arriving: handled like EOF). H = 0: no heartbeats expected (LocalConnection). Stdlib only,
 # Python 3.6+, and only cheap builtin modules (fork/exec, _thread, _signal: no subprocess, threading or
 # signal imports, which would double the interpreter's start time). The parent waits for the exec (a
 # close-on-exec pipe) so the new session exists before anything may signal it. Changing this text changes
 # what every host sees in `ps`: keep it free of user values.
 RUNNER = """\
 import os,sys,time,select,_thread,_signal
+n,m,t,h=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3]),float(sys.argv[4])
 def rd(n):
  b=b''
  while len(b)<n:
+  if h>0 and not select.select([0],[],[],3*h)[0]:os._exit(125)
   c=os.read(0,min(n-len(b),1<<20))
   if not c:os._exit(125)
   b+=c
  return b
-n,m,t=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3])
 s=rd(n);d=rd(m)
 sr,sw=os.pipe();dr,dw=os.pipe();wr,ww=os.pipe();er,ew=os.pipe()
 p=os.fork()
@@ -235,18 +239,30 @@ def stop(grace,code):
   if w:select.select([wr],[],[],w)
  os._exit(code)
 end=time.monotonic()+t if t>0 else None
+seen=time.monotonic()
 while 1:
- r=select.select([0,wr],[],[],None if end is None else max(0,end-time.monotonic()))[0]
+ w=[x for x in (end,seen+3*h if h>0 else None) if x is not None]
+ r=select.select([0,wr],[],[],max(0,min(w)-time.monotonic()) if w else None)[0]
  if wr in r:
   c=rc[0];os._exit(os.WEXITSTATUS(c) if os.WIFEXITED(c) else 128+os.WTERMSIG(c))
  if 0 in r:
   if not os.read(0,65536):stop(2,129)
- elif not r:stop(5,124)
+  seen=time.monotonic()
+ elif not r:
+  if end is not None and time.monotonic()>=end:stop(5,124)
+  if h>0 and time.monotonic()>=seen+3*h:stop(2,129)
 """
 
+# What the controller sends every H seconds on the stdin of a command's runner, of the run-lock holder
+# (``connection.RUN_LOCKER``) and of the python agent, once everything else it had to send is sent: one
+# newline. The runner and the lock holder take any byte as a sign of life; to the agent a bare newline is an
+# empty line between two requests, which it skips (a request starts with its length in digits).
+HEARTBEAT = b"\n"
+
 # Chooses the runner, or (no python3 on the host) a plain sh path: the script is read with head -c and given
-# to sh through a here-document on fd 3, GNU timeout kills it at the deadline; no tie to the channel there.
-# Arguments: $0 RUNNER, $1 N, $2 M, $3 T.
+# to sh through a here-document on fd 3, GNU timeout kills it at the deadline; no tie to the channel and no
+# heartbeat watch there (heartbeats sent to it are never read: a byte every H seconds, harmless).
+# Arguments: $0 RUNNER, $1 N, $2 M, $3 T, $4 H.
 SELECTOR = """\
 if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$0" "$@"; fi
 s=$(head -c "$1"; echo .); s=${s%.}
@@ -272,7 +288,8 @@ class Invocation:
     """How a command travels: ``text`` is the exec request (fixed wrapper text, what ``ps`` shows on the
     host: no environment value, no script text), ``stdin`` the bytes to send on the channel's stdin (the
     script, then the command's own stdin data). The channel's stdin must stay OPEN until the command ends:
-    its EOF tells the runner on the host that the controller is gone, and it kills the command."""
+    its EOF tells the runner on the host that the controller is gone, and it kills the command (as does
+    silence, when it was rendered with a heartbeat interval: see :data:`RUNNER`)."""
 
     text: str
     stdin: bytes
@@ -334,8 +351,11 @@ class Command:
             lines.append("exec " + " ".join(quote(a) for a in self.argv))
         return "\n".join(lines) + "\n"
 
-    def render(self, timeout: float | None = None, stdin: bytes | None = None) -> Invocation:
-        """The exec text (fixed wrapper) and the stdin bytes (script + ``stdin`` data) for the host."""
+    def render(self, timeout: float | None = None, stdin: bytes | None = None, heartbeat: float = 0.0) -> Invocation:
+        """The exec text (fixed wrapper) and the stdin bytes (script + ``stdin`` data) for the host.
+        ``heartbeat``: the H the runner is told; a connection that passes H > 0 must then send
+        :data:`HEARTBEAT` on the channel every H seconds once ``stdin`` is sent, or the runner kills the
+        command after 3 H seconds of silence."""
         script = self.script_text().encode()
         data = stdin or b""
         words: list[str] = []
@@ -343,14 +363,17 @@ class Command:
             words += ["sudo", "-n", "-H", "-u", quote(self.become_user), "--"]
         words += ["/bin/sh", "-c", quote(SELECTOR), quote(RUNNER), str(len(script)), str(len(data))]
         words.append(f"{timeout:g}" if timeout else "0")
+        words.append(f"{heartbeat:g}" if heartbeat and heartbeat > 0 else "0")
         return Invocation(" ".join(words), script + data)
 
     def direct(self) -> str:
-        """Plain quoted argv, for the long-lived stream processes provision starts itself (the python agent,
-        the run lock): they own their stdin and die with it. Never for user commands."""
+        """Plain quoted argv after ``exec``, for the long-lived stream processes provision starts itself (the
+        python agent, the run lock): they own their stdin and die with it. ``exec``: the program replaces the
+        login shell (dash does not do it by itself), so it is the process sshd started, leading the session's
+        process group, which the agent TERMs when it leaves. Never for user commands."""
         if self.script is not None or self.env or self.chdir or self.become:
             raise ValueError("direct() is only for a bare argv command")
-        return " ".join(quote(a) for a in self.argv)
+        return "exec " + " ".join(quote(a) for a in self.argv)
 
     def display(self) -> str:
         """What may be shown to people: secrets masked, no wrapper noise."""

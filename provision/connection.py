@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,16 @@ class ConnectOptions:
     known_hosts: tuple[str, ...] = ()  # extra known_hosts files, checked before ssh_config's and ~/.ssh's
     run_lock: bool = False  # hold the host's run lock while connected (a playbook run: see RUN_LOCKER)
     keepalive: float | None = None  # seconds between keepalives with replies; None: connect_timeout
+    heartbeat: float | None = None  # H, seconds between heartbeats (see heartbeat_interval); 0: none
+
+    def heartbeat_interval(self) -> float:
+        """H: how often the controller sends a heartbeat on the stdin of every command, run-lock holder and
+        agent it has on an SSH host; each of them exits (killing what it started) after 3 H seconds without a
+        byte: a frozen controller or a link that dropped silently. Default: the keepalive interval
+        (``--connect-timeout``) capped at 10 s, at least 1 s: 30 s of silence by default."""
+        if self.heartbeat is not None:
+            return max(0.0, self.heartbeat)
+        return min(max(self.keepalive or self.connect_timeout, 1.0), 10.0)
 
 
 @dataclass
@@ -205,12 +216,15 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
 
 # ---------------------------------------------------------------------------------------------- run lock
 # One run at a time per host: a run holds ``~/.provision/run-<inventory_hostname>.lock`` (flock) on the host
-# for as long as it is connected. Over SSH the holder is this small process on its own channel: it reads the
-# holder's description (one line) from stdin, answers ``locked`` or ``busy <description of the holder>``,
-# then waits for its stdin to end (the run closed the connection, or died: sshd closes it) and exits, which
-# releases the lock. A host without python3 gets no lock (it cannot run provision's helpers either).
+# for as long as it is connected. Over SSH the holder is this small process on its own channel
+# (``python3 -c RUN_LOCKER NAME H``): it reads the holder's description (one line) from stdin, answers
+# ``locked`` or ``busy <description of the holder>``, then waits for its stdin to end (the run closed the
+# connection, or died: sshd closes it) or, when H > 0, for 3 H seconds without a heartbeat (a frozen
+# controller, a silently dropped link), and exits, which releases the lock. A host without python3 gets no
+# lock (it cannot run provision's helpers either).
 RUN_LOCKER = """\
-import os,sys,fcntl
+import os,sys,fcntl,select
+b=float(sys.argv[2]) if len(sys.argv)>2 else 0
 d=os.path.expanduser('~/.provision')
 try:os.makedirs(d,0o700)
 except OSError:pass
@@ -225,7 +239,7 @@ except OSError:
  os.write(1,b'busy '+os.pread(f,4096,0).split(b'\\n')[0]+b'\\n');sys.exit(1)
 os.ftruncate(f,0);os.pwrite(f,h,0)
 os.write(1,b'locked\\n')
-while os.read(0,4096):pass
+while (b<=0 or select.select([0],[],[],3*b)[0]) and os.read(0,4096):pass
 """
 _STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -337,7 +351,10 @@ class LocalConnection:
                 )
             except OSError as exc:
                 raise AgentUnavailable(str(exc)) from None
-            agent = PythonAgent(self.name, _PipeStream(proc), self._agent_answered)
+            # no reference back to self (a cycle): a connection nobody closed is finalized (its agent killed and
+            # reaped) as soon as it is dropped, never after the agent's Popen in a cyclic collection
+            answered = weakref.WeakMethod(self._agent_answered)
+            agent = PythonAgent(self.name, _PipeStream(proc), lambda: (answered() or _nothing)())
             self._agents[interpreter] = agent
         return agent
 
@@ -428,6 +445,10 @@ class LocalConnection:
 
     def __del__(self) -> None:  # an agent process must not outlive a connection nobody closed
         self.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 def open_connection(name: str, variables: Mapping[str, Any], opts: ConnectOptions) -> Connection:

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import fabric
 import paramiko
 
 from .agent import AgentUnavailable, PythonAgent
-from .commands import Command
+from .commands import HEARTBEAT, Command
 from .connection import (
     COUNTERS,
     RUN_LOCKER,
@@ -103,6 +104,13 @@ class _ChannelStream:
         self.channel.close()
 
 
+def _send_heartbeat(channel: paramiko.Channel) -> None:
+    """One heartbeat on a channel's stdin; never waits for window space (the host's end reads its stdin all
+    the time, so there is always room; if there is none, the next beat will try again)."""
+    if channel.send_ready():
+        channel.send(HEARTBEAT)
+
+
 def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
     """Create a new file, mode 0600 from creation: SFTP open with a permissions attribute (paramiko's
     ``sftp.open`` sends none, and the server then creates it 0666 minus umask) and O_EXCL."""
@@ -140,6 +148,9 @@ class SSHConnection:
         self._stalled: str | None = None  # why the watchdog closed the connection
         self._inflight: set[str] = set()  # temp files of writes in progress (removed by close())
         self._watch_stop = threading.Event()
+        self._heartbeat = opts.heartbeat_interval()  # H: see _heartbeats
+        self._beats: dict[object, Callable[[], None]] = {}  # live channels that get heartbeats (see _heartbeats)
+        self._beats_lock = threading.Lock()
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -239,6 +250,9 @@ class SSHConnection:
                 threading.Thread(
                     target=self._watch, args=(transport, stop), daemon=True, name=f"provision-keepalive-{self.name}"
                 ).start()
+                if self._heartbeat > 0:
+                    name = f"provision-heartbeat-{self.name}"
+                    threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True, name=name).start()
             if self.opts.run_lock:
                 try:
                     self._take_run_lock(conn)
@@ -272,6 +286,28 @@ class SSHConnection:
                     transport.close()
                 return
 
+    def _heartbeats(self, transport: paramiko.Transport, stop: threading.Event) -> None:
+        """Heartbeats: every H seconds one :data:`HEARTBEAT` byte on the stdin of every live command channel,
+        the run-lock holder's and each agent's (registered once all else they had to send is sent). Each of
+        them exits after 3 H seconds without a byte, TERMing/KILLing what it started: a frozen controller or
+        a link that dropped without a FIN reaching the host kills nothing otherwise (sshd's TCP keepalive
+        takes about two hours). Its own thread, apart from the keepalive watchdog: a send that blocks on a
+        wedged transport must not keep the watchdog from closing it; nothing is added to a command."""
+        while not stop.wait(self._heartbeat) and transport.is_active():
+            with self._beats_lock:
+                beats = list(self._beats.values())
+            for beat in beats:
+                with contextlib.suppress(Exception):  # a channel closing under us: it leaves the registry itself
+                    beat()
+
+    def _beating(self, key: object, beat: Callable[[], None] | None) -> None:
+        """Add (``beat``) or remove (None) a channel in the heartbeat registry."""
+        with self._beats_lock:
+            if beat is None:
+                self._beats.pop(key, None)
+            else:
+                self._beats[key] = beat
+
     def _lost(self, what: str, exc: BaseException) -> UnreachableError:
         if self._stalled:
             return UnreachableError(self.name, f"{self._stalled} ({what}); connection closed")
@@ -285,7 +321,8 @@ class SSHConnection:
         answer = b""
         try:
             channel = transport.open_session(timeout=self.opts.channel_timeout)
-            channel.exec_command(Command.of(interpreter, "-c", RUN_LOCKER, lock_name(self.name)).direct())
+            holder = Command.of(interpreter, "-c", RUN_LOCKER, lock_name(self.name), f"{self._heartbeat:g}")
+            channel.exec_command(holder.direct())
             channel.sendall((lock_holder() + "\n").encode())
             channel.settimeout(max(self.opts.channel_timeout, 30.0))
             while not answer.endswith(b"\n"):
@@ -299,6 +336,7 @@ class SSHConnection:
         if text == "locked":
             channel.settimeout(None)
             self._lock_channel = channel
+            self._beating(channel, partial(_send_heartbeat, channel))
             self.commands_run += 1  # a round trip like a command
             return
         channel.close()
@@ -320,14 +358,16 @@ class SSHConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        inv = cmd.render(timeout, stdin)
+        inv = cmd.render(timeout, stdin, self._heartbeat)
         started = time.monotonic()
         channel: paramiko.Channel | None = None
         try:
             channel = self._transport().open_session(timeout=self.opts.channel_timeout)
             channel.exec_command(inv.text)
-            # stdin stays open until the command ends: its EOF makes the runner on the host kill the command
+            # stdin stays open until the command ends: its EOF makes the runner on the host kill the command,
+            # and so do 3 H seconds without the heartbeats that follow the script and data
             channel.sendall(inv.stdin)
+            self._beating(channel, partial(_send_heartbeat, channel))
             out, err = self._drain(channel, None if timeout is None else timeout + 15.0, on_output)
             rc = channel.recv_exit_status()
         except TimeoutError:
@@ -336,6 +376,7 @@ class SSHConnection:
             raise self._lost("while running a command", exc) from None
         finally:
             if channel is not None:
+                self._beating(channel, None)
                 channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
         self.commands_run += 1
         return finished(self.name, cmd, timeout, rc, out, err, started)
@@ -376,13 +417,16 @@ class SSHConnection:
     def python_agent(self, interpreter: str) -> PythonAgent:
         agent = self._agents.get(interpreter)
         if agent is None or agent.dead:
+            if agent is not None:
+                self._beating(agent, None)
             try:
                 channel = self._transport().open_session(timeout=self.opts.channel_timeout)
-                channel.exec_command(PythonAgent.command(interpreter).direct())
+                channel.exec_command(PythonAgent.command(interpreter, self._heartbeat).direct())
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise AgentUnavailable(str(exc)) from None
             agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
             self._agents[interpreter] = agent
+            self._beating(agent, agent.beat)
         return agent
 
     def _agent_answered(self) -> None:
@@ -468,6 +512,8 @@ class SSHConnection:
 
     def close(self) -> None:
         self._watch_stop.set()
+        with self._beats_lock:
+            self._beats.clear()
         if self._inflight and self._conn is not None and not self._stalled:  # closed mid-write (interrupt)
             # stop the writes (SFTP session closed), then remove their temp files on a channel of its own
             temps = sorted(self._inflight)  # the writers drop theirs as soon as their session closes

@@ -230,9 +230,9 @@ SLEEP_PLAYBOOK = """
 """
 
 
-def start_cli(lab: Lab, tmp_path: Path, pidfile: str, *extra: str) -> subprocess.Popen[str]:
+def start_cli(lab: Lab, tmp_path: Path, pidfile: str, *extra: str, text: str = SLEEP_PLAYBOOK) -> subprocess.Popen[str]:
     playbook = tmp_path / "sleep.yml"
-    playbook.write_text(SLEEP_PLAYBOOK.format(pidfile=pidfile))
+    playbook.write_text(text.format(pidfile=pidfile))
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
     env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
     return subprocess.Popen(
@@ -445,7 +445,106 @@ def test_a_frozen_host_is_unreachable_within_three_keepalive_intervals(lab: Lab,
     assert wait_for(lambda: not alive(pid), 15) is not None
 
 
-# ------------------------------------------------------------------------------------- 6. remote file writes
+# ------------------------------------------------------------- 6. heartbeats: a frozen controller, a silent link
+AGENT_SLEEP_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: the python agent starts here
+      file: {{path: hb-dir, state: directory}}
+    - name: long
+      shell: echo $$ > {pidfile}; sleep 300; echo never
+"""
+RUNNER_MARK = "import os,sys,time,select,_thread,_signal"  # the runner's first line, on its command line
+LOCKER_MARK = "run-%s.lock"  # in the run-lock holder's program text
+
+
+def group_members(pgid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                stat = (entry / "stat").read_text()
+                if int(stat[stat.rindex(")") + 2 :].split()[2]) == pgid and alive(int(entry.name)):
+                    out.append(int(entry.name))
+    return out
+
+
+def test_a_frozen_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:
+    """SIGSTOP on the controller is, from the host, a link that dropped without a FIN: TCP stays up, nothing
+    arrives, stdin never ends. The heartbeats stop: the command's runner kills its process group, the run-lock
+    holder lets go, the agent exits, within 3 H (+ the TERM grace) — while the connection itself is still up."""
+    user = lab.hosts[0].user
+    lab.run_as(0, ["rm", "-rf", "hb.pid", "hb-dir"])
+    h = 1.0  # --connect-timeout 1: H = 1 s
+    proc = start_cli(lab, tmp_path, "hb.pid", "--connect-timeout", "1", text=AGENT_SLEEP_PLAYBOOK)
+    stopped = False
+    try:
+        pgid = read_pid(lab, 0, "hb.pid", 30)  # the script's sh: leader of the command's process group
+        remote = {
+            "command group": group_members(pgid),
+            "runner": pids_of(user, RUNNER_MARK),
+            "run-lock holder": pids_of(user, LOCKER_MARK),
+            "agent": pids_of(user, "provision-agent"),
+        }
+        assert all(remote.values()), remote
+        assert len(remote["command group"]) >= 2  # the sh and its sleep
+        sshds = connection_sshds(lab, 0)
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = True
+        left = dict(remote)
+
+        def all_gone() -> bool:
+            for what, pids in list(left.items()):
+                if not any(alive(p) for p in pids):
+                    del left[what]
+            return not left and not group_members(pgid)
+
+        took = wait_for(all_gone, 3 * h + 2 + 5)
+        still_connected = [p for p in sshds if alive(p)]
+        freed = lab.run_as(0, ["flock", "-n", f".provision/run-{lab.hosts[0].name}.lock", "true"]).returncode
+    finally:
+        if stopped:
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.communicate()
+    assert took is not None, f"still running on the host with the controller frozen: {sorted(left)}"
+    assert still_connected, "the connection was closed: this did not test a silent link"
+    assert freed == 0, "the run lock is still held"
+    print(f"\nfrozen controller (H = {h:g} s): command, run lock and agent gone on the host {took:.2f}s after SIGSTOP")
+
+
+def test_heartbeats_keep_a_long_command_the_lock_and_the_agent_alive(lab: Lab, lab_env: None) -> None:
+    user = lab.hosts[0].user
+    conn = ssh(lab, connect_timeout=1.0, run_lock=True)  # H = 1 s: 3 s of silence would kill
+    try:
+        agent = conn.python_agent("python3")
+        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        holders, agents = pids_of(user, LOCKER_MARK), pids_of(user, "provision-agent")
+        assert holders and agents
+        result = conn.run(Command.shell("sleep 6; echo done"), timeout=60)
+        assert (result.rc, result.stdout) == (0, "done\n"), result
+        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert conn.python_agent("python3") is agent  # the same agent: it never left
+        assert all(alive(p) for p in holders + agents)
+    finally:
+        conn.close()
+
+
+def test_local_commands_and_agents_expect_no_heartbeat(tmp_path: Path) -> None:
+    conn = LocalConnection("local")
+    try:
+        agent = conn.python_agent(sys.executable)
+        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        result = conn.run(Command.shell("sleep 3.5; echo done"), timeout=60)  # > 3 x the shortest H
+        assert (result.rc, result.stdout) == (0, "done\n"), result
+        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert conn.python_agent(sys.executable) is agent
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------------------------- 7. remote file writes
 def temp_files(directory: Path, name: str) -> list[Path]:
     return [p for p in directory.glob(f".{name}.provision-*")]
 
