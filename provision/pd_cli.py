@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import click
@@ -28,6 +26,7 @@ import click
 from . import templating
 from .cli import Seconds, _common, _inventory, _options, execute, parse_extra_vars
 from .commands import MASKER
+from .data import playbook_path
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
 from .executor import Executor, RunOptions
 from .inventory import Inventory
@@ -40,15 +39,6 @@ from .report import Reporter
 from .results import Status, TaskResult
 
 PD_HOSTS = "prefill:decode:router"
-
-
-def playbook_path(name: str) -> Path:
-    """A shipped playbook: ``$PROVISION_PLAYBOOKS`` or the ``playbooks/`` beside the package."""
-    base = Path(os.environ.get("PROVISION_PLAYBOOKS") or Path(__file__).resolve().parent.parent / "playbooks")
-    path = base / name
-    if not path.is_file():
-        raise InputError(f"{name} not found in {base} (set PROVISION_PLAYBOOKS to the playbooks directory)")
-    return path
 
 
 def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, templating.Vars]:
