@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from provision.cli import cli
-from provision.pd_cli import pd
+from provision.cli.pd import pd
 from tests.helpers import CliResult, run_cli
 from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
