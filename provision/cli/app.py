@@ -36,11 +36,13 @@ from ..errors import (
     SigTerm,
     UsageError,
 )
-from ..executor import Executor, RunOptions, playbook_dir_of, register_secrets, task_selected
+from ..executor import Executor, playbook_dir_of, task_selected
 from ..inventory import Inventory
+from ..masking import register_secrets
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
 from ..report import Reporter
+from ..state import RunOptions
 from ..templating import Vars
 from . import common
 from .common import (

@@ -25,12 +25,14 @@ import yaml
 from ..commands import MASKER
 from ..connection import ConnectOptions
 from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, InputError, UsageError
-from ..executor import Executor, InternalError, RunOptions, playbook_dir_of, register_inventory_secrets
+from ..executor import Executor, InternalError, playbook_dir_of
 from ..inventory import MAX_DEPTH, Inventory, nesting_too_deep
 from ..localfiles import append_private
+from ..masking import register_inventory_secrets
 from ..playbook import Play
 from ..report import Reporter, write_retry_file
 from ..results import RunSummary
+from ..state import RunOptions
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
 STATE: dict[str, int] = {"verbosity": 0}  # this invocation's -v count (and the signal that stopped it)

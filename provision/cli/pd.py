@@ -28,7 +28,7 @@ from .. import templating
 from ..commands import MASKER
 from ..data import playbook_path
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
-from ..executor import Executor, RunOptions
+from ..executor import Executor
 from ..inventory import Inventory
 from ..modules.base import to_bool
 from ..pd import PlanError, build, pd_host_names, validate_pd
@@ -37,6 +37,7 @@ from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
 from ..report import Reporter
 from ..results import Status, TaskResult
+from ..state import RunOptions
 from .common import Seconds, common_options, execute, load_inventory, parse_extra_vars, run_options
 
 PD_HOSTS = "prefill:decode:router"
