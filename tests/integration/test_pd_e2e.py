@@ -34,7 +34,7 @@ from tests.stack_support import (  # the session's SGLang venv (fixture sglang_s
 
 pytestmark = pytest.mark.lab
 
-if "pd" not in cli.commands:  # until provision/cli.py registers it
+if "pd" not in cli.commands:  # provision/cli/app.py registers it
     cli.add_command(pd)
 
 REPO = Path(__file__).resolve().parents[2]

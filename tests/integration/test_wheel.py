@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,10 +27,20 @@ def test_the_checkout_links_are_the_package_data() -> None:
 
 
 def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
+    # built from a clean copy: setuptools reuses build/ and never removes a stale module from it
+    src = tmp_path / "src"
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "provision", src / "provision", ignore=junk)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
     wheels = tmp_path / "wheels"
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(REPO)], REPO)
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)], src)
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = wheels.glob("provision-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
+    assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
 
     venv = tmp_path / "venv"  # the dependencies (fabric, jinja2, click) come from this interpreter's site-packages
     made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], tmp_path)
