@@ -34,12 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from provision.cli import parse_extra_vars  # noqa: E402
+from provision.cli.common import parse_extra_vars  # noqa: E402
+from provision.cli.pd import inventory_pd_vars  # noqa: E402
+from provision.data import playbook_path  # noqa: E402
 from provision.executor import Executor, RunOptions  # noqa: E402
 from provision.inventory import Inventory  # noqa: E402
 from provision.pd import build  # noqa: E402
 from provision.pd.spec import health_url  # noqa: E402
-from provision.pd_cli import inventory_pd_vars, playbook_path  # noqa: E402
 from provision.playbook import load_playbook  # noqa: E402
 from provision.report import Reporter  # noqa: E402
 from provision.results import TaskResult  # noqa: E402

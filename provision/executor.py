@@ -8,7 +8,11 @@ persisted on the host (``~/.provision/pending_handlers.json``) until its handler
 notified by a run that then failed still runs on the next run.
 
 The per-task logic (when, loop, until, changed_when/failed_when, register, notify) lives in
-:mod:`provision.taskrun`; this module orders the work.
+:mod:`provision.taskrun`; this module orders the work and applies what each task returns
+(:class:`~provision.taskrun.TaskOutcome`: the registered value, the facts a task set, the handlers it
+notified, gathered facts) to the hosts' state. The task runner never writes that state: it gets the
+inventory, the options, a reader of host state, the connection factory and the progress callback, not the
+executor. Imports run one way: executor → taskrun.
 
 An unexpected exception (a bug: in a module, the executor, a reporter) never ends the run without its
 recap: inside one host's task it fails that host ("internal error: ..."); anywhere else it stops the run and
@@ -22,39 +26,35 @@ import contextlib
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from . import templating
 from .commands import MASKER, Command
-from .connection import Connection, ConnectOptions, LocalConnection, open_connection
-from .errors import HostError, Interrupted, ProvisionError, SigTerm, TemplateError, Terminated, UnreachableError
+from .connection import Connection, LocalConnection, open_connection
+from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
+from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task
 from .report import Reporter
 from .results import RunSummary, Status, TaskResult
+from .state import HostState, RunOptions
+from .taskrun import TaskOutcome, TaskRunner
+
+__all__ = [  # RunOptions, HostState and the secret registration live in .state and .masking; named here too
+    "Executor",
+    "HostState",
+    "InternalError",
+    "RunOptions",
+    "playbook_dir_of",
+    "register_inventory_secrets",
+    "register_secrets",
+    "task_selected",
+]
 
 PENDING_HANDLERS = "~/.provision/pending_handlers.json"
-
-
-@dataclass
-class RunOptions:
-    forks: int = 20
-    check: bool = False
-    diff: bool = False
-    tags: set[str] = field(default_factory=set)
-    skip_tags: set[str] = field(default_factory=set)
-    start_at_task: str | None = None
-    limit: str | None = None
-    extra_vars: dict[str, Any] = field(default_factory=dict)
-    connect: ConnectOptions = field(default_factory=ConnectOptions)
-    verbosity: int = 0
-    command_timeout: float = 1800.0
-    run_lock: bool = True  # hold each host's run lock (off for read-only queries: pd status/logs/verify)
 
 
 @dataclass
@@ -64,22 +64,6 @@ class InternalError:
 
     message: str
     exc: BaseException
-
-
-@dataclass
-class HostState:
-    name: str
-    facts: dict[str, Any] = field(default_factory=dict)  # gathered facts (ansible_facts)
-    set_vars: dict[str, Any] = field(default_factory=dict)  # register + set_fact, kept across plays
-    failed: bool = False
-    unreachable: bool = False
-    notified: list[str] = field(default_factory=list)
-    pending_loaded: bool = False
-    provision_dir_ready: bool = False
-
-    @property
-    def active(self) -> bool:
-        return not (self.failed or self.unreachable)
 
 
 def task_selected(task: Task, tags: set[str], skip_tags: set[str]) -> bool:
@@ -210,9 +194,17 @@ class Executor:
 
     def _batch(self, play: Play, batch: list[str], play_hosts: list[str]) -> bool:
         """Run the play's tasks and handlers on one batch; True when the play must stop."""
-        from .taskrun import TaskRunner  # local import: taskrun imports this module's types
-
-        runner = TaskRunner(self, play, batch, play_hosts)
+        runner = TaskRunner(
+            play,
+            batch,
+            play_hosts,
+            inventory=self.inventory,
+            options=self.options,
+            host_state=self.host_state,
+            connection=self.connection,
+            progress=self.reporter.progress,
+            playbook_dir=self.playbook_dir,
+        )
         if play.gather_facts and self._started:
             self._each(batch, "Gathering Facts", runner.gather_facts)
         if play.handlers:
@@ -237,7 +229,7 @@ class Executor:
         self,
         hosts: list[str],
         title: str,
-        fn: Callable[[str], TaskResult | None],
+        fn: Callable[[str], TaskOutcome | None],
         *,
         run_once: bool = False,
         handler: bool = False,
@@ -249,7 +241,7 @@ class Executor:
         if run_once:
             active = active[:1]
         self.reporter.task_start(title, handler=handler)
-        futures = [self._pool.submit(fn, h) for h in active]
+        futures = [self._pool.submit(self._run_and_apply, fn, h) for h in active]
         results: list[TaskResult] = []
         for host, future in zip(active, futures, strict=True):
             try:
@@ -268,6 +260,31 @@ class Executor:
             results.append(result)
             self._record(result)
         return results
+
+    def _run_and_apply(self, fn: Callable[[str], TaskOutcome | None], host: str) -> TaskResult | None:
+        """One host's work (in a worker thread); what it returns is applied to the hosts' state at once, in that
+        thread, before the next task (a notification is persisted on the host there too)."""
+        outcome = fn(host)
+        if outcome is None:
+            return None
+        self._apply(outcome)
+        return outcome.result
+
+    def _apply(self, outcome: TaskOutcome) -> None:
+        """What a task returned, into the hosts' state: facts first, then the registered value (it wins over a
+        fact of the same name), then the notified handlers."""
+        host = outcome.result.host
+        state = self.host_state(host)
+        if outcome.gathered is not None:
+            state.facts = outcome.gathered
+        if outcome.facts:
+            state.set_vars.update(outcome.facts)
+        if outcome.register is not None:
+            # run_once: the one result is registered on every host of the batch, as Ansible does
+            for name in outcome.register_on:
+                self.host_state(name).set_vars[outcome.register] = outcome.registered
+        if outcome.notify:
+            self._notify(host, outcome.notify)
 
     def _record(self, result: TaskResult) -> None:
         state = self.host_state(result.host)
@@ -299,7 +316,7 @@ class Executor:
         return False
 
     # ------------------------------------------------------------------ handlers
-    def notify(self, host: str, names: list[str], play: Play) -> None:
+    def _notify(self, host: str, names: list[str]) -> None:
         state = self.host_state(host)
         new = [n for n in names if n not in state.notified]
         if not new:
@@ -332,7 +349,7 @@ class Executor:
 
         list(self._pool.map(load, self._active(batch)))
 
-    def _handlers(self, play: Play, batch: list[str], runner: Any) -> None:
+    def _handlers(self, play: Play, batch: list[str], runner: TaskRunner) -> None:
         for handler in play.handlers:
             keys = {handler.name, *handler.listen}
             hosts = [h for h in self._active(batch) if keys & set(self.host_state(h).notified)]
@@ -354,44 +371,6 @@ class Executor:
             else:
                 conn = self.connection(host)
                 conn.run(Command.of("rm", "-f", conn.expand_path(PENDING_HANDLERS)), timeout=30)
-
-
-_registering = threading.local()
-
-
-def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> None:
-    """Register with MASKER the secret-named values of one host's ``variables`` (names matching
-    token/password/passwd/secret, or listed in ``no_log``; at any depth) AS RENDERED for that host:
-    ``db_password: "{{ vault_db }}"`` registers vault_db's value. A template that cannot be rendered for the
-    host (an undefined var) registers nothing. Re-entrant calls (rendering a secret that reads ``hostvars``
-    builds another host's vars) are skipped: that host registers its own secrets when its vars are used."""
-    if getattr(_registering, "active", False):
-        return
-    _registering.active = True
-
-    def render(text: object) -> object:
-        try:
-            return templating.render(text, variables, where="a secret variable")
-        except TemplateError:
-            return None
-
-    raw = variables.raw()
-    try:
-        # only the inventory's/playbook's own text is rendered; a secret that came from a host (a registered
-        # result, a set_fact of it) is data: registered as it is, never rendered (docs/security.md)
-        MASKER.add_vars({k: v for k, v in raw.items() if not variables.is_inert(k)}, no_log, render)
-        MASKER.add_vars({k: v for k, v in raw.items() if variables.is_inert(k)}, no_log, lambda text: text)
-    finally:
-        _registering.active = False
-
-
-def register_inventory_secrets(inventory: Inventory, extra_vars: dict[str, Any]) -> None:
-    """Register the secrets of every inventory host and of the extra vars, before any host is contacted."""
-    MASKER.add_vars(extra_vars)
-    for group in inventory.groups.values():
-        MASKER.add_vars(group.vars)
-    for host in inventory.hosts.values():
-        register_secrets(templating.Vars(host.vars))
 
 
 def playbook_dir_of(path: str) -> str:

@@ -3,28 +3,49 @@
 
 Every exception a module can raise is turned into a :class:`TaskResult` here: a host's failure never
 escapes into the thread pool.
+
+The runner changes no run state: it returns a :class:`TaskOutcome` (the result, the value to register and on
+which hosts, the facts the task set, the handlers it notified, gathered facts) and the executor applies it.
+What it needs comes in through the constructor (inventory, options, a reader of host state, the connection
+factory, the progress callback, the playbook dir); it never imports the executor.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from . import templating
 from .commands import MASKER, CommandError
+from .connection import Connection
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
-from .executor import register_secrets
+from .inventory import Inventory
+from .masking import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
 from .results import Status, TaskResult
-
-if TYPE_CHECKING:
-    from .executor import Executor
+from .state import HostState, RunOptions
 
 NO_LOG_MSG = "the output has been hidden due to no_log: true"
 NO_LOG_ITEM = "None"  # the loop item label of a no_log task, as Ansible shows it
 CHECK_SKIPPED = "_check_mode_skipped"  # marks a registered result that check mode did not really produce
+
+
+@dataclass
+class TaskOutcome:
+    """What one task (or the fact gathering) on one host returns; the executor applies it to the hosts' state:
+    ``facts`` into the host's variables, then ``registered`` as ``register`` on each host of ``register_on``,
+    then the ``notify`` names; ``gathered`` becomes the host's ``ansible_facts``."""
+
+    result: TaskResult
+    facts: dict[str, Any] = field(default_factory=dict)
+    register: str | None = None
+    registered: Any = None
+    register_on: list[str] = field(default_factory=list)
+    notify: list[str] = field(default_factory=list)
+    gathered: dict[str, Any] | None = None
 
 
 class HostVarsView(Mapping[str, Any]):
@@ -34,30 +55,49 @@ class HostVarsView(Mapping[str, Any]):
         self._runner = runner
 
     def __getitem__(self, host: str) -> Any:
-        if host not in self._runner.executor.inventory.hosts:
+        if host not in self._runner.inventory.hosts:
             raise KeyError(host)
         return self._runner.host_vars(host)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._runner.executor.inventory.hosts)
+        return iter(self._runner.inventory.hosts)
 
     def __len__(self) -> int:
-        return len(self._runner.executor.inventory.hosts)
+        return len(self._runner.inventory.hosts)
 
 
 class TaskRunner:
-    def __init__(self, executor: Executor, play: Play, batch: list[str], play_hosts: list[str]) -> None:
-        self.executor = executor
+    def __init__(
+        self,
+        play: Play,
+        batch: list[str],
+        play_hosts: list[str],
+        *,
+        inventory: Inventory,
+        options: RunOptions,
+        host_state: Callable[[str], HostState],
+        connection: Callable[[str], Connection],
+        progress: Callable[[str, str], None],
+        playbook_dir: str,
+    ) -> None:
         self.play = play
         self.batch = batch
         self.play_hosts = play_hosts
-        self.options = executor.options
+        self.inventory = inventory
+        self.options = options
+        self.host_state = host_state  # read only: the executor applies what run() returns
+        self.connection = connection
+        self.progress = progress
+        self.playbook_dir = playbook_dir
         self._hostvars = HostVarsView(self)
+        # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
+        # variables built after it as if it were applied, and returned in the outcome
+        self._pending: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ variables
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
-        inv = self.executor.inventory
-        state = self.executor.host_state(host)
+        inv = self.inventory
+        state = self.host_state(host)
         magic = {
             "inventory_hostname": host,
             "inventory_hostname_short": host.split(".")[0],
@@ -67,8 +107,8 @@ class TaskRunner:
             "hostvars": self._hostvars,
             "ansible_check_mode": self.options.check,
             "ansible_diff_mode": self.options.diff,
-            "playbook_dir": self.executor.playbook_dir,
-            "ansible_play_hosts": [h for h in self.play_hosts if self.executor.host_state(h).active],
+            "playbook_dir": self.playbook_dir,
+            "ansible_play_hosts": [h for h in self.play_hosts if self.host_state(h).active],
             "ansible_play_batch": list(self.batch),
             "play_hosts": list(self.play_hosts),
             "ansible_facts": state.facts,
@@ -80,6 +120,7 @@ class TaskRunner:
             base,
             self.play.vars,
             templating.inert(state.set_vars),
+            templating.inert(self._pending.get(host, {})),
             task.vars if task else {},
             templating.inert(extra or {}),
             self.options.extra_vars,
@@ -89,26 +130,31 @@ class TaskRunner:
         return variables
 
     # ------------------------------------------------------------------ facts
-    def gather_facts(self, host: str) -> TaskResult:
+    def gather_facts(self, host: str) -> TaskOutcome:
         from .facts_cmd import gather  # imported when a play gathers facts
 
-        state = self.executor.host_state(host)
-        if state.facts:
-            return TaskResult(host, "Gathering Facts", Status.OK)
+        if self.host_state(host).facts:
+            return TaskOutcome(TaskResult(host, "Gathering Facts", Status.OK))
         try:
-            conn = self.executor.connection(host)
+            conn = self.connection(host)
             variables = self.host_vars(host)
             venv = str(variables.get("venv_path") or "~")
             facts = gather(conn, venv, timeout=60)
         except UnreachableError as exc:
-            return TaskResult(host, "Gathering Facts", Status.UNREACHABLE, exc.msg)
+            return TaskOutcome(TaskResult(host, "Gathering Facts", Status.UNREACHABLE, exc.msg))
         except HostError as exc:
-            return TaskResult(host, "Gathering Facts", Status.FAILED, exc.msg)
-        state.facts = facts
-        return TaskResult(host, "Gathering Facts", Status.OK)
+            return TaskOutcome(TaskResult(host, "Gathering Facts", Status.FAILED, exc.msg))
+        return TaskOutcome(TaskResult(host, "Gathering Facts", Status.OK), gathered=facts)
 
     # ------------------------------------------------------------------ tasks
-    def run(self, task: Task, host: str) -> TaskResult:
+    def run(self, task: Task, host: str) -> TaskOutcome:
+        pending = self._pending[host] = {}
+        try:
+            return self._run_task(task, host, pending)
+        finally:
+            del self._pending[host]
+
+    def _run_task(self, task: Task, host: str, pending: dict[str, Any]) -> TaskOutcome:
         started = time.monotonic()
         try:
             result = self._run(task, host)
@@ -127,18 +173,15 @@ class TaskRunner:
             result.ignored = True
         if task.no_log:
             _censor(result)
-        self._register(task, host, result)
-        if result.changed and task.notify:
-            names = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
-            self.executor.notify(host, names, self.play)
-        return result
-
-    def _register(self, task: Task, host: str, result: TaskResult) -> None:
+        outcome = TaskOutcome(result, facts=dict(pending))
         if task.register and result.status is not Status.UNREACHABLE:
-            value = result.registered()
+            outcome.register, outcome.registered = task.register, result.registered()
             # run_once: the one result is registered on every host of the batch, as Ansible does
-            for name in self.batch if task.run_once else [host]:
-                self.executor.host_state(name).set_vars[task.register] = value
+            outcome.register_on = list(self.batch) if task.run_once else [host]
+            pending[task.register] = outcome.registered  # the notify names below see it, as they see facts
+        if result.changed and task.notify:
+            outcome.notify = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
+        return outcome
 
     def _run(self, task: Task, host: str) -> TaskResult:
         variables = self.host_vars(host, task)
@@ -175,7 +218,7 @@ class TaskRunner:
         failing on a result that does not exist): the first such variable name, or None."""
         from .plan import task_names
 
-        set_vars = self.executor.host_state(host).set_vars
+        set_vars = self.host_state(host).set_vars
         for name in sorted(task_names(task)):
             value = set_vars.get(name)
             if isinstance(value, dict) and value.get(CHECK_SKIPPED):
@@ -186,7 +229,7 @@ class TaskRunner:
         target = host
         if task.delegate_to:
             target = str(templating.render(task.delegate_to, variables, where))
-        conn = self.executor.connection(target)
+        conn = self.connection(target)
         env = templating.render({**self.play.environment, **task.environment}, variables, where)
         become = task.become if task.become is not None else self.play.become
         check = self.options.check if task.check_mode is None else task.check_mode
@@ -199,11 +242,11 @@ class TaskRunner:
             become=bool(become),
             environment={k: str(v) for k, v in env.items()},
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
-            controller_dir=self.executor.playbook_dir,
+            controller_dir=self.playbook_dir,
             render=lambda text: templating.render_text(text, variables, where),
             evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),
-            peer=self.executor.connection,
-            progress=None if task.no_log else (lambda msg: self.executor.reporter.progress(host, msg)),
+            peer=self.connection,
+            progress=None if task.no_log else (lambda msg: self.progress(host, msg)),
         )
 
     def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
@@ -258,9 +301,8 @@ class TaskRunner:
         if ctx.check and mres.skipped:
             result.data[CHECK_SKIPPED] = True
         if mres.facts:
-            state = self.executor.host_state(host)
             MASKER.add_vars(mres.facts)
-            state.set_vars.update(mres.facts)
+            self._pending[host].update(mres.facts)  # returned in the outcome; later items and retries see them
         if task.changed_when is not None or task.failed_when is not None:
             self._override(task, result, variables, where)
         return result

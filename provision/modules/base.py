@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from ..agent import QUICK_SCRIPTS, AgentUnavailable
 from ..commands import Command, check_nul
 from ..connection import CommandResult, Connection
+from ..data import templates_dir
 from ..errors import ModuleError
 
 REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
@@ -294,7 +295,9 @@ def parse_kv(text: str) -> dict[str, Any]:
 
 def find_controller_file(controller_dir: str, src: str) -> Path | None:
     """Where a ``copy``/``template`` ``src`` lives on the controller, as Ansible looks: beside the playbook,
-    in its ``templates/`` or ``files/``, or in the project's ``templates/`` next to the playbooks dir."""
+    in its ``templates/`` or ``files/``, or in the project's ``templates/`` next to the playbooks dir; last,
+    the templates shipped with provision (:func:`provision.data.templates_dir`: a copy of a shipped playbook
+    still finds them)."""
     base = Path(controller_dir)
     if Path(src).is_absolute():
         candidates = [Path(src)]
@@ -304,6 +307,7 @@ def find_controller_file(controller_dir: str, src: str) -> Path | None:
             base / "templates" / src,
             base / "files" / src,
             base.parent / "templates" / src,
+            templates_dir() / src,
         ]
     return next((c for c in candidates if c.is_file()), None)
 

@@ -1,6 +1,6 @@
 """The prefill/decode (PD) deployment: the plan (:mod:`.spec`), its checks (:mod:`.validate`) and the status
 table (:mod:`.status`). The modules (``provision/modules/pd.py``), the playbooks (``playbooks/pd-*.yml``) and
-the ``provision pd`` command (``provision/pd_cli.py``) all read the same plan."""
+the ``provision pd`` command (:mod:`provision.cli.pd`) all read the same plan."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from provision.cli import cli
-from provision.pd_cli import pd
+from provision.cli.pd import pd
 from tests.helpers import CliResult, run_cli
 from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
@@ -34,7 +34,7 @@ from tests.stack_support import (  # the session's SGLang venv (fixture sglang_s
 
 pytestmark = pytest.mark.lab
 
-if "pd" not in cli.commands:  # until provision/cli.py registers it
+if "pd" not in cli.commands:  # provision/cli/app.py registers it
     cli.add_command(pd)
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provision import cli
+from provision.cli import common
 from provision.commands import MASK, masked_forms
 from provision.modules.base import REGISTRY, Arg, Module, ModuleContext, ModuleResult, register
 from tests.helpers import CliResult, run_cli
@@ -40,7 +40,7 @@ def assert_hidden(text: str, *secrets: str) -> None:
 @pytest.fixture
 def debug_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     path = tmp_path / "home" / ".cache" / "provision" / "debug.log"
-    monkeypatch.setattr(cli, "DEBUG_LOG", path)
+    monkeypatch.setattr(common, "DEBUG_LOG", path)
     return path
 
 

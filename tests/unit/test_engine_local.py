@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import run_cli
 
 INVENTORY = "all:\n  vars:\n    ansible_connection: local\n  hosts:\n    one:\n    two:\n"
@@ -38,3 +40,24 @@ def test_loop_until_and_failed_when(tmp_path: Path) -> None:
     result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
     assert result.code == 0, result.out + result.err
     assert counter.read_text().count("x") == 3
+
+
+def test_what_a_task_returns_is_applied_before_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """set_fact in a loop: each item sees the facts of the items before it; a registered value wins over a fact
+    of the same name; a notify name is rendered with the task's own registered value."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # the pending-handler file goes to ~/.provision
+    marker = tmp_path / "handled"
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: one\n  gather_facts: false\n  tasks:\n"
+        '    - set_fact:\n        seen: "{{ (seen | default([])) + [item] }}"\n      loop: [a, b, c]\n'
+        "    - assert:\n        that: seen == ['a', 'b', 'c']\n"
+        "    - set_fact:\n        r: from-a-fact\n      register: r\n"
+        "    - assert:\n        that: r is mapping\n"
+        "    - command: echo hi\n      register: said\n      changed_when: true\n"
+        '      notify: "say {{ said.stdout }}"\n'
+        f"  handlers:\n    - name: say hi\n      command: touch {marker}\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    assert result.code == 0, result.out + result.err
+    assert marker.exists()

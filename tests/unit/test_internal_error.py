@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provision import cli
+from provision.cli import app, common
 from provision.modules import REGISTRY, Arg, Module, ModuleContext, ModuleResult
 from tests.helpers import CliResult, run_cli
 
@@ -62,7 +62,7 @@ class BadMessage(Module):
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for module in (Crash, BadMessage):
         monkeypatch.setitem(REGISTRY, module.name, module)
-    monkeypatch.setattr(cli, "DEBUG_LOG", tmp_path / "debug.log")
+    monkeypatch.setattr(common, "DEBUG_LOG", tmp_path / "debug.log")
     monkeypatch.chdir(tmp_path)  # the retry file is written to the working directory
     (tmp_path / "inv.yml").write_text(INVENTORY)
     return tmp_path
@@ -127,7 +127,7 @@ def test_crash_before_the_run_is_one_line_and_exit_2(project: Path, monkeypatch:
     def broken_plan(*args: Any, **kwargs: Any) -> None:
         raise KeyError("broken planner")
 
-    monkeypatch.setattr(cli, "check_plan", broken_plan)
+    monkeypatch.setattr(app, "check_plan", broken_plan)
     result = run(project, PLAYBOOK)
     assert result.code == 2
     assert result.err.splitlines() == [

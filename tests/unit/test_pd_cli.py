@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from provision.cli import cli
+from provision.cli.pd import pd
 from provision.pd.status import all_up, table, uptime_text
-from provision.pd_cli import pd
 from tests.helpers import run_cli
 
-if "pd" not in cli.commands:  # until provision/cli.py registers it
+if "pd" not in cli.commands:  # provision/cli/app.py registers it
     cli.add_command(pd)
 
 UNREACHABLE = "ansible_host: 127.0.0.1, ansible_port: 1, ansible_user: nobody"

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from provision.cli.pd import inventory_pd_vars
 from provision.inventory import Inventory
 from provision.pd import build, pd_host_names
 from provision.pd.addr import is_loopback, machine_of
 from provision.pd.flags import PlanError, effective, flag_lines, words
-from provision.pd_cli import inventory_pd_vars
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from provision.cli.pd import inventory_pd_vars
 from provision.inventory import Inventory
 from provision.pd import validate_pd
-from provision.pd_cli import inventory_pd_vars
 
 REPO = Path(__file__).resolve().parents[2]
 

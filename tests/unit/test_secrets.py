@@ -16,7 +16,7 @@ import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from provision import cli
+from provision.cli import app, common
 from provision.commands import MASK, MASKER, Masker, masked_forms
 from provision.errors import InputError
 from provision.executor import register_secrets
@@ -167,11 +167,11 @@ def test_extra_vars_file_with_yaml_error_does_not_quote_its_content(tmp_path: Pa
     bad = tmp_path / "bad.yml"
     bad.write_text('hf_token: "yaml-err-secret-1\nother: [unclosed\n')
     with pytest.raises(InputError) as info:
-        cli.parse_extra_vars((f"@{bad}",))
+        common.parse_extra_vars((f"@{bad}",))
     assert "yaml-err-secret-1" not in str(info.value) and "invalid YAML" in str(info.value)
     bad.write_text("hf_token: {a: yaml-err-secret-2\n  b: [\n")
     with pytest.raises(InputError) as info:
-        cli.parse_extra_vars((f"@{bad}",))
+        common.parse_extra_vars((f"@{bad}",))
     assert "yaml-err-secret-2" not in str(info.value)
 
 
@@ -187,37 +187,37 @@ def test_extra_vars_file_errors_name_the_problem_not_the_content(tmp_path: Path,
     path = tmp_path / "vars.yml"
     path.write_bytes(content)
     with pytest.raises(InputError) as info:
-        cli.parse_extra_vars((f"@{path}",))
+        common.parse_extra_vars((f"@{path}",))
     assert expected in str(info.value) and "secret-9" not in str(info.value)
 
 
 def test_extra_vars_unreadable_and_bad_words(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read"):
-        cli.parse_extra_vars((f"@{tmp_path / 'missing.yml'}",))
+        common.parse_extra_vars((f"@{tmp_path / 'missing.yml'}",))
     with pytest.raises(InputError) as info:
-        cli.parse_extra_vars(("hf_token= word-secret-5",))
+        common.parse_extra_vars(("hf_token= word-secret-5",))
     assert "word-secret-5" not in str(info.value)
     with pytest.raises(InputError) as info:
-        cli.parse_extra_vars(('{"hf_token": "json-secret-6",}',))
+        common.parse_extra_vars(('{"hf_token": "json-secret-6",}',))
     assert "json-secret-6" not in str(info.value)
 
 
 def test_extra_vars_secrets_are_registered_when_parsed() -> None:
-    cli.parse_extra_vars(("db_password=parsed-early-secret-8",))
+    common.parse_extra_vars(("db_password=parsed-early-secret-8",))
     assert MASKER.mask("parsed-early-secret-8") == MASK
 
 
 def test_unexpected_exception_text_is_masked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                              tmp_path: Path) -> None:  # fmt: skip
     MASKER.add("internal-err-secret-3")
-    monkeypatch.setattr(cli, "DEBUG_LOG", tmp_path / "debug.log")
+    monkeypatch.setattr(common, "DEBUG_LOG", tmp_path / "debug.log")
 
     def boom(*_a: object, **_k: object) -> None:
         raise RuntimeError("oops internal-err-secret-3")
 
-    monkeypatch.setattr(cli, "parse_extra_vars", boom)
+    monkeypatch.setattr(app, "parse_extra_vars", boom)
     with pytest.raises(SystemExit) as info:
-        cli.main(["run", "x.yml", "-i", "inv", "-vvv", "-e", "internal-err-secret-3"])
+        app.main(["run", "x.yml", "-i", "inv", "-vvv", "-e", "internal-err-secret-3"])
     assert info.value.code == 2  # an internal error: one line, exit 2
     err = capsys.readouterr().err
     assert "internal error: RuntimeError" in err and "internal-err-secret-3" not in err
@@ -228,7 +228,7 @@ def test_unexpected_exception_text_is_masked(monkeypatch: pytest.MonkeyPatch, ca
 def test_usage_error_text_is_masked(capsys: pytest.CaptureFixture[str]) -> None:
     MASKER.add("usage-err-secret-4")
     with pytest.raises(SystemExit):
-        cli.main(["run", "x.yml", "--forks", "usage-err-secret-4"])
+        app.main(["run", "x.yml", "--forks", "usage-err-secret-4"])
     err = capsys.readouterr().err
     assert "--forks" in err and "usage-err-secret-4" not in err
 
@@ -278,8 +278,8 @@ def test_debug_log_is_created_0600_and_refuses_a_symlink(tmp_path: Path) -> None
 
 def test_debug_log_record_is_masked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     MASKER.add(NASTY)
-    monkeypatch.setattr(cli, "DEBUG_LOG", tmp_path / "debug.log")
-    cli._debug_log(f"failed with {json.dumps(NASTY)} and {NASTY!r}")
+    monkeypatch.setattr(common, "DEBUG_LOG", tmp_path / "debug.log")
+    common.debug_log(f"failed with {json.dumps(NASTY)} and {NASTY!r}")
     text = (tmp_path / "debug.log").read_text()
     assert "failed with" in text and NASTY not in text and json.dumps(NASTY)[1:-1] not in text
     assert repr(NASTY)[1:-1] not in text

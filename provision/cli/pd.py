@@ -10,45 +10,37 @@
 * ``logs``: the tail of each process's log (``--role``, ``-n``).
 * ``verify``: one real generation through each router: text, latency, TTFT.
 
-Registered in the main group by ``cli.add_command(pd)`` (provision/cli.py).
+Registered in the main group by ``cli.add_command(pd)`` (:mod:`.app`). Imports :mod:`.common` and the
+engine, never :mod:`.app`.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import click
 
-from . import templating
-from .cli import Seconds, _common, _inventory, _options, execute, parse_extra_vars
-from .commands import MASKER
-from .errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
-from .executor import Executor, RunOptions
-from .inventory import Inventory
-from .modules.base import to_bool
-from .pd import PlanError, build, pd_host_names, validate_pd
-from .pd.status import all_up, table
-from .plan import check_plan
-from .playbook import Play, load_playbook, parse_task
-from .report import Reporter
-from .results import Status, TaskResult
+from .. import templating
+from ..commands import MASKER
+from ..data import playbook_path
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
+from ..executor import Executor
+from ..inventory import Inventory
+from ..modules.base import to_bool
+from ..pd import PlanError, build, pd_host_names, validate_pd
+from ..pd.status import all_up, table
+from ..plan import check_plan
+from ..playbook import Play, load_playbook, parse_task
+from ..report import Reporter
+from ..results import Status, TaskResult
+from ..state import RunOptions
+from .common import Seconds, common_options, execute, load_inventory, parse_extra_vars, run_options
 
 PD_HOSTS = "prefill:decode:router"
-
-
-def playbook_path(name: str) -> Path:
-    """A shipped playbook: ``$PROVISION_PLAYBOOKS`` or the ``playbooks/`` beside the package."""
-    base = Path(os.environ.get("PROVISION_PLAYBOOKS") or Path(__file__).resolve().parent.parent / "playbooks")
-    path = base / name
-    if not path.is_file():
-        raise InputError(f"{name} not found in {base} (set PROVISION_PLAYBOOKS to the playbooks directory)")
-    return path
 
 
 def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, templating.Vars]:
@@ -96,9 +88,9 @@ def _run_quiet(plays: list[Play], inventory: Inventory, options: RunOptions) -> 
 
 def _setup(kw: dict[str, Any], **more_extra: Any) -> tuple[Inventory, dict[str, Any], RunOptions]:
     extra = parse_extra_vars(kw["extra_vars"])
-    inventory = _inventory(kw["inventories"], extra)
+    inventory = load_inventory(kw["inventories"], extra)
     extra.update(more_extra)
-    return inventory, extra, _options(kw, extra)
+    return inventory, extra, run_options(kw, extra)
 
 
 @click.group("pd")
@@ -107,7 +99,7 @@ def pd() -> None:
 
 
 @pd.command("up")
-@_common
+@common_options
 @click.option("--keep-failed", is_flag=True, help="leave what a failed run started running (for debugging)")
 def up(keep_failed: bool, **kw: Any) -> int:
     """Validate, then start prefill → decode → router and verify one real generation."""
@@ -124,7 +116,7 @@ def up(keep_failed: bool, **kw: Any) -> int:
         if code not in (EXIT_OK, 130):
             click.echo("pd up: the processes of this run were left running (--keep-failed)", err=True)
         return code
-    down_options = _options(kw, {**extra, "pd_only_run_id": run_id})
+    down_options = run_options(kw, {**extra, "pd_only_run_id": run_id})
     results = _run_quiet(load_playbook(playbook_path("pd-down.yml")), inventory, down_options)
     stopped = [f"{r.data.get('name')} on {r.host}" for r in results
                if r.status is Status.CHANGED and r.data.get("action") == "stopped"]  # fmt: skip
@@ -134,7 +126,7 @@ def up(keep_failed: bool, **kw: Any) -> int:
 
 
 @pd.command("down")
-@_common
+@common_options
 def down(**kw: Any) -> int:
     """Stop router, decode and prefill (idempotent)."""
     inventory, extra, options = _setup(kw)
@@ -155,7 +147,7 @@ def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> list[dict[str
 
 
 @pd.command("status")
-@_common
+@common_options
 def status(**kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
     inventory, extra, options = _setup(kw)
@@ -187,7 +179,7 @@ def status(**kw: Any) -> int:
 
 
 @pd.command("logs")
-@_common
+@common_options
 @click.option("--role", type=click.Choice(["all", "prefill", "decode", "router"]), default="all")
 @click.option("-n", "--lines", type=click.IntRange(0, 100000), default=50, show_default=True)
 def logs(role: str, lines: int, **kw: Any) -> int:
@@ -208,7 +200,7 @@ def logs(role: str, lines: int, **kw: Any) -> int:
 
 
 @pd.command("verify")
-@_common
+@common_options
 @click.option("--prompt", default="Hello world", show_default=True)
 @click.option("--max-new-tokens", type=click.IntRange(1, 4096), default=8, show_default=True)
 @click.option(

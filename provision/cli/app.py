@@ -1,0 +1,260 @@
+"""The ``provision`` command group: ``run``, ``task``, ``inventory``, ``facts`` (here) and ``pd``
+(:mod:`.pd`), and ``main()``, which turns every outcome into one line and an exit code.
+
+It only wires the stages together: inventory → playbook → plan → executor → report.
+
+Exit codes (interface.md): 0 ok, 2 failed hosts, 3 usage, 4 unreachable, 5 invalid input, 130 interrupted
+(SIGINT), 143 terminated (SIGTERM).
+Every non-zero exit prints one line saying why; the traceback goes to the debug log (and to stderr with -vvv).
+
+(Not named ``main.py``: the package exports the function ``main``, which would hide a submodule of that name.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import traceback
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..commands import MASKER
+from ..errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    InputError,
+    Interrupted,
+    ProvisionError,
+    SigTerm,
+    UsageError,
+)
+from ..executor import Executor, playbook_dir_of, task_selected
+from ..inventory import Inventory
+from ..masking import register_secrets
+from ..plan import check_plan
+from ..playbook import Play, load_playbook, parse_task
+from ..report import Reporter
+from ..state import RunOptions
+from ..templating import Vars
+from . import common
+from .common import (
+    ARGV,
+    STATE,
+    common_options,
+    debug_log,
+    execute,
+    load_inventory,
+    parse_extra_vars,
+    run_options,
+)
+from .pd import pd
+
+
+# ------------------------------------------------------------------------------------------------ commands
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="provision")
+def cli() -> None:
+    """Ansible-style provisioning of SGLang prefill/decode pairs over NIXL/UCX on plain SSH hosts."""
+
+
+@cli.command()
+@click.argument("playbook", type=click.Path(dir_okay=False))
+@common_options
+@click.option("-t", "--tags", default="", help="only tasks with these tags (comma separated)")
+@click.option("--skip-tags", default="", help="skip tasks with these tags")
+@click.option("-C", "--check", is_flag=True, help="predict changes, change nothing")
+@click.option("-D", "--diff", is_flag=True, help="show diffs of changed files")
+@click.option("--start-at-task", help="start at the task with this name")
+@click.option("--list-tasks", is_flag=True)
+@click.option("--list-hosts", is_flag=True)
+def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start_at_task: str | None,
+        list_tasks: bool, list_hosts: bool, **kw: Any) -> int:  # fmt: skip
+    """Apply PLAYBOOK (like ansible-playbook)."""
+    extra = parse_extra_vars(kw["extra_vars"])
+    inventory = load_inventory(kw["inventories"], extra)
+    plays = load_playbook(playbook)
+    options = run_options(
+        kw, extra, check=check, diff=diff, start_at_task=start_at_task,
+        tags={t.strip() for t in tags.split(",") if t.strip()},
+        skip_tags={t.strip() for t in skip_tags.split(",") if t.strip()},
+    )  # fmt: skip
+    check_plan(plays, inventory, extra, options.limit, start_at_task, playbook_dir_of(playbook))
+    if list_hosts or list_tasks:
+        return _listing(plays, inventory, options, list_hosts=list_hosts, list_tasks=list_tasks)
+    return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=playbook)
+
+
+def _listing(
+    plays: list[Play], inventory: Inventory, options: RunOptions, *, list_hosts: bool, list_tasks: bool
+) -> int:
+    executor = Executor(inventory, options, Reporter(stream=sys.stdout))
+    for play in plays:
+        click.echo(f"\nplay: {play.name} ({play.where})")
+        if list_hosts:
+            hosts = executor.play_hosts(play)
+            click.echo(f"  hosts ({len(hosts)}):")
+            for host in hosts:
+                click.echo(f"    {host}")
+        if list_tasks:
+            click.echo("  tasks:")
+            for task in play.tasks:
+                if task_selected(task, options.tags, options.skip_tags):
+                    tags = f"  TAGS: [{', '.join(sorted(task.tags))}]" if task.tags else ""
+                    click.echo(f"    {task.name}{tags}")
+    executor.close()
+    return 0
+
+
+@cli.command()
+@click.argument("module")
+@click.option("-a", "--args", "module_args", default="", help="module arguments: 'k=v ...' or free-form")
+@common_options
+@click.option("-C", "--check", is_flag=True)
+@click.option("-D", "--diff", is_flag=True)
+@click.option("-b", "--become", is_flag=True)
+def task(module: str, module_args: str, check: bool, diff: bool, become: bool, **kw: Any) -> int:
+    """Run one MODULE ad hoc on the hosts of --limit (like ansible -m)."""
+    from ..modules import load_all, lookup
+
+    extra = parse_extra_vars(kw["extra_vars"])
+    inventory = load_inventory(kw["inventories"], extra)
+    load_all()
+    cls = lookup(module)
+    if cls is None:
+        raise InputError(f"unknown module {module!r}")
+    try:
+        shlex.split(module_args)
+    except ValueError as exc:
+        raise InputError(f"-a arguments: {exc} (the value is not shown: it may hold a secret)") from None
+    raw: Any = module_args if cls.free_form else (module_args or None)
+    node: dict[str, Any] = {"name": module, module: raw}
+    parsed = parse_task(node, "<command line>")
+    pattern = kw["limit"] or "all"
+    options = run_options(kw, extra, check=check, diff=diff)
+    options.limit = None
+    play = Play(name=f"ad hoc: {module}", hosts=pattern, file="<command line>", line=0, gather_facts=False,
+                become=become, tasks=[parsed])  # fmt: skip
+    check_plan([play], inventory, extra, None, None, os.getcwd())
+    return execute([play], inventory, options, json_mode=kw["json_mode"], playbook="adhoc.yml")
+
+
+@cli.command("inventory")
+@click.option("-i", "--inventory", "inventories", multiple=True)
+@click.option("-e", "--extra-vars", "extra_vars", multiple=True)
+@click.option("--list", "as_list", is_flag=True, help="every group and host with merged vars (JSON)")
+@click.option("--graph", is_flag=True, help="the group tree")
+@click.option("--host", "host_name", help="the merged vars of one host (JSON)")
+def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_list: bool, graph: bool,
+                  host_name: str | None) -> int:  # fmt: skip
+    """Show hosts, groups and merged vars."""
+    if sum([as_list, graph, host_name is not None]) != 1:
+        raise UsageError("give exactly one of --list, --graph, --host NAME")
+    inv = load_inventory(inventories, parse_extra_vars(extra_vars))
+    if graph:
+        click.echo(inv.graph())
+    elif host_name is not None:
+        if host_name not in inv.hosts:
+            raise InputError(f"host {host_name!r} is not in the inventory")
+        click.echo(json.dumps(MASKER.mask_obj(_masked_vars(inv.hosts[host_name].vars)), indent=2, default=str))
+    else:
+        doc = inv.to_list_json()
+        for name, hv in doc.get("_meta", {}).get("hostvars", {}).items():
+            doc["_meta"]["hostvars"][name] = _masked_vars(hv)
+        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+    return 0
+
+
+def _masked_vars(variables: dict[str, Any]) -> dict[str, Any]:
+    register_secrets(Vars(variables))
+    return variables
+
+
+@cli.command()
+@common_options
+def facts(**kw: Any) -> int:
+    """Gather and print host facts (OS, Python, disk, GPUs, driver/CUDA, topology, RDMA, NICs)."""
+    from ..facts_cmd import run_facts
+
+    extra = parse_extra_vars(kw["extra_vars"])
+    inventory = load_inventory(kw["inventories"], extra)
+    options = run_options(kw, extra)
+    if options.limit:
+        inventory.select(options.limit)
+    return run_facts(inventory, options, json_mode=kw["json_mode"])
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def _error_line(text: str) -> None:
+    """The one line a failing command prints: masked like everything else that leaves the process."""
+    click.echo(MASKER.mask(text), err=True)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """SIGINT/SIGTERM: unwind the main thread (the executor closes every connection on the way out, and the
+    hosts kill what still runs: see provision.commands.RUNNER). A second signal leaves at once."""
+    if STATE.get("signal"):
+        os._exit(128 + signum)
+    STATE["signal"] = signum
+    raise SigTerm() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _interrupted_line(exc: BaseException | None) -> tuple[str, int]:
+    while exc is not None and not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        exc = exc.__cause__ or exc.__context__  # click wraps Ctrl-C in Abort
+    if isinstance(exc, SigTerm) or (STATE.get("signal") == signal.SIGTERM):
+        return "ERROR: terminated (SIGTERM)", EXIT_TERMINATED
+    return "ERROR: interrupted", EXIT_INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> None:
+    ARGV[:] = sys.argv[1:] if argv is None else argv
+    STATE["verbosity"] = 0  # set again by the options of this invocation
+    STATE.pop("signal", None)
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, _on_signal)
+    try:
+        code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx else ""
+        _error_line(f"ERROR: {exc.format_message()}{where}")
+        code = EXIT_USAGE
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        line, code = _interrupted_line(exc)
+        _error_line(line)
+    except ProvisionError as exc:
+        debug_log("".join(traceback.format_exception(exc)))
+        if STATE["verbosity"] >= 3:
+            _error_line(traceback.format_exc().rstrip("\n"))
+        _error_line(f"ERROR: {exc}")
+        code = exc.exit_code
+    except Exception as exc:  # a bug outside a run (a run keeps its recap: see execute): one line, exit 2
+        debug_log("".join(traceback.format_exception(exc)))
+        if STATE["verbosity"] >= 3:
+            _error_line(traceback.format_exc().rstrip("\n"))
+        _error_line(
+            f"ERROR: internal error: {type(exc).__name__}: {exc}; this is a bug in provision, "
+            f"the traceback is in {common.DEBUG_LOG}"
+        )
+        code = EXIT_FAILED
+    finally:
+        for signum, old in handlers.items():
+            signal.signal(signum, old)
+    if STATE.get("signal"):
+        # worker threads may still sit in a command whose connection we closed: do not wait for them
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(code if isinstance(code, int) else EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+cli.add_command(pd)

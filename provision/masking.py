@@ -1,0 +1,53 @@
+"""Registering the secret values of variables with :data:`provision.commands.MASKER`, as rendered for a host.
+
+Used by the executor (the inventory's and -e secrets, before any host is contacted), the task runner (each
+task's variables) and the CLI (``provision inventory``). Imports templating, the inventory and the masker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from . import templating
+from .commands import MASKER
+from .errors import TemplateError
+from .inventory import Inventory
+
+_registering = threading.local()
+
+
+def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> None:
+    """Register with MASKER the secret-named values of one host's ``variables`` (names matching
+    token/password/passwd/secret, or listed in ``no_log``; at any depth) AS RENDERED for that host:
+    ``db_password: "{{ vault_db }}"`` registers vault_db's value. A template that cannot be rendered for the
+    host (an undefined var) registers nothing. Re-entrant calls (rendering a secret that reads ``hostvars``
+    builds another host's vars) are skipped: that host registers its own secrets when its vars are used."""
+    if getattr(_registering, "active", False):
+        return
+    _registering.active = True
+
+    def render(text: object) -> object:
+        try:
+            return templating.render(text, variables, where="a secret variable")
+        except TemplateError:
+            return None
+
+    raw = variables.raw()
+    try:
+        # only the inventory's/playbook's own text is rendered; a secret that came from a host (a registered
+        # result, a set_fact of it) is data: registered as it is, never rendered (docs/security.md)
+        MASKER.add_vars({k: v for k, v in raw.items() if not variables.is_inert(k)}, no_log, render)
+        MASKER.add_vars({k: v for k, v in raw.items() if variables.is_inert(k)}, no_log, lambda text: text)
+    finally:
+        _registering.active = False
+
+
+def register_inventory_secrets(inventory: Inventory, extra_vars: dict[str, Any]) -> None:
+    """Register the secrets of every inventory host and of the extra vars, before any host is contacted."""
+    MASKER.add_vars(extra_vars)
+    for group in inventory.groups.values():
+        MASKER.add_vars(group.vars)
+    for host in inventory.hosts.values():
+        register_secrets(templating.Vars(host.vars))

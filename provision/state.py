@@ -1,0 +1,44 @@
+"""The state a run keeps: its options (:class:`RunOptions`, built by the CLI) and, per host, what the tasks
+produced (:class:`HostState`). The executor owns and writes the host state; the task runner only reads it.
+
+Imports only the transport's option type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .connection import ConnectOptions
+
+
+@dataclass
+class RunOptions:
+    forks: int = 20
+    check: bool = False
+    diff: bool = False
+    tags: set[str] = field(default_factory=set)
+    skip_tags: set[str] = field(default_factory=set)
+    start_at_task: str | None = None
+    limit: str | None = None
+    extra_vars: dict[str, Any] = field(default_factory=dict)
+    connect: ConnectOptions = field(default_factory=ConnectOptions)
+    verbosity: int = 0
+    command_timeout: float = 1800.0
+    run_lock: bool = True  # hold each host's run lock (off for read-only queries: pd status/logs/verify)
+
+
+@dataclass
+class HostState:
+    name: str
+    facts: dict[str, Any] = field(default_factory=dict)  # gathered facts (ansible_facts)
+    set_vars: dict[str, Any] = field(default_factory=dict)  # register + set_fact, kept across plays
+    failed: bool = False
+    unreachable: bool = False
+    notified: list[str] = field(default_factory=list)
+    pending_loaded: bool = False
+    provision_dir_ready: bool = False
+
+    @property
+    def active(self) -> bool:
+        return not (self.failed or self.unreachable)

@@ -1,0 +1,69 @@
+"""A built wheel, installed non-editable, carries the shipped playbooks and templates and runs ``provision pd``.
+
+The checkout's ``playbooks`` and ``templates`` are links into ``provision/data``: the same files, one copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_checkout_links_are_the_package_data() -> None:
+    for name in ("playbooks", "templates"):
+        link = REPO / name
+        assert link.is_symlink(), f"{name} should be a link into provision/data"
+        assert link.resolve() == (REPO / "provision" / "data" / name).resolve()
+
+
+def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
+    # built from a clean copy: setuptools reuses build/ and never removes a stale module from it
+    src = tmp_path / "src"
+    junk = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "provision", src / "provision", ignore=junk)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    wheels = tmp_path / "wheels"
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)], src)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("provision-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
+    assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
+
+    venv = tmp_path / "venv"  # the dependencies (fabric, jinja2, click) come from this interpreter's site-packages
+    made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], tmp_path)
+    assert made.returncode == 0, made.stderr
+    python, provision = venv / "bin" / "python", venv / "bin" / "provision"
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--force-reinstall"]
+    installed = _run([*pip, str(wheel)], tmp_path)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    # nothing of the checkout: no PYTHONPATH, no PROVISION_PLAYBOOKS, run from elsewhere
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROVISION_PLAYBOOKS")}
+    where = _run([str(python), "-c", "import provision.data as d; print(d.playbook_path('pd-up.yml'))"], tmp_path, env)
+    assert where.returncode == 0, where.stderr
+    pd_up = Path(where.stdout.strip())
+    assert pd_up.is_relative_to(venv) and "site-packages" in pd_up.parts, pd_up
+    assert (pd_up.parent.parent / "templates" / "pd.env.j2").is_file()
+
+    helped = _run([str(provision), "pd", "up", "--help"], tmp_path, env)
+    assert helped.returncode == 0, helped.stderr
+    assert "prefill" in helped.stdout
+
+    shutil.copytree(REPO / "inventory", tmp_path / "inventory")  # the README's local inventory, group_vars too
+    site = str(pd_up.parent / "site.yml")
+    listed = _run([str(provision), "run", site, "--list-tasks", "-i", "inventory/local.yml"], tmp_path, env)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "pd-up.yml" in listed.stdout and str(venv) in listed.stdout
