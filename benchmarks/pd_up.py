@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from provision.cli.common import parse_extra_vars  # noqa: E402
 from provision.cli.pd import inventory_pd_vars  # noqa: E402
-from provision.data import playbook_path  # noqa: E402
+from provision.data import defaults, playbook_path  # noqa: E402
 from provision.executor import Executor, RunOptions  # noqa: E402
 from provision.inventory import Inventory  # noqa: E402
 from provision.pd import build  # noqa: E402
@@ -96,7 +96,8 @@ class Probe:
 def run_playbook(name: str, inventory: Inventory, extra: dict[str, Any], verbose: bool) -> tuple[Timeline, float, int]:
     timeline = Timeline(verbose)
     path = playbook_path(name) if not Path(name).is_file() else Path(name)
-    executor = Executor(inventory, RunOptions(extra_vars=extra, forks=20), timeline, str(path.parent))
+    options = RunOptions(extra_vars=extra, forks=20, defaults=defaults())  # the shipped defaults, as the CLI does
+    executor = Executor(inventory, options, timeline, str(path.parent))
     started = time.monotonic()
     try:
         summary = executor.run(load_playbook(path))
@@ -111,7 +112,6 @@ def lab_inventory(work: Path) -> tuple[Any, Path]:
     from tests.integration.test_install import shared_dir
 
     lab = Lab(2, work / "lab").start()
-    shutil.copytree(ROOT / "inventory" / "group_vars", work / "group_vars")
     common = {
         "sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3", "install_sglang": True,
         "nixl_no_deps": False, "uv_cache_dir": str(shared_dir("uv")),

@@ -48,7 +48,7 @@ def run_facts(inventory: Inventory, options: Any, *, json_mode: bool) -> int:
     def one(host: Any) -> tuple[str, Any]:
         conn = open_connection(host.name, host.vars, options.connect)
         try:
-            return host.name, gather(conn, str(host.vars.get("venv_path", "~")))
+            return host.name, gather(conn, str(host.vars.get("venv_path", options.defaults.get("venv_path", "~"))))
         except HostError as exc:
             return host.name, exc
         finally:

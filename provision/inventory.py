@@ -25,6 +25,9 @@ Variable precedence, lowest first; merging is shallow (a later value replaces th
 3. host vars from inventory files, then ``host_vars/`` files;
 4. extra vars (``-e``): always win.
 
+(Under all of these, the CLI applies the shipped defaults, ``provision/data/defaults.yml``: not an inventory
+layer, a run's — see ``RunOptions.defaults``.)
+
 ``Group.vars`` holds the group's own vars (inventory file then group_vars/), not its ancestors'; every
 host is a member of ``all``; ``ungrouped`` holds the hosts in no other group.
 
@@ -256,6 +259,9 @@ def _copy_vars(variables: dict[str, Any]) -> dict[str, Any]:
 class _HostData:
     inv_vars: dict[str, Any] = field(default_factory=dict)  # from inventory files
     file_vars: dict[str, Any] = field(default_factory=dict)  # from group_vars/ or host_vars/
+    # where each var came from, kept only when tracing (`provision inventory --host`): no cost otherwise
+    inv_from: dict[str, str] = field(default_factory=dict)
+    file_from: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -269,7 +275,8 @@ class _GroupData(_HostData):
 class _Builder:
     """Collects groups, hosts and vars from every source, then resolves them into Host/Group records."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace: bool = False) -> None:
+        self.trace = trace  # record where each var came from (Inventory.origins)
         self.groups: dict[str, _GroupData] = {"all": _GroupData(), "ungrouped": _GroupData()}
         self.hosts: dict[str, _HostData] = {}
         self.edges: dict[tuple[str, str], Where] = {}
@@ -277,6 +284,12 @@ class _Builder:
 
     def group(self, name: str) -> _GroupData:
         return self.groups.setdefault(name, _GroupData())
+
+    def set_group_vars(self, name: str, variables: dict[str, Any], file: str) -> None:
+        data = self.group(name)
+        data.inv_vars.update(variables)
+        if self.trace:
+            data.inv_from.update(dict.fromkeys(variables, f"inventory {file} (group {name})"))
 
     def add_hosts(self, group: str, raw: str, hvars: dict[str, Any], where: Where) -> None:
         pattern, port = _split_port(raw)
@@ -290,6 +303,9 @@ class _Builder:
             if port is not None:
                 host.inv_vars["ansible_port"] = port
             host.inv_vars.update(_copy_vars(hvars))
+            if self.trace:
+                label = f"inventory {where[0]} (host {name})"
+                host.inv_from.update(dict.fromkeys([*hvars, *(["ansible_port"] if port is not None else [])], label))
             if name not in data.members:
                 data.members.add(name)
                 data.hosts.append(name)
@@ -350,6 +366,19 @@ class _Builder:
             memo[group] = frozenset(found)
         return memo[group]
 
+    def origins(
+        self, host: str, member_of: list[str], extra_vars: dict[str, Any], depth: dict[str, int]
+    ) -> dict[str, str]:
+        """Where each of the host's merged vars came from: the same merge as build(), of the labels."""
+        out: dict[str, str] = {}
+        for group in sorted(member_of, key=lambda g: (depth[g], g)):
+            out.update(self.groups[group].inv_from)
+            out.update(self.groups[group].file_from)
+        out.update(self.hosts[host].inv_from)
+        out.update(self.hosts[host].file_from)
+        out.update(dict.fromkeys(extra_vars, "-e"))
+        return out
+
     def build(self, extra_vars: dict[str, Any]) -> tuple[dict[str, Host], dict[str, Group]]:
         self.check_cycles()
         self.link_implicit()
@@ -402,7 +431,7 @@ def _yaml_group(b: _Builder, path: Path, name: str, data: Any, line: int | None)
             raise _fail(f"group {name!r}: {key!r} must be a mapping, not a {_kind(value)}", where)
         if key == "vars":
             _check_var_names(value, f"group {name!r}: vars", str(path))
-            b.group(name).inv_vars.update(_plain(value))
+            b.set_group_vars(name, _plain(value), str(path))
         elif key == "hosts":
             _yaml_hosts(b, path, name, value)
         else:
@@ -442,7 +471,7 @@ def _parse_ini(b: _Builder, path: Path, text: str) -> None:
             _ini_host(b, group, line, where)
         elif kind == "vars":
             key, value = _ini_var(line, where)
-            b.group(group).inv_vars[key] = value
+            b.set_group_vars(group, {key: value}, str(path))
         elif len(line.split()) != 1:
             raise _fail(f"expected one group name per line, got {line!r}", where)
         else:
@@ -543,12 +572,15 @@ def _read_vars(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in _plain(data).items()}
 
 
-def _apply_vars_files(directory: Path, entities: Mapping[str, _HostData]) -> None:
+def _apply_vars_files(directory: Path, entities: Mapping[str, _HostData], trace: bool = False) -> None:
     if directory.is_dir():
         present = {item.name for item in directory.iterdir()}
         for name, entity in entities.items():
             for file in _vars_files(directory, name, present):
-                entity.file_vars.update(_read_vars(file))
+                variables = _read_vars(file)
+                entity.file_vars.update(variables)
+                if trace:
+                    entity.file_from.update(dict.fromkeys(variables, f"{directory.name} {file}"))
 
 
 def _split_pattern(pattern: str) -> list[str]:
@@ -620,12 +652,16 @@ class Inventory:
     hosts: dict[str, Host]
     groups: dict[str, Group]
     sources: list[str]
+    # per host, where each var came from ("inventory FILE (group G)", "group_vars FILE", "host_vars FILE",
+    # "inventory FILE (host H)", "-e"); only from load(..., trace=True)
+    origins: dict[str, dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _members: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def load(cls, paths: list[str], extra_vars: dict[str, Any] | None = None) -> Inventory:
-        """Parse every source, read group_vars/host_vars beside them, merge vars (see module docstring)."""
-        builder = _Builder()
+    def load(cls, paths: list[str], extra_vars: dict[str, Any] | None = None, *, trace: bool = False) -> Inventory:
+        """Parse every source, read group_vars/host_vars beside them, merge vars (see module docstring).
+        ``trace``: also record where each host var came from (``origins``)."""
+        builder = _Builder(trace)
         bases: dict[Path, Path] = {}
         with _gc_paused():
             for source in paths:
@@ -633,13 +669,17 @@ class Inventory:
                 if base is not None:
                     bases.setdefault(base.resolve(), base)
             for base in bases.values():
-                _apply_vars_files(base / "group_vars", builder.groups)
-                _apply_vars_files(base / "host_vars", builder.hosts)
+                _apply_vars_files(base / "group_vars", builder.groups, trace)
+                _apply_vars_files(base / "host_vars", builder.hosts, trace)
             hosts, groups = builder.build(dict(extra_vars or {}))
         for host in hosts.values():
             _check_port(host, extra_vars or {})
             _check_connection_vars(host, extra_vars or {})
-        return cls(hosts, groups, list(paths))
+        origins: dict[str, dict[str, str]] = {}
+        if trace:
+            depth = builder.depths()
+            origins = {n: builder.origins(n, h.groups, extra_vars or {}, depth) for n, h in hosts.items()}
+        return cls(hosts, groups, list(paths), origins)
 
     def select(self, pattern: str | None) -> list[Host]:
         """Hosts matching an Ansible limit pattern, in inventory order; None, "", "all", "*" mean all."""
@@ -655,6 +695,19 @@ class Inventory:
         for element in (e for e in elements if e[0] == "!"):
             chosen -= self._resolve(element[1:], element, strict=False)
         return [host for name, host in self.hosts.items() if name in chosen]
+
+    def add_group(self, name: str, hosts: list[str]) -> None:
+        """A new top-level group (a child of ``all``, no vars) holding ``hosts``: for conventions applied after
+        loading (the CLI's implicit ``router`` group). ValueError when the group exists or a host does not."""
+        if name in self.groups or any(h not in self.hosts for h in hosts):
+            raise ValueError(f"cannot add group {name!r} with hosts {hosts!r}")
+        self.groups[name] = Group(name, {}, list(hosts), [], ["all"])
+        self.groups["all"].children.append(name)
+        for host in hosts:
+            self.hosts[host].groups = sorted({*self.hosts[host].groups, name})
+            if "ungrouped" in self.groups and host in self.groups["ungrouped"].hosts:
+                self.groups["ungrouped"].hosts.remove(host)
+        self._members = None
 
     def group_members(self, group: str) -> list[str]:
         """Hosts in ``group`` or any of its descendants, in inventory order ([] for an unknown group)."""

@@ -2,10 +2,10 @@
 
 ``check_plan`` runs after the inventory and the playbook are loaded and before the first connection. It
 resolves every play's hosts (an unknown pattern is an error), checks ``--start-at-task``, and finds
-variables that are undefined for some host: a name used by a task's templates that is not an inventory
-var, play var, extra var, magic var, fact, registered result or set_fact of the play, loop variable or task
-var. Names guarded by ``is defined`` / ``| default(...)`` are allowed. Template files used by ``template``
-tasks are parsed too.
+variables that are undefined for some host: a name used by a task's templates that is not a shipped
+default (``defaults``), inventory var, play var, extra var, magic var, fact, registered result or set_fact of
+the play, loop variable or task var. Names guarded by ``is defined`` / ``| default(...)`` are allowed.
+Template files used by ``template`` tasks are parsed too.
 """
 
 from __future__ import annotations
@@ -96,8 +96,10 @@ def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
 
 def check_plan(
     plays: list[Play], inventory: Inventory, extra_vars: dict[str, Any], limit: str | None,
-    start_at_task: str | None, playbook_dir: str,
+    start_at_task: str | None, playbook_dir: str, defaults: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
+    """``defaults``: the shipped defaults the run applies under every host's vars (RunOptions.defaults)."""
+    defaults = defaults or {}
     if limit:
         inventory.select(limit)
     if start_at_task and not any(t.name == start_at_task for p in plays for t in p.tasks):
@@ -111,11 +113,11 @@ def check_plan(
                 produced |= set(task.args)
     for play in plays:
         hosts = inventory.select(play.hosts)
-        play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced
+        play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
         for text in _strings(play.vars):
             if templating.is_template(text):
                 templating.names_used(text)
-        check_recursion(play, hosts, extra_vars)
+        check_recursion(play, hosts, extra_vars, defaults)
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
             local = play_known | set(task.vars) | {task.loop_var}
@@ -143,16 +145,20 @@ def _templated(variables: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def check_recursion(play: Play, hosts: list[Host], extra_vars: dict[str, Any]) -> None:
+def check_recursion(
+    play: Play, hosts: list[Host], extra_vars: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> None:
     """Variables that refer to each other in a ring (``a: "{{ b }}"``, ``b: "{{ a }}"``), as far as the names
-    are visible in the templates, with the precedence a task sees (-e over play vars over the inventory).
-    A ring hidden behind ``hostvars[...]`` is still caught when the task renders it (a task failure)."""
+    are visible in the templates, with the precedence a task sees (-e over play vars over the inventory over
+    the shipped defaults). A ring hidden behind ``hostvars[...]`` is still caught when the task renders it."""
     play_templated = _templated(play.vars)
     extra_templated = _templated(extra_vars)
+    default_templated = _templated(defaults or {})
     names_of: dict[str, set[str]] = {}
     checked: set[frozenset[tuple[str, str]]] = set()
     for host in hosts:
-        merged = {**_templated(host.vars), **play_templated, **extra_templated}
+        below = {k: v for k, v in default_templated.items() if k not in host.vars}  # any inventory value wins
+        merged = {**below, **_templated(host.vars), **play_templated, **extra_templated}
         for name in play.vars.keys() - play_templated.keys():
             merged.pop(name, None)  # a plain play var hides a templated inventory var of that name
         for name in extra_vars.keys() - extra_templated.keys():
@@ -200,6 +206,8 @@ def _find_ring(templated: dict[str, Any], names_of: dict[str, set[str]]) -> list
 
 def _ring_error(ring: list[str], play: Play, host: Host, extra: dict[str, Any]) -> None:
     chain = " -> ".join(ring)
+    if ring[0] not in host.vars and ring[0] not in play.vars and ring[0] not in extra:
+        raise TemplateError(f"host {host.name}: default variable {ring[0]!r} refers to itself: {chain}")
     if ring[0] in extra:
         raise TemplateError(f"variable {ring[0]!r} (-e) refers to itself: {chain}")
     if ring[0] in play.vars:

@@ -26,6 +26,9 @@ class RunOptions:
     verbosity: int = 0
     command_timeout: float = 1800.0
     run_lock: bool = True  # hold each host's run lock (off for read-only queries: pd status/logs/verify)
+    # the playbooks' defaults (provision.data.defaults(), set by the CLI): every host's lowest layer of vars,
+    # under the inventory, play vars and -e, like an Ansible role's defaults
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -117,6 +117,7 @@ class TaskRunner:
         # the inventory's, the play's, the task's and -e text are templates; what hosts returned (register,
         # set_fact, facts), loop items and the magic vars are data, never rendered again
         variables = templating.Vars(
+            self.options.defaults,  # the shipped defaults, under everything (trusted text: templates)
             base,
             self.play.vars,
             templating.inert(state.set_vars),

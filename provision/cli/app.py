@@ -1,5 +1,5 @@
-"""The ``provision`` command group: ``run``, ``task``, ``inventory``, ``facts`` (here) and ``pd``
-(:mod:`.pd`), and ``main()``, which turns every outcome into one line and an exit code.
+"""The ``provision`` command group: ``run``, ``task``, ``inventory``, ``facts``, ``playbooks`` (here) and
+``pd`` (:mod:`.pd`), and ``main()``, which turns every outcome into one line and an exit code.
 
 It only wires the stages together: inventory → playbook → plan → executor → report.
 
@@ -19,12 +19,14 @@ import signal
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import __version__
 from ..commands import MASKER
+from ..data import DEFAULT_SOURCE, defaults, find_playbook, playbooks_dir, shipped_playbooks
 from ..errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -77,19 +79,32 @@ def cli() -> None:
 @click.option("--list-hosts", is_flag=True)
 def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start_at_task: str | None,
         list_tasks: bool, list_hosts: bool, **kw: Any) -> int:  # fmt: skip
-    """Apply PLAYBOOK (like ansible-playbook)."""
+    """Apply PLAYBOOK (like ansible-playbook): a file, or the name of a shipped playbook (`provision
+    playbooks`) when no such file exists here."""
     extra = parse_extra_vars(kw["extra_vars"])
     inventory = load_inventory(kw["inventories"], extra)
+    playbook = _which_playbook(playbook, json_mode=kw["json_mode"])
     plays = load_playbook(playbook)
     options = run_options(
         kw, extra, check=check, diff=diff, start_at_task=start_at_task,
         tags={t.strip() for t in tags.split(",") if t.strip()},
         skip_tags={t.strip() for t in skip_tags.split(",") if t.strip()},
     )  # fmt: skip
-    check_plan(plays, inventory, extra, options.limit, start_at_task, playbook_dir_of(playbook))
+    check_plan(plays, inventory, extra, options.limit, start_at_task, playbook_dir_of(playbook), options.defaults)
     if list_hosts or list_tasks:
         return _listing(plays, inventory, options, list_hosts=list_hosts, list_tasks=list_tasks)
     return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=playbook)
+
+
+def _which_playbook(name: str, *, json_mode: bool) -> str:
+    """A file of that name wins; else the shipped playbook. A bare name that is also a shipped playbook says
+    which one runs (one line; on stderr with --json)."""
+    path, shipped = find_playbook(name)
+    if shipped:
+        click.echo(f"playbook: the shipped {name} ({path}): no file {name} here", err=json_mode)
+    elif Path(name).parent == Path(".") and (playbooks_dir() / name).is_file():
+        click.echo(f"playbook: ./{name}, a local file (not the shipped {name})", err=json_mode)
+    return str(path)
 
 
 def _listing(
@@ -142,7 +157,7 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
     options.limit = None
     play = Play(name=f"ad hoc: {module}", hosts=pattern, file="<command line>", line=0, gather_facts=False,
                 become=become, tasks=[parsed])  # fmt: skip
-    check_plan([play], inventory, extra, None, None, os.getcwd())
+    check_plan([play], inventory, extra, None, None, os.getcwd(), options.defaults)
     return execute([play], inventory, options, json_mode=kw["json_mode"], playbook="adhoc.yml")
 
 
@@ -151,19 +166,28 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True)
 @click.option("--list", "as_list", is_flag=True, help="every group and host with merged vars (JSON)")
 @click.option("--graph", is_flag=True, help="the group tree")
-@click.option("--host", "host_name", help="the merged vars of one host (JSON)")
+@click.option(
+    "--host",
+    "host_name",
+    help="one host's vars as a task sees them before play vars, shipped defaults included (JSON), "
+    "with where each came from under '_sources'",
+)
 def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_list: bool, graph: bool,
                   host_name: str | None) -> int:  # fmt: skip
     """Show hosts, groups and merged vars."""
     if sum([as_list, graph, host_name is not None]) != 1:
         raise UsageError("give exactly one of --list, --graph, --host NAME")
-    inv = load_inventory(inventories, parse_extra_vars(extra_vars))
+    inv = load_inventory(inventories, parse_extra_vars(extra_vars), trace=host_name is not None)
     if graph:
         click.echo(inv.graph())
     elif host_name is not None:
         if host_name not in inv.hosts:
             raise InputError(f"host {host_name!r} is not in the inventory")
-        click.echo(json.dumps(MASKER.mask_obj(_masked_vars(inv.hosts[host_name].vars)), indent=2, default=str))
+        shipped = defaults()
+        shown = _masked_vars({**shipped, **inv.hosts[host_name].vars})
+        sources = {**dict.fromkeys(shipped, DEFAULT_SOURCE), **inv.origins.get(host_name, {})}
+        doc = {**shown, "_sources": {name: sources.get(name, "inventory") for name in shown}}
+        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
     else:
         doc = inv.to_list_json()
         for name, hv in doc.get("_meta", {}).get("hostvars", {}).items():
@@ -175,6 +199,17 @@ def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_
 def _masked_vars(variables: dict[str, Any]) -> dict[str, Any]:
     register_secrets(Vars(variables))
     return variables
+
+
+@cli.command()
+def playbooks() -> int:
+    """List the shipped playbooks (`provision run NAME -i INVENTORY` runs one when no file NAME is here)."""
+    found = shipped_playbooks()
+    width = max((len(name) for name, _ in found), default=0)
+    for name, description in found:
+        click.echo(f"{name.ljust(width)}  {description}".rstrip())
+    click.echo(f"(in {playbooks_dir()}; a local file of the same name wins)")
+    return 0
 
 
 @cli.command()

@@ -24,6 +24,7 @@ import yaml
 
 from ..commands import MASKER
 from ..connection import ConnectOptions
+from ..data import defaults
 from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, InputError, UsageError
 from ..executor import Executor, InternalError, playbook_dir_of
 from ..inventory import MAX_DEPTH, Inventory, nesting_too_deep
@@ -147,13 +148,23 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def load_inventory(inventories: tuple[str, ...], extra: dict[str, Any]) -> Inventory:
+def load_inventory(inventories: tuple[str, ...], extra: dict[str, Any], *, trace: bool = False) -> Inventory:
     paths = list(inventories) or [p for p in [os.environ.get("PROVISION_INVENTORY")] if p]
     if not paths:
         raise UsageError("no inventory given: use -i INVENTORY (or set PROVISION_INVENTORY)")
-    inventory = Inventory.load(paths, extra)
+    inventory = Inventory.load(paths, extra, trace=trace)
+    default_router(inventory)
     register_inventory_secrets(inventory, extra)
     return inventory
+
+
+def default_router(inventory: Inventory) -> None:
+    """An inventory with a ``prefill`` group and no ``router`` group gets the router on its first prefill
+    host (an implicit ``router`` group; ``provision inventory --graph`` shows it), so two hosts in
+    ``prefill``/``decode`` are a whole deployment. A ``router`` group, even an empty one, is left as it is."""
+    prefill = inventory.group_members("prefill")
+    if prefill and "router" not in inventory.groups:
+        inventory.add_group("router", prefill[:1])
 
 
 def run_options(kw: dict[str, Any], extra: dict[str, Any], **more: Any) -> RunOptions:
@@ -164,6 +175,7 @@ def run_options(kw: dict[str, Any], extra: dict[str, Any], **more: Any) -> RunOp
         extra_vars=extra,
         verbosity=kw["verbosity"],
         command_timeout=kw["command_timeout"],
+        defaults=defaults(),  # every run, shipped playbook or not: docs/architecture.md, "Defaults"
         connect=ConnectOptions(
             connect_timeout=kw["connect_timeout"],
             accept_new_host_keys=kw["accept_new_host_keys"],

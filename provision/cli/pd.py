@@ -26,7 +26,7 @@ import click
 
 from .. import templating
 from ..commands import MASKER
-from ..data import playbook_path
+from ..data import defaults, playbook_path
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
 from ..executor import Executor
 from ..inventory import Inventory
@@ -46,6 +46,7 @@ PD_HOSTS = "prefill:decode:router"
 def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, templating.Vars]:
     """Every PD host's vars as a task would see them before facts (enough for the plan and its checks)."""
     groups = inventory.groups_map()
+    shipped = defaults()  # lowest, as in a task
     out: dict[str, templating.Vars] = {}
     for name in pd_host_names(groups):
         host = inventory.hosts[name]
@@ -55,7 +56,7 @@ def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, 
             "group_names": sorted(g for g in host.groups if g not in ("all", "ungrouped")),
             "groups": groups,
         }
-        out[name] = templating.Vars(host.vars, extra, templating.inert(magic))
+        out[name] = templating.Vars(shipped, host.vars, extra, templating.inert(magic))
     return out
 
 
@@ -110,7 +111,7 @@ def up(keep_failed: bool, **kw: Any) -> int:
         raise InputError("the PD deployment is not valid:\n  - " + "\n  - ".join(problems))
     path = playbook_path("pd-up.yml")
     plays = load_playbook(path)
-    check_plan(plays, inventory, extra, options.limit, None, str(path.parent))
+    check_plan(plays, inventory, extra, options.limit, None, str(path.parent), options.defaults)
     code = execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=str(path))
     if code in (EXIT_OK, 130) or keep_failed or to_bool(extra.get("pd_keep_failed", False), "pd_keep_failed"):
         if code not in (EXIT_OK, 130):
@@ -132,7 +133,7 @@ def down(**kw: Any) -> int:
     inventory, extra, options = _setup(kw)
     path = playbook_path("pd-down.yml")
     plays = load_playbook(path)
-    check_plan(plays, inventory, extra, options.limit, None, str(path.parent))
+    check_plan(plays, inventory, extra, options.limit, None, str(path.parent), options.defaults)
     return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=str(path))
 
 

@@ -6,17 +6,27 @@
 the top-level ``playbooks`` and ``templates`` as links to these folders, so ``provision run playbooks/site.yml``
 runs the same files a wheel installs.
 
+``defaults.yml`` holds the defaults of every well-known var (:func:`defaults`): the CLI applies them to every
+run at the lowest precedence, like an Ansible role's ``defaults/main.yml``.
+
 This module is the one place that knows where they are. It imports nothing of provision but the errors.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ..errors import InputError
 
 DATA_DIR = Path(__file__).resolve().parent
+DEFAULTS_FILE = DATA_DIR / "defaults.yml"
+DEFAULT_SOURCE = "default"  # how `provision inventory --host` names the origin of a default
 
 
 def playbooks_dir() -> Path:
@@ -36,3 +46,66 @@ def playbook_path(name: str) -> Path:
     if not path.is_file():
         raise InputError(f"{name} not found in {base} (set PROVISION_PLAYBOOKS to the playbooks directory)")
     return path
+
+
+def find_playbook(name: str) -> tuple[Path, bool]:
+    """``provision run NAME``: the file NAME when it exists (relative to the current directory, or absolute),
+    else the shipped playbook of that name; (path, shipped). A name that is neither is returned as given
+    (the loader then says it cannot read it)."""
+    local = Path(name)
+    if local.exists() or local.is_absolute() or local.parent != Path("."):
+        return local, False
+    shipped = playbooks_dir() / name
+    if shipped.is_file():
+        return shipped, True
+    return local, False
+
+
+def shipped_playbooks() -> list[tuple[str, str]]:
+    """(file name, one-line description) of each shipped playbook: the first line of its leading comment, else
+    its first play's name."""
+    out = []
+    for path in sorted(playbooks_dir().glob("*.yml")):
+        out.append((path.name, _describe(path)))
+    return out
+
+
+def _describe(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    paragraph: list[str] = []  # the leading comment's first paragraph, up to its first sentence
+    for line in text.splitlines():
+        words = line.lstrip("#").strip() if line.startswith("#") else ""
+        if not words:
+            if paragraph or not line.startswith("#"):
+                break
+            continue
+        paragraph.append(words)
+    if paragraph:
+        joined = " ".join(paragraph)
+        return joined.split(". ", 1)[0].rstrip(".")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return ""
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return str(data[0].get("name") or "")
+    return ""
+
+
+@functools.cache
+def _defaults_text() -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"cannot read the shipped defaults: {exc}", file=str(DEFAULTS_FILE)) from None
+    if not isinstance(data, dict):
+        raise InputError("the shipped defaults must be a mapping", file=str(DEFAULTS_FILE))
+    return {str(k): v for k, v in data.items()}
+
+
+def defaults() -> dict[str, Any]:
+    """The defaults of the well-known vars (``defaults.yml``), a fresh copy for each caller."""
+    return copy.deepcopy(_defaults_text())

@@ -26,7 +26,7 @@ SERVER_ROLES = ("prefill", "decode")
 ROLES = (*SERVER_ROLES, "router")
 DEFAULTS: dict[str, Any] = {
     "sglang_device": "cuda",
-    "venv_path": "~/sglang-venv",
+    "venv_path": "~/.provision/venv",  # as provision/data/defaults.yml (a test keeps the two in step)
     "server_port": 30000,
     "bootstrap_port": 8998,
     "router_port": 8000,

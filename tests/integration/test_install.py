@@ -43,9 +43,8 @@ def shared_dir(name: str) -> Path:
 
 def stack_inventory(lab: Any, directory: Path, hosts: list[int], per_host: dict[int, dict[str, Any]] | None = None,
                     **common: Any) -> Path:  # fmt: skip
-    """An inventory of some lab hosts beside a copy of the shipped group_vars/ (the defaults)."""
+    """An inventory of some lab hosts, no group_vars/: the defaults ship with provision (data/defaults.yml)."""
     directory.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(REPO / "inventory" / "group_vars", directory / "group_vars", dirs_exist_ok=True)
     extra = {lab.hosts[i].name: {**common, **(per_host or {}).get(i, {})} for i in hosts}
     return lab.write_inventory(directory / "hosts.yml", names=hosts, extra_host_vars=extra)
 

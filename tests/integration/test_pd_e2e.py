@@ -117,7 +117,6 @@ def deployment(
     started = time.monotonic()
     install_sglang_stack(lab, [1], workdir / "install")  # the decode host's venv: seconds from the warm cache
     install_seconds = time.monotonic() - started
-    shutil.copytree(REPO / "inventory" / "group_vars", workdir / "group_vars")
     common = {"sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3"}
     inventory = lab.write_inventory(
         workdir / "hosts.yml",

@@ -19,6 +19,7 @@ import yaml
 
 from provision import templating
 from provision.connection import LocalConnection
+from provision.data import defaults as shipped_defaults
 from provision.modules import stack, stack_host
 from provision.modules.base import ModuleContext, ModuleResult, lookup
 from provision.playbook import load_playbook
@@ -383,8 +384,8 @@ def test_wheel_sync_sends_only_missing_or_changed_files(tmp_path: Path, wheels: 
 
 # ------------------------------------------------------------------------------------------ the playbooks
 def install_task_args(**overrides: Any) -> dict[str, Any]:
-    """install.yml's venv_stack arguments, rendered with group_vars/all.yml and ``overrides``."""
-    defaults = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())
+    """install.yml's venv_stack arguments, rendered with the shipped defaults and ``overrides``."""
+    defaults = shipped_defaults()
     play = load_playbook(REPO / "playbooks" / "install.yml")[0]  # vars_files and import_tasks resolved
     task = next(t for t in play.tasks if t.module == "venv_stack")
     magic = {"nixl_choice": {"variant": "cu13", "other": "cu12"}, "ansible_facts": {"cuda_version": None}}
@@ -406,7 +407,7 @@ def test_install_playbook_composes_the_stack() -> None:
 
 
 def test_preflight_playbook_picks_gpus_and_link_from_facts() -> None:
-    defaults = yaml.safe_load((REPO / "inventory" / "group_vars" / "all.yml").read_text())
+    defaults = shipped_defaults()
     play = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())[0]
     task = play["tasks"][0]
     gpus = [{"index": 0}, {"index": 1}]
