@@ -1,10 +1,13 @@
-"""A built wheel, installed non-editable, carries the shipped playbooks and templates and runs ``provision pd``.
+"""A built wheel, installed non-editable, carries the shipped playbooks, templates and defaults and runs
+``provision pd``; from an empty directory it finds the shipped playbooks by name and works with an inventory of
+the user's own that has no group_vars/ (issue 10).
 
 The checkout's ``playbooks`` and ``templates`` are links into ``provision/data``: the same files, one copy.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +43,7 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
+    assert "provision/data/defaults.yml" in names
     assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
 
     venv = tmp_path / "venv"  # the dependencies (fabric, jinja2, click) come from this interpreter's site-packages
@@ -67,3 +71,25 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     listed = _run([str(provision), "run", site, "--list-tasks", "-i", "inventory/local.yml"], tmp_path, env)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert "pd-up.yml" in listed.stdout and str(venv) in listed.stdout
+
+    # a new user: an empty directory, an inventory elsewhere with two roles and no group_vars/ (issue 10)
+    empty, fleet = tmp_path / "empty", tmp_path / "fleet"
+    empty.mkdir()
+    fleet.mkdir()
+    (fleet / "gpu.yml").write_text(
+        "all:\n  vars: {sglang_device: cpu, ansible_connection: local}\n  children:\n"
+        "    prefill: {hosts: {p1: {}}}\n    decode: {hosts: {d1: {}}}\n"
+    )
+    shown = _run([str(provision), "playbooks"], empty, env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("bootstrap.yml") and "\nsite.yml " in shown.stdout, shown.stdout
+    site_run = _run([str(provision), "run", "site.yml", "--list-tasks", "-i", str(fleet / "gpu.yml")], empty, env)
+    assert site_run.returncode == 0, site_run.stdout + site_run.stderr
+    assert f"playbook: the shipped site.yml ({pd_up.parent / 'site.yml'})" in site_run.stdout
+    assert "pd-up.yml" in site_run.stdout
+    host = _run([str(provision), "inventory", "-i", str(fleet / "gpu.yml"), "--host", "p1"], empty, env)
+    assert host.returncode == 0, host.stderr
+    doc = json.loads(host.stdout)
+    assert doc["venv_path"] == "~/.provision/venv" and doc["_sources"]["venv_path"] == "default"
+    assert doc["sglang_device"] == "cpu" and doc["_sources"]["sglang_device"].startswith("inventory ")
+    assert sorted(os.listdir(empty)) == []  # nothing written where it ran
