@@ -57,7 +57,7 @@ from .common import (
     parse_extra_vars,
     run_options,
 )
-from .pd import pd
+from .pd import check_layout, pd
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -91,6 +91,8 @@ def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start
         skip_tags={t.strip() for t in skip_tags.split(",") if t.strip()},
     )  # fmt: skip
     check_plan(plays, inventory, extra, options.limit, start_at_task, playbook_dir_of(playbook), options.defaults)
+    if any(task.module == "pd_validate" for play in plays for task in play.tasks):
+        check_layout(inventory, extra)  # site.yml, pd-up.yml: a missing model_path before the install, not after
     if list_hosts or list_tasks:
         return _listing(plays, inventory, options, list_hosts=list_hosts, list_tasks=list_tasks)
     return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=playbook)

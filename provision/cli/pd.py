@@ -60,6 +60,36 @@ def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, 
     return out
 
 
+MODEL_PATH_MISSING = "model_path is not set (a model directory on the host, or a hub id)"
+
+
+def check_layout(inventory: Inventory, extra: dict[str, Any]) -> None:
+    """The PD layout on the inventory alone (``pd up``, and ``run`` of a playbook with ``pd_validate``):
+    InputError (exit 5) listing every problem, before any host is touched. A problem several hosts share is
+    one line naming them; a missing ``model_path`` says what to add."""
+    problems = validate_pd(inventory_pd_vars(inventory, extra))
+    if not problems:
+        return
+    hosts_of: dict[str, list[str]] = {}
+    for problem in problems:
+        host, sep, text = problem.partition(": ")
+        if sep and host in inventory.hosts:
+            hosts_of.setdefault(text, []).append(host)
+        else:
+            hosts_of.setdefault(problem, [])
+    lines = []
+    for text, hosts in hosts_of.items():
+        if text == MODEL_PATH_MISSING:
+            lines.append(
+                f"model_path is not set for {', '.join(hosts)}: add `model_path: /path/to/model` (a model directory "
+                "on the hosts, or a hub id) to the inventory's vars (or -e model_path=...), or "
+                "`sglang_device: cpu` for CPU mode"
+            )
+        else:
+            lines += [f"{host}: {text}" for host in hosts] if hosts else [text]
+    raise InputError("the PD deployment is not valid:\n  - " + "\n  - ".join(lines))
+
+
 class _Collector(Reporter):
     """A reporter that keeps every task result and writes its human output aside (shown with -v)."""
 
@@ -106,9 +136,7 @@ def up(keep_failed: bool, **kw: Any) -> int:
     """Validate, then start prefill → decode → router and verify one real generation."""
     run_id = uuid.uuid4().hex[:12]
     inventory, extra, options = _setup(kw, pd_run_id=run_id)
-    problems = validate_pd(inventory_pd_vars(inventory, extra))
-    if problems:
-        raise InputError("the PD deployment is not valid:\n  - " + "\n  - ".join(problems))
+    check_layout(inventory, extra)
     path = playbook_path("pd-up.yml")
     plays = load_playbook(path)
     check_plan(plays, inventory, extra, options.limit, None, str(path.parent), options.defaults)

@@ -78,7 +78,7 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     fleet.mkdir()
     (fleet / "gpu.yml").write_text(
         "all:\n  vars: {sglang_device: cpu, ansible_connection: local}\n  children:\n"
-        "    prefill: {hosts: {p1: {}}}\n    decode: {hosts: {d1: {}}}\n"
+        "    prefill: {hosts: {p1: {ansible_host: 10.0.0.1}}}\n    decode: {hosts: {d1: {ansible_host: 10.0.0.2}}}\n"
     )
     shown = _run([str(provision), "playbooks"], empty, env)
     assert shown.returncode == 0, shown.stderr

@@ -41,7 +41,10 @@ def two_roles(directory: Path, all_vars: dict[str, Any] | None = None) -> Path:
     doc = {
         "all": {
             "vars": {"ansible_connection": "local", **(all_vars or {})},
-            "children": {"prefill": {"hosts": {"p1": None}}, "decode": {"hosts": {"d1": None}}},
+            "children": {  # two machines (ansible_connection local runs both here; the PD plan sees two hosts)
+                "prefill": {"hosts": {"p1": {"ansible_host": "10.0.0.1"}}},
+                "decode": {"hosts": {"d1": {"ansible_host": "10.0.0.2"}}},
+            },
         }
     }
     return write(directory / "gpu.yml", yaml.safe_dump(doc))
@@ -86,7 +89,7 @@ def test_every_inventory_layer_beats_a_default_and_is_named(here: Path, layer: s
         write(inv_dir / "group_vars" / "prefill.yml", "sglang_device: cpu\n")
     elif layer == "inventory_host":
         doc = yaml.safe_load(inv.read_text())
-        doc["all"]["children"]["prefill"]["hosts"]["p1"] = {"sglang_device": "cpu"}
+        doc["all"]["children"]["prefill"]["hosts"]["p1"]["sglang_device"] = "cpu"
         inv.write_text(yaml.safe_dump(doc))
     elif layer == "host_vars":
         write(inv_dir / "host_vars" / "p1.yml", "sglang_device: cpu\n")
@@ -215,3 +218,24 @@ def test_provision_playbooks_lists_each_with_a_description() -> None:
     assert sorted(lines) == shipped
     assert lines["site.yml"].startswith("Everything, in order")
     assert all(lines[name].strip() for name in shipped)
+
+
+def test_site_yml_reports_a_missing_model_path_once_before_any_host(here: Path) -> None:
+    """A GPU inventory (the default sglang_device) without model_path: one line, both hosts, what to add; no
+    host is contacted (10.255.255.x would hang for the connect timeout)."""
+    write(here / "gpu.yml", "all:\n  children:\n    prefill: {hosts: {p1: {ansible_host: 10.255.255.1}}}\n"
+          "    decode: {hosts: {d1: {ansible_host: 10.255.255.2}}}\n")  # fmt: skip
+    for argv in (["run", "site.yml"], ["run", "pd-up.yml", "--list-tasks"], ["pd", "up"]):
+        result = run_cli([*argv, "-i", str(here / "gpu.yml"), "--connect-timeout", "30"])
+        assert result.code == 5, result.err
+        problems = result.err.split("the PD deployment is not valid:\n", 1)[1].splitlines()
+        assert problems == [
+            "  - model_path is not set for p1, d1: add `model_path: /path/to/model` (a model directory on the "
+            "hosts, or a hub id) to the inventory's vars (or -e model_path=...), or `sglang_device: cpu` for CPU mode"
+        ]
+        assert "PLAY" not in result.out
+    write(here / "gpu.yml", "all:\n  vars: {model_path: Qwen/Qwen3-8B}\n  children:\n    prefill: {hosts: {p1: {}}}\n"
+          "    decode: {hosts: {d1: {}}}\n")  # fmt: skip
+    assert run_cli(["run", "site.yml", "-i", str(here / "gpu.yml"), "--list-tasks"]).code == 0
+    # pd-down.yml (no pd_validate) still runs against an invalid layout: stopping must always be possible
+    assert run_cli(["run", "pd-down.yml", "-i", str(here / "gpu.yml"), "--list-tasks", "-e", "model_path="]).code == 0
