@@ -26,7 +26,7 @@ import click
 
 from .. import __version__
 from ..commands import MASKER
-from ..data import DEFAULT_SOURCE, defaults, find_playbook, playbooks_dir, shipped_playbooks
+from ..data import DEFAULT_SOURCE, LAYOUTS, defaults, find_playbook, playbooks_dir, shipped_playbooks, starter_inventory
 from ..errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..executor import Executor, playbook_dir_of, task_selected
 from ..inventory import Inventory
+from ..localfiles import replace_file
 from ..masking import register_secrets
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
@@ -211,6 +212,33 @@ def playbooks() -> int:
     for name, description in found:
         click.echo(f"{name.ljust(width)}  {description}".rstrip())
     click.echo(f"(in {playbooks_dir()}; a local file of the same name wins)")
+    return 0
+
+
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option(
+    "--layout",
+    type=click.Choice(LAYOUTS),
+    default="two-host",
+    show_default=True,
+    help="two-host: a prefill and a decode host; single-host-4p4: one 8-GPU host split 4+4; "
+    "nxm: 2 prefill x 3 decode; local: this machine, CPU mode",
+)
+@click.option("--force", is_flag=True, help="replace an existing DIRECTORY/inventory.yml")
+def init(directory: str, layout: str, force: bool) -> int:
+    """Write DIRECTORY/inventory.yml: a starter inventory for a common layout, every var commented."""
+    from ..pd.spec import DEFAULTS as PD_DEFAULTS
+
+    target = Path(directory) / "inventory.yml"
+    if target.exists() and not force:
+        raise InputError(f"{target} exists (--force replaces it)")
+    shipped = defaults()
+    more = "".join(f"#   {name}: {json.dumps(value)}\n" for name, value in PD_DEFAULTS.items() if name not in shipped)
+    text = starter_inventory(layout) + "#   # --- more PD knobs (docs/pd.md) ---\n" + more
+    target.parent.mkdir(parents=True, exist_ok=True)
+    replace_file(target, text)  # a temp file renamed over it: never written through a link at that name
+    click.echo(f"wrote {target} ({layout}): set the hosts, then: provision run site.yml -i {target}")
     return 0
 
 

@@ -7,7 +7,8 @@ the top-level ``playbooks`` and ``templates`` as links to these folders, so ``pr
 runs the same files a wheel installs.
 
 ``defaults.yml`` holds the defaults of every well-known var (:func:`defaults`): the CLI applies them to every
-run at the lowest precedence, like an Ansible role's ``defaults/main.yml``.
+run at the lowest precedence, like an Ansible role's ``defaults/main.yml``. ``inventories/`` holds the starter
+layouts ``provision init`` writes (:func:`starter_inventory`; the checkout's ``inventory/`` links to them).
 
 This module is the one place that knows where they are. It imports nothing of provision but the errors.
 """
@@ -109,3 +110,33 @@ def _defaults_text() -> dict[str, Any]:
 def defaults() -> dict[str, Any]:
     """The defaults of the well-known vars (``defaults.yml``), a fresh copy for each caller."""
     return copy.deepcopy(_defaults_text())
+
+
+LAYOUTS = ("two-host", "single-host-4p4", "nxm", "local")  # provision init --layout, in data/inventories/
+
+
+def starter_inventory(layout: str) -> str:
+    """A starter inventory: the layout's example file, then every well-known var with its default and its
+    comment, commented out (uncomment what you change, under the layout's group ``vars:``)."""
+    if layout not in LAYOUTS:
+        raise InputError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+    text = (DATA_DIR / "inventories" / f"{layout}.yml").read_text(encoding="utf-8").rstrip("\n") + "\n"
+    lines = DEFAULTS_FILE.read_text(encoding="utf-8").splitlines()
+    body = [line for line in lines if line.strip() and line not in _opening_comment()]
+    commented = "".join(f"#   {line}\n" for line in body)
+    return (
+        text + "\n# Every well-known var with its shipped default (applied under everything above: set only what you\n"
+        "# change, in a group's `vars:` above, in group_vars/<group>.yml beside this file, or with -e).\n"
+        "# `provision inventory -i THIS_FILE --host NAME` shows each var's value and where it came from.\n" + commented
+    )
+
+
+@functools.cache
+def _opening_comment() -> frozenset[str]:
+    """The lines of defaults.yml's opening comment (before its first section), left out of the starter."""
+    out = set()
+    for line in DEFAULTS_FILE.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#") or line.startswith("# ---"):
+            break
+        out.add(line)
+    return frozenset(out)

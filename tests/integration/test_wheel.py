@@ -43,7 +43,7 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
-    assert "provision/data/defaults.yml" in names
+    assert {"provision/data/defaults.yml", "provision/data/inventories/two-host.yml"} <= names
     assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
 
     venv = tmp_path / "venv"  # the dependencies (fabric, jinja2, click) come from this interpreter's site-packages
@@ -93,3 +93,10 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     assert doc["venv_path"] == "~/.provision/venv" and doc["_sources"]["venv_path"] == "default"
     assert doc["sglang_device"] == "cpu" and doc["_sources"]["sglang_device"].startswith("inventory ")
     assert sorted(os.listdir(empty)) == []  # nothing written where it ran
+    starter = tmp_path / "starter"
+    made = _run([str(provision), "init", str(starter), "--layout", "two-host"], empty, env)
+    assert made.returncode == 0, made.stderr
+    starter_run = _run(
+        [str(provision), "run", "site.yml", "--list-tasks", "-i", str(starter / "inventory.yml")], empty, env
+    )
+    assert starter_run.returncode == 0, starter_run.stdout + starter_run.stderr

@@ -239,3 +239,28 @@ def test_site_yml_reports_a_missing_model_path_once_before_any_host(here: Path) 
     assert run_cli(["run", "site.yml", "-i", str(here / "gpu.yml"), "--list-tasks"]).code == 0
     # pd-down.yml (no pd_validate) still runs against an invalid layout: stopping must always be possible
     assert run_cli(["run", "pd-down.yml", "-i", str(here / "gpu.yml"), "--list-tasks", "-e", "model_path="]).code == 0
+
+
+@pytest.mark.parametrize("layout", data.LAYOUTS)
+def test_init_writes_a_starter_inventory_that_site_yml_accepts(here: Path, layout: str) -> None:
+    result = run_cli(["init", "new", "--layout", layout])
+    assert result.code == 0, result.err
+    written = here / "new" / "inventory.yml"
+    assert f"wrote {Path('new') / 'inventory.yml'} ({layout})" in result.out
+    text = written.read_text()
+    example = (data.DATA_DIR / "inventories" / f"{layout}.yml").read_text()
+    assert yaml.safe_load(text) == yaml.safe_load(example)  # the vars block is all comments
+    for name in [*SHIPPED, *PD_DEFAULTS]:
+        assert f"\n#   {name}: " in text, name
+    listed = run_cli(["run", "site.yml", "-i", str(written), "--list-tasks"])
+    assert listed.code == 0, listed.err
+    again = run_cli(["init", "new", "--layout", layout])
+    assert again.code == 5 and "exists (--force replaces it)" in again.err
+    assert run_cli(["init", "new", "--layout", layout, "--force"]).code == 0
+
+
+def test_the_checkout_examples_are_the_starter_layouts() -> None:
+    repo = Path(__file__).parents[2]
+    for layout in data.LAYOUTS:
+        link = repo / "inventory" / f"{layout}.yml"
+        assert link.is_symlink() and link.resolve() == (data.DATA_DIR / "inventories" / f"{layout}.yml").resolve()
