@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .. import remote
 from ..agent import QUICK_SCRIPTS, AgentUnavailable
 from ..commands import Command, check_nul
 from ..connection import CommandResult, Connection
 from ..data import templates_dir
 from ..errors import ModuleError
 
-REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}
 # run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
@@ -128,7 +128,7 @@ class ModuleContext:
                     return agent_of(interpreter).call(script, [str(a) for a in args], stdin, timeout or self.timeout)
                 except AgentUnavailable:
                     pass  # no agent on this host: a fresh process below says what is wrong
-        source = (REMOTE_DIR / script).read_bytes()
+        source = remote.source(script)
         if stdin is None:
             return self.run(Command.of(interpreter, "-", *args), stdin=source, timeout=timeout)
         payload = b"%d\n" % len(source) + source + stdin

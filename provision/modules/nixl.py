@@ -25,11 +25,12 @@ import time
 import uuid
 from typing import Any
 
+from .. import remote
 from ..commands import Command
 from ..connection import CommandResult, Connection
 from ..errors import HostError, ModuleError
 from ..ucx import check_ucx_env, default_min_gbps, diagnostics, parse_proto_info, split_list, ucx_env
-from .base import REMOTE_DIR, Arg, Module, ModuleContext, ModuleResult, register
+from .base import Arg, Module, ModuleContext, ModuleResult, register
 
 LINKS = ("nvlink", "pcie", "cross-host", "loopback")
 POLL_SECONDS = 0.2
@@ -228,7 +229,7 @@ class _Run:
         self.idir = ctx.expand(f"~/.provision/nixl-{tag}-i")
         self.size = args["size_mb"] * 1024 * 1024
         self.deadline = time.monotonic() + args["timeout"]
-        self.source = (REMOTE_DIR / "nixl_transfer.py").read_bytes()
+        self.source = remote.source("nixl_transfer.py")
         self.target_pid: int | None = None
         self.finished = False
         self.same_host = False

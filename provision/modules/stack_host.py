@@ -21,7 +21,8 @@ from typing import Any
 
 from ..commands import Command
 from ..connection import CommandResult
-from .base import REMOTE_DIR, Arg, Module, ModuleContext, ModuleResult, register
+from ..remote import source as remote_source
+from .base import Arg, Module, ModuleContext, ModuleResult, register
 
 STATE, FS, PROBE = "stack_state.py", "stack_fs.py", "stack_python.sh"
 PROGRESS_EVERY = 2.0  # seconds between two progress lines of a long install
@@ -202,7 +203,7 @@ class PythonCheck(Module):
 
     @staticmethod
     def _probe(ctx: ModuleContext, python: str) -> Probe:
-        script = (REMOTE_DIR / PROBE).read_bytes()
+        script = remote_source(PROBE)
         names = list(dict.fromkeys([python, *CANDIDATES]))
         return Probe.parse(ctx.run(Command.of("sh", "-s", "--", *names), stdin=script, check_rc=True).stdout)
 
