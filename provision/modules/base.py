@@ -6,8 +6,10 @@ state first and changes it only when it differs: a module that finds the host al
 (``changed=True`` when it would change). With ``ctx.diff`` it fills ``ModuleResult.diff`` (unified diff text).
 
 Modules never build shell strings: they hand :class:`provision.commands.Command` objects to ``ctx.run``,
-and write files with ``ctx.put`` (atomic). Failures: return ``ModuleResult(failed=True, msg=...)`` or raise
-:class:`provision.errors.ModuleError`; never let a foreign exception out.
+and write files with ``ctx.put`` (atomic). A shipped helper script (``provision/remote/``) is called with
+``ctx.call_helper``: its JSON answer, or :class:`HelperError` with the host's message. Failures: return
+``ModuleResult(failed=True, msg=...)`` or raise :class:`provision.errors.ModuleError`; never let a foreign
+exception out.
 
 Arguments are validated twice: statically before any host is contacted (``validate_static``: unknown names,
 missing required ones, bad choices — for values that are not Jinja2 templates), and again on the rendered
