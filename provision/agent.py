@@ -17,14 +17,13 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
+from . import remote
 from .commands import HEARTBEAT, Command
 from .connection import CommandResult
 from .errors import CommandTimeout
 
-REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py"})
 
 # reads the agent's source unbuffered (nothing of the first request may be swallowed by a buffer), runs it
@@ -69,7 +68,7 @@ class PythonAgent:
         self._send_lock = threading.Lock()  # a heartbeat never lands inside a request
         self._buf = b""
         self.dead = False
-        source = (REMOTE_DIR / "agent.py").read_bytes()
+        source = remote.source("agent.py")
         try:
             stream.send(b"%d\n" % len(source) + source)
         except OSError as exc:
@@ -116,7 +115,7 @@ class PythonAgent:
                 raise AgentUnavailable("agent is gone")
             request = {
                 "name": script,
-                "source": None if script in self._sent else (REMOTE_DIR / script).read_text(encoding="utf-8"),
+                "source": None if script in self._sent else remote.source(script).decode("utf-8"),
                 "args": args,
                 "stdin": base64.b64encode(stdin or b"").decode(),
                 "timeout": timeout,

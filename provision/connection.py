@@ -354,7 +354,12 @@ class LocalConnection:
             # no reference back to self (a cycle): a connection nobody closed is finalized (its agent killed and
             # reaped) as soon as it is dropped, never after the agent's Popen in a cyclic collection
             answered = weakref.WeakMethod(self._agent_answered)
-            agent = PythonAgent(self.name, _PipeStream(proc), lambda: (answered() or _nothing)())
+            stream = _PipeStream(proc)
+            try:
+                agent = PythonAgent(self.name, stream, lambda: (answered() or _nothing)())
+            except AgentUnavailable:
+                stream.close()  # it died at once (no such interpreter): reaped here, not by a finalizer's warning
+                raise
             self._agents[interpreter] = agent
         return agent
 

@@ -17,13 +17,12 @@ import csv
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from . import remote
 from .commands import Command
 
 GATHER_SCRIPT = "gather_facts.sh"
-REMOTE_DIR = Path(__file__).resolve().parent / "remote"
 
 _SECTION_RE = re.compile(r"^=====PROVISION:([A-Za-z0-9_.-]+)=====$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -150,7 +149,7 @@ class HostFacts:
 # ---------------------------------------------------------------------------------------------- gathering
 def facts_command(venv_parent: str) -> tuple[Command, bytes]:
     """The one command that gathers every fact, and the script to feed it on stdin."""
-    script = (REMOTE_DIR / GATHER_SCRIPT).read_bytes()
+    script = remote.source(GATHER_SCRIPT)
     return Command.of("sh", "-s", "--", venv_parent), script
 
 

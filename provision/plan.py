@@ -19,14 +19,11 @@ import jinja2.nodes
 from . import templating
 from .errors import InputError, PlaybookError, TemplateError
 from .inventory import Host, Inventory
+from .magic import NAMES
 from .modules.base import find_controller_file
 from .playbook import Play, Task
 
-MAGIC_VARS = {
-    "inventory_hostname", "inventory_hostname_short", "group_names", "groups", "hostvars", "ansible_check_mode",
-    "ansible_diff_mode", "playbook_dir", "ansible_play_hosts", "ansible_play_batch", "play_hosts",
-    "ansible_facts", "omit", "item", "ansible_loop_var",
-}  # fmt: skip
+MAGIC_VARS = NAMES  # the names every host has (provision.magic)
 
 
 def guarded_names(source: str) -> set[str]:

@@ -22,6 +22,7 @@ from .commands import MASKER, CommandError
 from .connection import Connection
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
 from .inventory import Inventory
+from .magic import PlayMagic, magic_vars
 from .masking import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
@@ -98,21 +99,16 @@ class TaskRunner:
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
         inv = self.inventory
         state = self.host_state(host)
-        magic = {
-            "inventory_hostname": host,
-            "inventory_hostname_short": host.split(".")[0],
-            "group_names": sorted(g for g in inv.hosts[host].groups if g not in ("all", "ungrouped"))
-            if host in inv.hosts else [],
-            "groups": inv.groups_map(),
-            "hostvars": self._hostvars,
-            "ansible_check_mode": self.options.check,
-            "ansible_diff_mode": self.options.diff,
-            "playbook_dir": self.playbook_dir,
-            "ansible_play_hosts": [h for h in self.play_hosts if self.host_state(h).active],
-            "ansible_play_batch": list(self.batch),
-            "play_hosts": list(self.play_hosts),
-            "ansible_facts": state.facts,
-        }  # fmt: skip
+        play = PlayMagic(
+            hostvars=self._hostvars,
+            check=self.options.check,
+            diff=self.options.diff,
+            playbook_dir=self.playbook_dir,
+            play_hosts=self.play_hosts,
+            active_hosts=[h for h in self.play_hosts if self.host_state(h).active],
+            batch=self.batch,
+            facts=state.facts,
+        )
         base = inv.hosts[host].vars if host in inv.hosts else {}
         # the inventory's, the play's, the task's and -e text are templates; what hosts returned (register,
         # set_fact, facts), loop items and the magic vars are data, never rendered again
@@ -125,7 +121,7 @@ class TaskRunner:
             task.vars if task else {},
             templating.inert(extra or {}),
             self.options.extra_vars,
-            templating.inert(magic),
+            magic_vars(inv, host, play=play),
         )
         register_secrets(variables, self.play.no_log)
         return variables

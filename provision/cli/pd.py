@@ -30,6 +30,7 @@ from ..data import defaults, playbook_path
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
 from ..executor import Executor
 from ..inventory import Inventory
+from ..magic import magic_vars
 from ..modules.base import to_bool
 from ..pd import PlanError, build, pd_host_names, validate_pd
 from ..pd.status import all_up, table
@@ -49,14 +50,9 @@ def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, 
     shipped = defaults()  # lowest, as in a task
     out: dict[str, templating.Vars] = {}
     for name in pd_host_names(groups):
-        host = inventory.hosts[name]
-        magic = {
-            "inventory_hostname": name,
-            "inventory_hostname_short": name.split(".")[0],
-            "group_names": sorted(g for g in host.groups if g not in ("all", "ungrouped")),
-            "groups": groups,
-        }
-        out[name] = templating.Vars(shipped, host.vars, extra, templating.inert(magic))
+        out[name] = templating.Vars(
+            shipped, inventory.hosts[name].vars, extra, magic_vars(inventory, name, groups=groups)
+        )
     return out
 
 

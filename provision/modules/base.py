@@ -6,8 +6,10 @@ state first and changes it only when it differs: a module that finds the host al
 (``changed=True`` when it would change). With ``ctx.diff`` it fills ``ModuleResult.diff`` (unified diff text).
 
 Modules never build shell strings: they hand :class:`provision.commands.Command` objects to ``ctx.run``,
-and write files with ``ctx.put`` (atomic). Failures: return ``ModuleResult(failed=True, msg=...)`` or raise
-:class:`provision.errors.ModuleError`; never let a foreign exception out.
+and write files with ``ctx.put`` (atomic). A shipped helper script (``provision/remote/``) is called with
+``ctx.call_helper``: its JSON answer, or :class:`HelperError` with the host's message. Failures: return
+``ModuleResult(failed=True, msg=...)`` or raise :class:`provision.errors.ModuleError`; never let a foreign
+exception out.
 
 Arguments are validated twice: statically before any host is contacted (``validate_static``: unknown names,
 missing required ones, bad choices — for values that are not Jinja2 templates), and again on the rendered
@@ -21,19 +23,90 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .. import remote
 from ..agent import QUICK_SCRIPTS, AgentUnavailable
 from ..commands import Command, check_nul
 from ..connection import CommandResult, Connection
 from ..data import templates_dir
 from ..errors import ModuleError
 
-REMOTE_DIR = Path(__file__).resolve().parent.parent / "remote"
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}
 # run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
 _BOOTSTRAP = (
     "import sys;n=int(sys.stdin.buffer.readline());exec(compile(sys.stdin.buffer.read(n),'<provision>','exec'))"
 )
+
+
+class HelperError(ModuleError):
+    """A shipped helper (``provision/remote/``) gave no answer, could not start, or failed.
+
+    ``msg`` is one line for the user; ``data`` (rc, stdout, stderr) goes into the task's result. ``reason`` is
+    the host's own ``msg`` (or ``error``) from the answer when there is one, else the output's tail;
+    ``answer`` the JSON answer (None when there was none); ``no_python`` says the interpreter could not be run
+    (rc 126/127, no answer)."""
+
+    def __init__(
+        self,
+        host: str,
+        msg: str,
+        *,
+        result: CommandResult,
+        script: str,
+        python: str,
+        reason: str,
+        answer: dict[str, Any] | None = None,
+        no_python: bool = False,
+    ) -> None:
+        super().__init__(host, msg, rc=result.rc, stdout=result.stdout, stderr=result.stderr)
+        self.result, self.script, self.python, self.reason = result, script, python, reason
+        self.answer, self.no_python = answer, no_python
+
+    @property
+    def rc(self) -> int:
+        return self.result.rc
+
+    def as_result(self) -> ModuleResult:
+        """The failure as a module result, for modules that return failures instead of raising."""
+        return ModuleResult(failed=True, msg=self.msg, data=dict(self.data))
+
+
+def helper_answer(
+    result: CommandResult,
+    host: str,
+    script: str,
+    python: str,
+    *,
+    what: str | None = None,
+    hint: str = "",
+    check_rc: bool = True,
+) -> dict[str, Any]:
+    """The JSON answer of a helper run (:meth:`CommandResult.last_json`), or :class:`HelperError`.
+
+    The messages: ``WHAT: cannot run PYTHON (rc=127): HINT TAIL`` (no answer, rc 126/127);
+    ``WHAT failed (rc=N): REASON`` (rc != 0 with ``check_rc``: the host's ``msg``/``error``, else the output's
+    tail); ``WHAT printed no answer (rc=N): HINT TAIL`` (``failed`` instead of ``printed no answer`` when rc != 0
+    with ``check_rc``). ``what`` defaults to the script's name; ``hint`` says what to check when there is no
+    answer."""
+    what = what or script
+    answer = result.last_json()
+    if answer is not None and (result.rc == 0 or not check_rc):
+        return answer
+    no_python = answer is None and result.rc in (126, 127)
+    hinted = f"{hint} " if hint else ""
+    if no_python:
+        reason = result.tail(5)
+        msg = f"{what}: cannot run {python} (rc={result.rc}): {hinted}{reason}"
+    elif answer is not None:
+        reason = str(answer.get("msg") or answer.get("error") or result.tail())
+        msg = f"{what} failed (rc={result.rc}): {reason}"
+    else:
+        reason = result.tail()
+        verb = "failed" if check_rc and result.rc != 0 else "printed no answer"
+        msg = f"{what} {verb} (rc={result.rc}): {hinted}{reason}"
+    raise HelperError(
+        host, msg, result=result, script=script, python=python, reason=reason, answer=answer, no_python=no_python
+    )
 
 
 @dataclass
@@ -111,28 +184,58 @@ class ModuleContext:
         python: str | None = None,
         timeout: float | None = None,
         stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> CommandResult:
         """Run one of the package's remote helper scripts (``provision/remote/<script>``) on the host with
         its Python: the source travels on stdin (``python3 - ARGS``), so nothing is left behind.
 
         ``stdin``: data for the script (read with ``sys.stdin.buffer.read()``): file content, request bodies,
         anything that must not appear on the host's process list. The source then travels length-prefixed
-        in front of it and a one-line bootstrap (``python3 -c``) runs it."""
+        in front of it and a one-line bootstrap (``python3 -c``) runs it. ``env``: the script's own environment
+        (on top of the task's).
+
+        Most modules want :meth:`call_helper` (the answer, or one error); this returns the raw result."""
         for arg in args:
             check_nul("a helper argument", arg)
-        interpreter = python or str(self.variables.get("ansible_python_interpreter") or "python3")
-        if script in QUICK_SCRIPTS and not self.become and not self.environment:
+        interpreter = python or self.python()
+        if script in QUICK_SCRIPTS and not self.become and not self.environment and not env:
             agent_of = getattr(self.conn, "python_agent", None)
             if agent_of is not None:
                 try:
                     return agent_of(interpreter).call(script, [str(a) for a in args], stdin, timeout or self.timeout)
                 except AgentUnavailable:
                     pass  # no agent on this host: a fresh process below says what is wrong
-        source = (REMOTE_DIR / script).read_bytes()
+        source = remote.source(script)
         if stdin is None:
-            return self.run(Command.of(interpreter, "-", *args), stdin=source, timeout=timeout)
-        payload = b"%d\n" % len(source) + source + stdin
-        return self.run(Command.of(interpreter, "-c", _BOOTSTRAP, *args), stdin=payload, timeout=timeout)
+            cmd, data = Command.of(interpreter, "-", *args), source
+        else:
+            cmd, data = Command.of(interpreter, "-c", _BOOTSTRAP, *args), b"%d\n" % len(source) + source + stdin
+        return self.run(cmd.with_env(env) if env else cmd, stdin=data, timeout=timeout)
+
+    def call_helper(
+        self,
+        script: str,
+        *args: object,
+        python: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        what: str | None = None,
+        hint: str = "",
+        check_rc: bool = True,
+    ) -> dict[str, Any]:
+        """Run a shipped helper (:meth:`run_script`) and return its JSON answer (:func:`helper_answer`): THE way a
+        module talks to ``provision/remote/``. Raises :class:`HelperError` (a ``ModuleError``) when the helper
+        does not answer, or, with ``check_rc`` (the default), exits non-zero; ``check_rc=False`` returns any
+        answer whatever the rc (helpers that report failures in their JSON: process_ctl, the NIXL/SGLang probes).
+        """
+        interpreter = python or self.python()
+        result = self.run_script(script, *args, python=interpreter, stdin=stdin, timeout=timeout, env=env)
+        return helper_answer(result, self.host, script, interpreter, what=what, hint=hint, check_rc=check_rc)
+
+    def python(self) -> str:
+        """The host's Python for helper scripts: ``ansible_python_interpreter``, else ``python3``."""
+        return str(self.variables.get("ansible_python_interpreter") or "python3")
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
         check_nul("a file path", path)  # a C path would end at the NUL: a different file

@@ -21,23 +21,14 @@ DIFF_LIMIT = 1 << 20  # old content is fetched for --diff only up to this size
 
 
 # ------------------------------------------------------------------------------------------ remote helper
-def helper(ctx: ModuleContext, action: str, request: dict[str, Any], stdin: bytes | None = None) -> Any:
-    """Run one action of the file-state helper; its JSON answer, or ModuleError with the reason."""
-    result = ctx.run_script(HELPER, action, json.dumps(request), stdin=stdin)
-    lines = result.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if result.rc != 0 or answer is None:
-        reason = answer.get("msg") if isinstance(answer, dict) else result.tail()
-        raise ModuleError(ctx.host, f"{action} failed (rc={result.rc}): {reason}", rc=result.rc)
-    return answer
+def helper(ctx: ModuleContext, action: str, request: dict[str, Any], stdin: bytes | None = None) -> dict[str, Any]:
+    """Run one action of the file-state helper; its JSON answer, or HelperError with the host's reason."""
+    return ctx.call_helper(HELPER, action, json.dumps(request), stdin=stdin, what=action)
 
 
 def remote_stat(ctx: ModuleContext, paths: list[str], **request: Any) -> list[dict[str, Any]]:
     """States of ``paths`` in one command (options: follow, hash, glob, want, content_limit)."""
-    return list(helper(ctx, "stat", {"paths": paths, **request}))
+    return list(helper(ctx, "stat", {"paths": paths, **request})["states"])
 
 
 def remote_apply(ctx: ModuleContext, ops: list[dict[str, Any]]) -> None:

@@ -9,19 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from ..connection import CommandResult
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 
 READ_ONLY_METHODS = ("GET", "HEAD", "OPTIONS")
-
-
-def _answer(res: CommandResult) -> dict[str, Any] | None:
-    lines = res.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
-    return answer if isinstance(answer, dict) else None
 
 
 @register
@@ -63,12 +53,11 @@ class WaitFor(Module):
         request["timeout"] = 0 if probe_once else args["timeout"]
         request["delay"] = 0 if probe_once else args["delay"]
         budget = request["timeout"] + request["delay"] + args["connect_timeout"] + 30
-        res = ctx.run_script("wait_for.py", json.dumps(request), timeout=budget)
-        answer = _answer(res)
+        try:
+            answer = ctx.call_helper("wait_for.py", json.dumps(request), timeout=budget, what="wait_for")
+        except HelperError as exc:
+            return exc.as_result()
         what = self.describe(args)
-        if res.rc != 0 or answer is None:
-            reason = answer.get("msg") if answer else res.tail()
-            return ModuleResult(failed=True, msg=f"wait_for could not run on the host (rc={res.rc}): {reason}")
         data = {
             "state": args["state"],
             "elapsed": answer["elapsed"],
@@ -137,11 +126,12 @@ class Uri(Module):
             "validate_certs": args["validate_certs"],
             "follow_redirects": "none" if args["follow_redirects"] in ("none", "no") else "yes",
         }
-        res = ctx.run_script("http_request.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 30)
-        answer = _answer(res)
-        if res.rc != 0 or answer is None:
-            reason = (answer or {}).get("error") or res.tail()
-            return ModuleResult(failed=True, msg=f"uri could not run on the host (rc={res.rc}): {reason}")
+        try:
+            answer = ctx.call_helper(
+                "http_request.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 30, what="uri"
+            )
+        except HelperError as exc:
+            return exc.as_result()
         return self.report(answer, codes, args["return_content"])
 
     @staticmethod

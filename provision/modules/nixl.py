@@ -25,13 +25,15 @@ import time
 import uuid
 from typing import Any
 
+from .. import remote
 from ..commands import Command
-from ..connection import CommandResult, Connection
+from ..connection import Connection
 from ..errors import HostError, ModuleError
 from ..ucx import check_ucx_env, default_min_gbps, diagnostics, parse_proto_info, split_list, ucx_env
-from .base import REMOTE_DIR, Arg, Module, ModuleContext, ModuleResult, register
+from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, helper_answer, register
 
 LINKS = ("nvlink", "pcie", "cross-host", "loopback")
+SCRIPT = "nixl_transfer.py"
 POLL_SECONDS = 0.2
 
 
@@ -40,17 +42,7 @@ def venv_python(ctx_or_conn: ModuleContext | Connection, venv: str) -> str:
     return expand(venv.rstrip("/")) + "/bin/python"
 
 
-def parse_report(result: CommandResult) -> dict[str, Any] | None:
-    """The helper's one JSON object (the last stdout line that parses as one)."""
-    return result.last_json()
-
-
-def helper_failed(what: str, python: str, result: CommandResult) -> ModuleResult:
-    if result.rc in (126, 127) or "No such file" in result.stderr:
-        msg = f"{what}: cannot run {python} (rc={result.rc}): is the venv there? {result.tail(5)}"
-    else:
-        msg = f"{what} printed no JSON (rc={result.rc}):\n{result.tail()}"
-    return ModuleResult(failed=True, msg=msg, data={"rc": result.rc, "stdout": result.stdout, "stderr": result.stderr})
+VENV_HINT = "is the venv there?"
 
 
 # ------------------------------------------------------------------------------------------------ smoke
@@ -72,10 +64,13 @@ class NixlSmoke(Module):
         probe_args: list[object] = ["--backends", ",".join(backends)]
         if args["require_vram"]:
             probe_args.append("--require-vram")
-        result = ctx.run_script("nixl_probe.py", *probe_args, python=python, timeout=120)
-        report = parse_report(result)
-        if report is None:
-            return helper_failed("the NIXL probe", python, result)
+        try:  # the probe reports a failed smoke test in its answer (rc 1)
+            report = ctx.call_helper(
+                "nixl_probe.py", *probe_args, python=python, timeout=120, what="the NIXL probe", hint=VENV_HINT,
+                check_rc=False,
+            )  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
         data = {
             "nixl_version": report.get("nixl_version"),
             "variant": report.get("variant"),
@@ -228,7 +223,7 @@ class _Run:
         self.idir = ctx.expand(f"~/.provision/nixl-{tag}-i")
         self.size = args["size_mb"] * 1024 * 1024
         self.deadline = time.monotonic() + args["timeout"]
-        self.source = (REMOTE_DIR / "nixl_transfer.py").read_bytes()
+        self.source = remote.source(SCRIPT)
         self.target_pid: int | None = None
         self.finished = False
         self.same_host = False
@@ -246,19 +241,17 @@ class _Run:
         self.ctx.put(meta, f"{self.idir}/meta.json", 0o600)
         self.progress(f"writing {self.args['size_mb']} MiB x {self.args['iters']} into {self.args['target']}")
         python = venv_python(self.ctx, self.args["venv"])
-        cmd = Command.of(
-            python,
-            "-",
-            "initiator",
-            "--meta-in",
-            f"{self.idir}/meta.json",
-            *self.common(self.args["src_gpu"]),
-            *self.reference_args(),
-        ).with_env({**self.env, "UCX_PROTO_INFO": "y"})
-        result = self.ctx.run(cmd, stdin=self.source, timeout=self.args["timeout"] + 30)
-        report = parse_report(result)
-        if report is None:
-            return helper_failed("the NIXL initiator", python, result)
+        result = self.ctx.run_script(
+            SCRIPT, "initiator", "--meta-in", f"{self.idir}/meta.json", *self.common(self.args["src_gpu"]),
+            *self.reference_args(), python=python, env={**self.env, "UCX_PROTO_INFO": "y"},
+            timeout=self.args["timeout"] + 30,
+        )  # fmt: skip
+        try:  # the raw result too: its stderr holds UCX_PROTO_INFO's lines
+            report = helper_answer(
+                result, self.ctx.host, SCRIPT, python, what="the NIXL initiator", hint=VENV_HINT, check_rc=False
+            )
+        except HelperError as exc:
+            return exc.as_result()
         target = self.wait_target_result()
         data: dict[str, Any] = {
             "gbps_best": report.get("gbps_best"),
@@ -307,17 +300,19 @@ class _Run:
         peer, t = self.peer, self.tdir
         self.progress(f"starting the NIXL target on {self.args['target']}")
         _check(peer, Command.of("mkdir", "-p", "-m", "700", t))
-        peer.put(self.source, f"{t}/nixl_transfer.py", 0o700)
+        peer.put(self.source, f"{t}/{SCRIPT}", 0o700)
         python = venv_python(peer, self.args["venv"])
         cmd = Command.of(
-            python, f"{t}/nixl_transfer.py", "target", "--meta-out", f"{t}/meta.json",
+            python, f"{t}/{SCRIPT}", "target", "--meta-out", f"{t}/meta.json",
             "--result-out", f"{t}/result.json", *self.common(self.args["dst_gpu"]),
             "--detach", "--log", f"{t}/target.log",
         ).with_env(self.env)  # fmt: skip
         launched = peer.run(cmd, timeout=60)
-        report = parse_report(launched)
-        if launched.rc != 0 or report is None:
-            return None, helper_failed(f"starting the NIXL target on {self.args['target']}", python, launched)
+        try:
+            what = f"starting the NIXL target on {self.args['target']}"
+            report = helper_answer(launched, self.args["target"], SCRIPT, python, what=what, hint=VENV_HINT)
+        except HelperError as exc:
+            return None, exc.as_result()
         self.target_pid = int(report["pid"])
         while time.monotonic() < self.deadline:
             meta = peer.get(f"{t}/meta.json")

@@ -22,7 +22,7 @@ from ..commands import Command
 from ..pd import HostPlan, PlanError, build, hosts_from_task_vars, validate_pd
 from ..pd.addr import url_host
 from ..pd.spec import Proc, health_url
-from .base import Arg, Module, ModuleContext, ModuleResult, register
+from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 from .process import format_tail, helper
 
 
@@ -175,13 +175,11 @@ class PdVerify(Module):
             "interval": args["interval"],
             "stream": args["stream"],
         }
-        python = str(ctx.variables.get("ansible_python_interpreter") or "python3")
-        result = ctx.run_script("pd_verify.py", python=python, stdin=json.dumps(request).encode(),
-                                timeout=args["timeout"] + 90)  # fmt: skip
-        try:
-            report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return ModuleResult(failed=True, msg=f"pd_verify printed no report (rc={result.rc}): {result.tail()}")
+        try:  # a failed generation is reported in the answer
+            report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 90,
+                                     what="pd_verify", check_rc=False)  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
         data = {k: report.get(k) for k in ("text", "output_ids", "completion_tokens", "latency", "ttft",
                                            "stream_latency", "attempts", "waited", "status", "url")}  # fmt: skip
         if not report.get("ok"):

@@ -17,7 +17,7 @@ from ..commands import Command
 from ..connection import CommandResult
 from ..errors import ModuleError
 from ..remote.pip_state import canonical, evaluate
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, helper_answer, register
 
 VENV_MISSING_RC = (126, 127)  # the virtualenv's interpreter is not there (or not executable)
 
@@ -81,9 +81,7 @@ class Pip(Module):
         res = ctx.run_script("pip_state.py", json.dumps(request), python=python)
         if res.rc in VENV_MISSING_RC and args["virtualenv"]:
             return None
-        self._check(ctx, res, "reading installed packages")
-        state: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
-        return state
+        return helper_answer(res, ctx.host, "pip_state.py", python or ctx.python(), what="reading installed packages")
 
     @staticmethod
     def _check(ctx: ModuleContext, res: CommandResult, what: str) -> None:

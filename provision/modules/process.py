@@ -24,8 +24,7 @@ import json
 import re
 from typing import Any
 
-from ..connection import CommandResult
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "process_ctl.py"
 DEFAULT_PIDFILE_DIR = "~/.provision/run"
@@ -33,17 +32,13 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
 
 
 def helper(ctx: ModuleContext, action: str, request: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
-    """Run one action of process_ctl.py on the host; its JSON answer (``ok: false`` + ``msg`` on trouble)."""
-    python = str(ctx.variables.get("ansible_python_interpreter") or "python3")
-    result = ctx.run_script(HELPER, action, python=python, stdin=json.dumps(request).encode(), timeout=timeout)
-    return parse_answer(result)
-
-
-def parse_answer(result: CommandResult) -> dict[str, Any]:
-    answer = result.last_json()
-    if answer is not None:
-        return answer
-    return {"ok": False, "msg": f"process_ctl printed no answer (rc={result.rc}): {result.tail()}"}
+    """Run one action of process_ctl.py on the host; its JSON answer (``ok: false`` + ``msg`` on trouble, also
+    when it could not run or printed no answer)."""
+    stdin = json.dumps(request).encode()
+    try:
+        return ctx.call_helper(HELPER, action, stdin=stdin, timeout=timeout, what="process_ctl", check_rc=False)
+    except HelperError as exc:
+        return {"ok": False, "msg": exc.msg}
 
 
 def format_tail(lines: list[str], limit: int = 30) -> str:

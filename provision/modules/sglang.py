@@ -14,14 +14,9 @@ import posixpath
 from typing import Any
 
 from ..commands import Command
-from ..connection import CommandResult
 from ..cpu_compat import SGLANG_VERSION, shipped_files
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 from .files import remote_stat, write_file
-
-
-def _report(result: CommandResult) -> dict[str, Any] | None:
-    return result.last_json()
 
 
 def _python(ctx: ModuleContext, args: dict[str, Any]) -> str:
@@ -33,12 +28,7 @@ def _python(ctx: ModuleContext, args: dict[str, Any]) -> str:
     return ctx.expand(str(venv).rstrip("/")) + "/bin/python"
 
 
-def _no_python(python: str, result: CommandResult, what: str) -> ModuleResult:
-    return ModuleResult(
-        failed=True,
-        msg=f"{what}: {python} gave no report (rc={result.rc}); is SGLang installed there?\n{result.tail(15)}",
-        data={"rc": result.rc, "stderr": result.stderr[-4000:]},
-    )
+SGLANG_HINT = "is SGLang installed there?"
 
 
 @register
@@ -72,12 +62,13 @@ class SglangArgs(Module):
             "stamp_dir": ctx.expand(args["stamp_dir"]) if args["cache"] else None,
             "hf_token_file": ctx.expand(args["hf_token_file"]) if args["hf_token_file"] else None,
         }
-        result = ctx.run_script(
-            "sglang_args_check.py", python=python, stdin=json.dumps(request).encode(), timeout=args["timeout"]
-        )
-        report = _report(result)
-        if report is None:
-            return _no_python(python, result, "sglang_args")
+        try:  # the check reports a rejected command line in its answer
+            report = ctx.call_helper(
+                "sglang_args_check.py", python=python, stdin=json.dumps(request).encode(), timeout=args["timeout"],
+                what="sglang_args", hint=SGLANG_HINT, check_rc=False,
+            )  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
         if report.get("error"):
             return ModuleResult(failed=True, msg=f"sglang_args: {report['error']}", data=report)
         version = report.get("sglang_version")
@@ -110,10 +101,13 @@ class SglangTinyModel(Module):
         python = _python(ctx, args)
         if ctx.progress:
             ctx.progress(f"tiny model at {path} (made once, ~5-15 s)")
-        result = ctx.run_script("make_tiny_model.py", path, python=python, timeout=900)
-        report = _report(result)
-        if report is None:
-            return _no_python(python, result, "sglang_tiny_model")
+        try:
+            report = ctx.call_helper(
+                "make_tiny_model.py", path, python=python, timeout=900, what="sglang_tiny_model", hint=SGLANG_HINT,
+                check_rc=False,
+            )  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
         if report.get("error"):
             return ModuleResult(failed=True, msg=f"making the tiny model failed: {report['error']}", data=report)
         if report.get("changed"):

@@ -21,7 +21,8 @@ from typing import Any
 
 from ..commands import Command
 from ..connection import CommandResult
-from .base import REMOTE_DIR, Arg, Module, ModuleContext, ModuleResult, register
+from ..remote import source as remote_source
+from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 
 STATE, FS, PROBE = "stack_state.py", "stack_fs.py", "stack_python.sh"
 PROGRESS_EVERY = 2.0  # seconds between two progress lines of a long install
@@ -74,21 +75,16 @@ def explain(output: str, source: str) -> str:
 # ------------------------------------------------------------------------------------------ remote calls
 def remote(ctx: ModuleContext, python: str, script: str, *args: object, timeout: float = 600) -> dict[str, Any]:
     """Run a stack helper with the host's base Python; its JSON answer, or StackError with the reason."""
-    result = ctx.run_script(script, *args, python=python, timeout=timeout)
-    lines = result.stdout.strip().splitlines()
     try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if result.rc in (126, 127) and answer is None:
-        raise StackError(
-            f"no usable Python {python!r} on the host ({result.tail(1)}): run playbooks/bootstrap.yml, "
-            "or set python=/path/to/python3.X (3.10 or newer)"
-        )
-    if result.rc != 0 or not isinstance(answer, dict):
-        reason = answer.get("msg") if isinstance(answer, dict) else result.tail(3)
-        raise StackError(f"{script} failed on the host (rc={result.rc}): {reason}")
-    return answer
+        return ctx.call_helper(script, *args, python=python, timeout=timeout)
+    except HelperError as exc:
+        if exc.no_python:
+            raise StackError(
+                f"no usable Python {python!r} on the host ({exc.result.tail(1)}): run playbooks/bootstrap.yml, "
+                "or set python=/path/to/python3.X (3.10 or newer)"
+            ) from None
+        reason = exc.reason if exc.answer is not None else exc.result.tail(3)
+        raise StackError(f"{script} failed on the host (rc={exc.rc}): {reason}") from None
 
 
 def host_state(ctx: ModuleContext, python: str, **request: Any) -> dict[str, Any]:
@@ -202,7 +198,7 @@ class PythonCheck(Module):
 
     @staticmethod
     def _probe(ctx: ModuleContext, python: str) -> Probe:
-        script = (REMOTE_DIR / PROBE).read_bytes()
+        script = remote_source(PROBE)
         names = list(dict.fromkeys([python, *CANDIDATES]))
         return Probe.parse(ctx.run(Command.of("sh", "-s", "--", *names), stdin=script, check_rc=True).stdout)
 

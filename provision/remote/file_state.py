@@ -3,11 +3,12 @@
 Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3 - ACTION JSON``:
 
 * ``stat {"paths": [...], "follow": bool, "hash": bool, "glob": bool, "want": sha256,
-  "content_limit": n}`` prints a JSON list, one state per path: ``exists``, ``type`` (file, directory, link,
-  other; of the path itself), ``ftype`` (the type after following a link), ``mode``, ``owner``, ``group``,
-  ``size``, ``mtime``, ``atime``, ``target`` (links), ``parent`` (is the parent a directory), ``sha256``
-  (regular files, when ``hash``) and ``content`` (base64, when the hash differs from the ``want`` sha256 and
-  the file is at most ``content_limit`` bytes: for ``--diff``). With ``glob``, only ``exists`` (any match).
+  "content_limit": n}`` prints ``{"ok": true, "states": [...]}``, one state per path: ``exists``, ``type``
+  (file, directory, link, other; of the path itself), ``ftype`` (the type after following a link), ``mode``,
+  ``owner``, ``group``, ``size``, ``mtime``, ``atime``, ``target`` (links), ``parent`` (is the parent a
+  directory), ``sha256`` (regular files, when ``hash``) and ``content`` (base64, when the hash differs from the
+  ``want`` sha256 and the file is at most ``content_limit`` bytes: for ``--diff``). With ``glob``, only
+  ``exists`` (any match).
 * ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs) and prints
   ``{"ok": true}``; on error it prints ``{"ok": false, "msg": ...}`` and exits 1.
 * ``write {"path": ..., "mode": ...}`` writes stdin to the path atomically (temp file beside it, rename).
@@ -160,7 +161,7 @@ def main(argv):
     result: object
     try:
         if action == "stat":
-            result = [stat_one(p, req) for p in req["paths"]]
+            result = {"ok": True, "states": [stat_one(p, req) for p in req["paths"]]}
         elif action == "apply":
             for op in req["ops"]:
                 apply_op(op)

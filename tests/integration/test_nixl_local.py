@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nixl_env import nixl_python
 
+from provision import remote
 from provision.connection import LocalConnection
 from provision.modules.base import ModuleContext, ModuleResult
 from provision.modules.nixl import NixlSmoke, NixlTransfer
 from provision.ucx import parse_proto_info
 
-REMOTE = Path(__file__).resolve().parents[2] / "provision" / "remote"
 MiB = 1024 * 1024
 
 
@@ -57,7 +57,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def probe(python: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     proc = subprocess.run(
-        [python, str(REMOTE / "nixl_probe.py"), *args],
+        [python, str(remote.path("nixl_probe.py")), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -87,7 +87,7 @@ def test_probe_lists_ucx(python: str) -> None:
 
 
 def test_probe_bad_usage_exits_1(python: str) -> None:
-    proc = subprocess.run([python, str(REMOTE / "nixl_probe.py"), "--nope"], capture_output=True, text=True)
+    proc = subprocess.run([python, str(remote.path("nixl_probe.py")), "--nope"], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stdout == "" and "usage" in proc.stderr
 
 
@@ -127,7 +127,7 @@ def test_probe_require_vram_without_a_gpu(python: str) -> None:
 # --------------------------------------------------------------------------------------- raw transfer
 def test_two_process_dram_transfer(python: str, tmp_path: Path) -> None:
     meta, result, log = tmp_path / "meta.json", tmp_path / "result.json", tmp_path / "target.log"
-    size, script = 16 * MiB, str(REMOTE / "nixl_transfer.py")
+    size, script = 16 * MiB, str(remote.path("nixl_transfer.py"))
     common = ["--size", str(size), "--iters", "3", "--timeout", "60"]
     files = ["--meta-out", str(meta), "--result-out", str(result), "--log", str(log)]
     launched = subprocess.run(

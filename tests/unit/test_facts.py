@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from provision import remote
 from provision.facts import (
     GATHER_SCRIPT,
-    REMOTE_DIR,
     GpuLink,
     HostFacts,
     PythonInfo,
@@ -38,7 +38,7 @@ from provision.facts import (
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 H200 = FIXTURES / "h200x2"
 NOGPU = FIXTURES / "nogpu" / "gather.txt"
-SCRIPT = REMOTE_DIR / GATHER_SCRIPT
+SCRIPT = remote.path(GATHER_SCRIPT)
 
 
 def fixture(name: str) -> str:

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-HELPER = Path(__file__).resolve().parents[2] / "provision" / "remote" / "process_ctl.py"
+from provision import remote
+
+HELPER = remote.path("process_ctl.py")
 
 
 def ctl(action: str, **request: Any) -> dict[str, Any]:

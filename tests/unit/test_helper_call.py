@@ -1,0 +1,94 @@
+"""The one helper-call contract (``ModuleContext.call_helper`` / ``helper_answer``): the answer, or ONE error type
+with the host's message, through LocalConnection with the shipped scripts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from provision.agent import AgentUnavailable
+from provision.connection import CommandResult, LocalConnection, _PipeStream
+from provision.errors import ModuleError
+from provision.modules.base import HelperError, ModuleContext, helper_answer
+
+
+@pytest.fixture
+def ctx() -> Iterator[Callable[[], ModuleContext]]:
+    """A context on a LocalConnection, closed afterwards (file_state.py runs in the connection's agent)."""
+    conn = LocalConnection("h")
+    yield lambda: ModuleContext(host="h", conn=conn, variables={"ansible_python_interpreter": sys.executable})
+    conn.close()
+
+
+def test_the_answer(tmp_path: Path, ctx: Callable[[], ModuleContext]) -> None:
+    answer = ctx().call_helper("file_state.py", "stat", json.dumps({"paths": [str(tmp_path)]}))
+    assert answer["ok"] and answer["states"][0]["type"] == "directory"
+
+
+def test_a_failure_carries_the_hosts_message_and_the_output(tmp_path: Path, ctx: Callable[[], ModuleContext]) -> None:
+    request = json.dumps({"ops": [{"op": "nope", "path": str(tmp_path)}]})
+    with pytest.raises(HelperError) as info:
+        ctx().call_helper("file_state.py", "apply", request, what="apply")
+    err = info.value
+    assert isinstance(err, ModuleError) and err.host == "h" and err.rc == 1
+    assert err.answer is not None and err.answer["ok"] is False and err.reason == err.answer["msg"]
+    assert err.msg == f"apply failed (rc=1): {err.answer['msg']}"
+    assert err.data["rc"] == 1 and "nope" in str(err.data["stdout"]) and "stderr" in err.data
+    failed = err.as_result()
+    assert failed.failed and failed.msg == err.msg and failed.data["rc"] == 1
+
+
+def test_check_rc_false_returns_an_answer_whatever_the_rc(tmp_path: Path, ctx: Callable[[], ModuleContext]) -> None:
+    request = json.dumps({"ops": [{"op": "nope", "path": str(tmp_path)}]})
+    answer = ctx().call_helper("file_state.py", "apply", request, check_rc=False)
+    assert answer["ok"] is False and "nope" in answer["msg"]
+
+
+def test_a_missing_interpreter_is_one_clear_line(ctx: Callable[[], ModuleContext]) -> None:
+    with pytest.raises(HelperError) as info:
+        ctx().call_helper("wait_for.py", "{}", python="/nonexistent/python3", what="wait_for", hint="check it")
+    err = info.value
+    assert err.no_python and err.rc in (126, 127) and err.answer is None
+    assert err.msg.startswith(f"wait_for: cannot run /nonexistent/python3 (rc={err.rc}): check it")
+    with pytest.raises(HelperError, match="cannot run"):  # also when any answer would do
+        ctx().call_helper("wait_for.py", "{}", python="/nonexistent/python3", check_rc=False)
+
+
+def test_no_answer() -> None:
+    quiet = CommandResult(0, "not json\n", "boom\n", "cmd")
+    with pytest.raises(HelperError, match=r"^h: x.py printed no answer \(rc=0\): hint boom$") as info:
+        helper_answer(quiet, "h", "x.py", "python3", hint="hint")
+    assert not info.value.no_python and info.value.reason == "boom"
+    with pytest.raises(HelperError, match=r"^h: x.py failed \(rc=2\): boom$"):
+        helper_answer(CommandResult(2, "", "boom\n", "cmd"), "h", "x.py", "python3")
+    with pytest.raises(HelperError, match=r"^h: x.py printed no answer \(rc=2\): boom$"):
+        helper_answer(CommandResult(2, "", "boom\n", "cmd"), "h", "x.py", "python3", check_rc=False)
+    # the last JSON object line is the answer: lines after it that are not JSON do not hide it
+    assert helper_answer(CommandResult(0, 'log\n{"ok": true}\ntrailing\n', "", "cmd"), "h", "x.py", "p") == {"ok": True}
+
+
+def test_an_agent_that_dies_at_once_is_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No such interpreter: the agent's process exits before its source is sent; it is reaped at once (before,
+    its Popen was left to a finalizer: a ResourceWarning in whatever test ran next)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    real_init = _PipeStream.__init__
+
+    def init(self: _PipeStream, proc: subprocess.Popen[bytes]) -> None:
+        procs.append(proc)
+        real_init(self, proc)
+
+    def broken(self: _PipeStream, data: bytes) -> None:
+        raise BrokenPipeError("the agent is gone")
+
+    monkeypatch.setattr(_PipeStream, "__init__", init)
+    monkeypatch.setattr(_PipeStream, "send", broken)
+    conn = LocalConnection("h")
+    with pytest.raises(AgentUnavailable):
+        conn.python_agent(sys.executable)
+    assert len(procs) == 1 and procs[0].returncode is not None
+    conn.close()
