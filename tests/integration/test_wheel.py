@@ -14,6 +14,9 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +32,9 @@ def test_the_checkout_links_are_the_package_data() -> None:
         assert link.resolve() == (REPO / "provision" / "data" / name).resolve()
 
 
-def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
+def install_wheel(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """Build the wheel from a clean copy of the checkout and install it non-editable into a fresh venv:
+    (wheel, venv, its python, its provision)."""
     # built from a clean copy: setuptools reuses build/ and never removes a stale module from it
     src = tmp_path / "src"
     junk = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -40,11 +45,6 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)], src)
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = wheels.glob("provision-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-    assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
-    assert {"provision/data/defaults.yml", "provision/data/inventories/two-host.yml"} <= names
-    assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
 
     venv = tmp_path / "venv"  # the dependencies (fabric, jinja2, click) come from this interpreter's site-packages
     made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], tmp_path)
@@ -53,6 +53,16 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--force-reinstall"]
     installed = _run([*pip, str(wheel)], tmp_path)
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    return wheel, venv, python, provision
+
+
+def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
+    wheel, venv, python, provision = install_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
+    assert {"provision/data/defaults.yml", "provision/data/inventories/two-host.yml"} <= names
+    assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
 
     # nothing of the checkout: no PYTHONPATH, no PROVISION_PLAYBOOKS, run from elsewhere
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROVISION_PLAYBOOKS")}
@@ -100,3 +110,39 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
         [str(provision), "run", "site.yml", "--list-tasks", "-i", str(starter / "inventory.yml")], empty, env
     )
     assert starter_run.returncode == 0, starter_run.stdout + starter_run.stderr
+
+
+def test_the_wheel_runs_smoke_and_pd_status_on_lab_hosts_from_an_empty_directory(
+    lab: Any, sglang_stack: Any, tmp_path: Path
+) -> None:
+    """Issue 10's new user, from the wheel: an inventory of their own with two roles (no router group, no
+    group_vars/), an empty working directory, the shipped playbooks by name, real sshd hosts. The NIXL gate
+    runs on the session's stack venv (lab host 0, named twice: one inventory host per server)."""
+    _, _, _, provision = install_wheel(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROVISION_PLAYBOOKS")}
+    env["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    empty, fleet = tmp_path / "empty", tmp_path / "fleet"
+    empty.mkdir()
+    fleet.mkdir()
+    name = sglang_stack.name
+    one = {"venv_path": sglang_stack.venv, "sglang_device": "cpu"}
+    inv = lab.write_inventory(fleet / "gpu.yml", names=[name], extra_host_vars={name: one}, groups={"prefill": [name]})
+    doc = yaml.safe_load(inv.read_text())
+    prefill_vars = doc["all"]["children"]["prefill"]["hosts"][name]
+    doc["all"]["children"]["decode"] = {"hosts": {f"{name}-decode": dict(prefill_vars)}}
+    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    for attempt in (1, 2):  # twice: the second run changes nothing
+        smoke = _run([str(provision), "run", "smoke.yml", "-i", str(inv), "--json"], empty, env)
+        assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+        assert "playbook: the shipped smoke.yml" in smoke.stderr
+        stats = json.loads(smoke.stdout)["stats"]
+        assert set(stats) == {name, f"{name}-decode"} and all(s["failed"] == 0 for s in stats.values()), stats
+        if attempt == 2:
+            assert all(s["changed"] == 0 for s in stats.values()), stats
+    status = _run([str(provision), "pd", "status", "-i", str(inv), "--json"], empty, env)
+    assert status.returncode == 2, status.stdout + status.stderr  # reachable, nothing started
+    procs = json.loads(status.stdout)["procs"]
+    assert sorted(p["role"] for p in procs) == ["decode", "prefill", "router"]  # the router: the first prefill host
+    assert not any(p.get("unreachable") for p in procs), procs
+    assert sorted(os.listdir(empty)) == []
