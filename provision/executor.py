@@ -33,7 +33,6 @@ from functools import partial
 from pathlib import Path
 
 from .commands import MASKER, Command
-from .connection import Connection, LocalConnection, open_connection
 from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
@@ -42,6 +41,7 @@ from .report import Reporter
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
 from .taskrun import TaskOutcome, TaskRunner
+from .transport import Connection, LocalConnection, open_connection
 
 __all__ = [  # RunOptions, HostState and the secret registration live in .state and .masking; named here too
     "Executor",

@@ -14,13 +14,21 @@ not an error.
 from __future__ import annotations
 
 import csv
+import posixpath
 import re
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import remote
 from .commands import Command
+from .errors import HostError
+
+if TYPE_CHECKING:
+    from .inventory import Inventory
+    from .state import RunOptions
+    from .transport import Connection
 
 GATHER_SCRIPT = "gather_facts.sh"
 
@@ -414,3 +422,35 @@ def parse_nics(text: str, addresses: dict[str, list[str]] | None = None) -> list
             )
         )
     return nics
+
+
+# ------------------------------------------------------------------------------------------------ gathering
+def gather(conn: Connection, venv_path: str, timeout: float = 60.0) -> dict[str, Any]:
+    """One round trip: run the gather script on the host and parse it into a JSON-able dict."""
+    parent = posixpath.dirname(venv_path.rstrip("/")) or venv_path
+    command, script = facts_command(parent)
+    result = conn.run(command, timeout=timeout, stdin=script)
+    if result.rc != 0:
+        raise HostError(conn.name, f"fact gathering failed (rc={result.rc}): {result.tail()}")
+    try:
+        return parse_facts(result.stdout).to_dict()
+    except ValueError as exc:  # what a host returns is not trusted: bad output fails that host, nothing more
+        raise HostError(conn.name, f"fact gathering: {exc}") from None
+
+
+def gather_hosts(inventory: Inventory, options: RunOptions) -> dict[str, dict[str, Any] | HostError]:
+    """Gather the facts of every host selected by ``options.limit`` in parallel (``provision facts``): name →
+    facts, or the :class:`HostError` (an :class:`~provision.errors.UnreachableError` when unreachable)."""
+    from .transport import open_connection
+
+    def one(host: Any) -> tuple[str, dict[str, Any] | HostError]:
+        conn = open_connection(host.name, host.vars, options.connect)
+        try:
+            return host.name, gather(conn, str(host.vars.get("venv_path", options.defaults.get("venv_path", "~"))))
+        except HostError as exc:
+            return host.name, exc
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(max_workers=options.forks) as pool:
+        return dict(pool.map(one, inventory.select(options.limit or "all")))

@@ -615,7 +615,7 @@ def _check_port(host: Host, extra_vars: Mapping[str, Any]) -> None:
     raise InventoryError(f"host {host.name}: ansible_port {port!r}{origin} is not a port number (1-65535)")
 
 
-CONNECTIONS = ("ssh", "paramiko", "smart", "local")  # what provision.connection.open_connection accepts
+CONNECTIONS = ("ssh", "paramiko", "smart", "local")  # what provision.transport.open_connection accepts
 _SCALAR_CONNECTION_VARS = ("ansible_host", "ansible_user", "ansible_ssh_private_key_file", "ansible_python_interpreter")
 
 

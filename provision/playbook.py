@@ -17,8 +17,9 @@ from typing import Any
 import yaml
 
 from . import templating
+from .catalog import load_all, lookup
 from .errors import PlaybookError, TemplateError
-from .modules import ArgError, load_all, lookup
+from .modules import ArgError
 from .modules.base import Module
 
 PLAY_KEYS = {

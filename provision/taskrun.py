@@ -19,7 +19,6 @@ from typing import Any
 
 from . import templating
 from .commands import MASKER, CommandError
-from .connection import Connection
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
 from .inventory import Inventory
 from .magic import PlayMagic, magic_vars
@@ -28,6 +27,7 @@ from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
 from .results import Status, TaskResult
 from .state import HostState, RunOptions
+from .transport import Connection
 
 NO_LOG_MSG = "the output has been hidden due to no_log: true"
 NO_LOG_ITEM = "None"  # the loop item label of a no_log task, as Ansible shows it
@@ -128,7 +128,7 @@ class TaskRunner:
 
     # ------------------------------------------------------------------ facts
     def gather_facts(self, host: str) -> TaskOutcome:
-        from .facts_cmd import gather  # imported when a play gathers facts
+        from .facts import gather  # imported when a play gathers facts
 
         if self.host_state(host).facts:
             return TaskOutcome(TaskResult(host, "Gathering Facts", Status.OK))

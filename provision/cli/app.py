@@ -30,12 +30,16 @@ from ..data import DEFAULT_SOURCE, LAYOUTS, defaults, find_playbook, playbooks_d
 from ..errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_OK,
     EXIT_TERMINATED,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
+    HostError,
     InputError,
     Interrupted,
     ProvisionError,
     SigTerm,
+    UnreachableError,
     UsageError,
 )
 from ..executor import Executor, playbook_dir_of, task_selected
@@ -140,7 +144,7 @@ def _listing(
 @click.option("-b", "--become", is_flag=True)
 def task(module: str, module_args: str, check: bool, diff: bool, become: bool, **kw: Any) -> int:
     """Run one MODULE ad hoc on the hosts of --limit (like ansible -m)."""
-    from ..modules import load_all, lookup
+    from ..catalog import load_all, lookup
 
     extra = parse_extra_vars(kw["extra_vars"])
     inventory = load_inventory(kw["inventories"], extra)
@@ -246,14 +250,39 @@ def init(directory: str, layout: str, force: bool) -> int:
 @common_options
 def facts(**kw: Any) -> int:
     """Gather and print host facts (OS, Python, disk, GPUs, driver/CUDA, topology, RDMA, NICs)."""
-    from ..facts_cmd import run_facts
+    from ..facts import gather_hosts
 
     extra = parse_extra_vars(kw["extra_vars"])
     inventory = load_inventory(kw["inventories"], extra)
     options = run_options(kw, extra)
     if options.limit:
         inventory.select(options.limit)
-    return run_facts(inventory, options, json_mode=kw["json_mode"])
+    code = EXIT_OK
+    doc: dict[str, Any] = {}
+    for name, value in gather_hosts(inventory, options).items():
+        if isinstance(value, HostError):
+            unreachable = isinstance(value, UnreachableError)
+            code = max(code, EXIT_UNREACHABLE if unreachable else EXIT_FAILED)
+            _error_line(f"{name}: {'UNREACHABLE' if unreachable else 'FAILED'} => {value.msg}")
+            doc[name] = {"failed": True, "msg": str(value)}
+        else:
+            doc[name] = value
+            if not kw["json_mode"]:
+                click.echo(_facts_summary(name, value))
+    if kw["json_mode"] or options.verbosity:
+        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+    return code
+
+
+def _facts_summary(name: str, facts: dict[str, Any]) -> str:
+    os_info = facts.get("os") or {}
+    gpus = facts.get("gpus") or []
+    py = ", ".join(f"{p['version']}" for p in facts.get("pythons") or [])
+    disk = facts.get("disk") or {}
+    free = f"{disk.get('free_bytes', 0) / 2**30:.0f} GiB free" if disk else "disk ?"
+    gpu_text = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no GPU"
+    cuda = f", driver {facts.get('driver_version')} (CUDA {facts.get('cuda_version')})" if gpus else ""
+    return f"{name}: {os_info.get('pretty_name', '?')}; python {py or 'none'}; {free}; {gpu_text}{cuda}"
 
 
 # ---------------------------------------------------------------------------------------------------- main

@@ -23,7 +23,6 @@ import click
 import yaml
 
 from ..commands import MASKER
-from ..connection import ConnectOptions
 from ..data import defaults
 from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, InputError, UsageError
 from ..executor import Executor, InternalError, playbook_dir_of
@@ -34,6 +33,7 @@ from ..playbook import Play
 from ..report import Reporter, write_retry_file
 from ..results import RunSummary
 from ..state import RunOptions
+from ..transport import ConnectOptions
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
 STATE: dict[str, int] = {"verbosity": 0}  # this invocation's -v count (and the signal that stopped it)

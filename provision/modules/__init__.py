@@ -1,15 +1,13 @@
-"""Modules: what a task does on a host. Importing this package registers every module."""
+"""The generic, Ansible-compatible task modules (``command``, ``shell``, ``file``, ``copy``, ``template``,
+``wait_for``, ``uri``, ``pip``, ``debug``, ``set_fact``, ``fail``, ``assert``) and the module contract
+(:mod:`.base`: ``Module``, ``ModuleContext`` with the helper-call contract, ``ModuleResult``, ``register``).
+
+May import: :mod:`provision.transport`, :mod:`provision.commands`, :mod:`provision.errors`,
+:mod:`provision.remote`, :mod:`provision.data`, :mod:`provision.templating`. The GPU domain's modules
+(``stack/``, ``nixl/``, ``sglang/``, ``pd/``) build on :mod:`.base`; nothing here imports them.
+:mod:`provision.catalog` lists every module file.
+"""
 
 from .base import REGISTRY, Arg, ArgError, Module, ModuleContext, ModuleResult, lookup, register
 
 __all__ = ["REGISTRY", "Arg", "ArgError", "Module", "ModuleContext", "ModuleResult", "lookup", "register"]
-
-
-def load_all() -> None:
-    """Import every module file so that each registers itself."""
-    import importlib
-    import pkgutil
-
-    for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__name__}.{info.name}")

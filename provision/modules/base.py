@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import remote
-from ..agent import QUICK_SCRIPTS, AgentUnavailable
 from ..commands import Command, check_nul
-from ..connection import CommandResult, Connection
 from ..data import templates_dir
 from ..errors import ModuleError
+from ..transport import CommandResult, Connection
+from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
 
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}

@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from ..commands import Command
-from ..connection import CommandResult
+from ..transport import CommandResult
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .files import remote_stat
 

@@ -14,9 +14,9 @@ import shlex
 from typing import Any
 
 from ..commands import Command
-from ..connection import CommandResult
 from ..errors import ModuleError
 from ..remote.pip_state import canonical, evaluate
+from ..transport import CommandResult
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, helper_answer, register
 
 VENV_MISSING_RC = (126, 127)  # the virtualenv's interpreter is not there (or not executable)

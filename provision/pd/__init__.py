@@ -1,6 +1,15 @@
-"""The prefill/decode (PD) deployment: the plan (:mod:`.spec`), its checks (:mod:`.validate`) and the status
-table (:mod:`.status`). The modules (``provision/modules/pd.py``), the playbooks (``playbooks/pd-*.yml``) and
-the ``provision pd`` command (:mod:`provision.cli.pd`) all read the same plan."""
+"""The prefill/decode (PD) deployment.
+
+The plan from inventory vars (:mod:`.spec`, with :mod:`.flags` and :mod:`.addr`), its checks before anything
+starts (:mod:`.validate`), the status table (:mod:`.status`), supervised processes (:mod:`.process`: the
+``process`` module over ``provision/remote/process_ctl.py``) and the PD task modules (:mod:`.modules`:
+``pd_config``, ``pd_validate``, ``pd_wait``, ``pd_verify``, ``pd_status``, ``pd_logs``). The modules, the
+playbooks (``pd-*.yml``) and the ``provision pd`` command (:mod:`provision.cli.pd`) all read the same plan.
+
+May import: :mod:`provision.modules.base`, :mod:`provision.templating`, :mod:`provision.commands`,
+:mod:`provision.nixl.ucx` and :mod:`provision.sglang.cpu_compat` (launch env and flags). Never the executor,
+the task runner, the playbook loader or the CLI.
+"""
 
 from __future__ import annotations
 

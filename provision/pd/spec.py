@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cpu_compat import CPU_DECODE_FLAGS, cpu_env, cpu_server_flags
-from ..ucx import ucx_env
+from ..nixl.ucx import ucx_env
+from ..sglang.cpu_compat import CPU_DECODE_FLAGS, cpu_env, cpu_server_flags
 from .addr import address_of, is_ip, machine_of, url_host
 from .flags import PlanError, effective, flag_lines, words
 

@@ -2,7 +2,7 @@
 
 The files here (``*.py``, ``*.sh``) run ON the hosts, with whatever Python or sh is there (stdlib only, old
 Pythons too); they never import provision. They travel on stdin (``ModuleContext.run_script``,
-``ModuleContext.call_helper``), through the persistent agent (:mod:`provision.agent`), or are copied when they
+``ModuleContext.call_helper``), through the persistent agent (:mod:`provision.transport.agent`), or are copied when they
 must outlive the command (the NIXL transfer's target). Each answers with ONE JSON object on its last stdout
 line (``CommandResult.last_json``), except ``gather_facts.sh`` (sections, parsed by :mod:`provision.facts`).
 

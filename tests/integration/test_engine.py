@@ -323,7 +323,7 @@ def test_adhoc_task_and_inventory_commands(lab, inv: Path, tmp_path: Path) -> No
 
 
 def test_one_connection_per_host_for_a_whole_playbook(lab, inv: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from provision.connection import COUNTERS
+    from provision.transport import COUNTERS
 
     before = COUNTERS.connections_opened
     assert run("run", EXAMPLE, "-i", inv, cwd=tmp_path).code == 0

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nixl_env import nixl_python
 
 from provision import remote
-from provision.connection import LocalConnection
 from provision.modules.base import ModuleContext, ModuleResult
-from provision.modules.nixl import NixlSmoke, NixlTransfer
-from provision.ucx import parse_proto_info
+from provision.nixl.modules import NixlSmoke, NixlTransfer
+from provision.nixl.ucx import parse_proto_info
+from provision.transport import LocalConnection
 
 MiB = 1024 * 1024
 

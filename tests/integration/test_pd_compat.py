@@ -1,4 +1,4 @@
-"""CPU mode's compatibility pieces (provision/cpu_compat) against the INSTALLED pinned SGLang stack.
+"""CPU mode's compatibility pieces (provision/sglang/cpu_compat.py) against the INSTALLED pinned SGLang stack.
 
 Each test fails loudly when a new SGLang, sglang-kernel or NIXL makes a piece unnecessary (drop it) or
 broken (fix it): the pins, the empty ``common_ops`` fallback, the VRAM→DRAM relabel in the NIXL agent (in
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from provision import cpu_compat
 from provision.remote import __file__ as remote_init
+from provision.sglang import cpu_compat
 from tests.stack_support import SglangStack
 
 pytestmark = pytest.mark.lab
 
-RECHECK = "re-check every piece of provision/cpu_compat against it (and update the pins there)"
+RECHECK = "re-check every piece of provision/sglang/cpu_compat.py against it (and update the pins there)"
 
 
 def py(
@@ -64,7 +64,7 @@ def test_common_ops_is_still_needed_and_enough(lab: Any, sglang_stack: SglangSta
     )
     shipped = py(lab, sglang_stack, "import sgl_kernel; print(sgl_kernel.common_ops.__file__)", compat=True)
     assert shipped.returncode == 0, f"sgl_kernel fails even with the empty common_ops:\n{shipped.stderr[-2000:]}"
-    assert shipped.stdout.strip().endswith("cpu_compat/shipped/common_ops.py")
+    assert shipped.stdout.strip().endswith("remote/cpu_compat/common_ops.py")
 
 
 RELABEL = """

@@ -23,9 +23,9 @@ import pytest
 from lab import Lab
 
 from provision.commands import Command
-from provision.connection import ConnectOptions, LocalConnection
 from provision.errors import CommandTimeout
-from provision.ssh import SSHConnection
+from provision.transport import ConnectOptions, LocalConnection
+from provision.transport.ssh import SSHConnection
 
 pytestmark = pytest.mark.lab
 
@@ -198,7 +198,7 @@ def test_agent_exits_with_its_channel(lab: Lab, lab_env: None) -> None:
 KILL_SCRIPT = """
 import sys, time
 from provision.commands import Command
-from provision.connection import ConnectOptions, LocalConnection
+from provision.transport import ConnectOptions, LocalConnection
 conn = LocalConnection("local")
 print("ready", flush=True)
 conn.run(Command.shell("echo $$ > " + sys.argv[1] + "; sleep 300"), timeout=600)
@@ -338,7 +338,7 @@ def test_a_second_run_on_a_busy_host_is_refused_until_the_first_one_is_gone(lab:
 LOCK_SCRIPT = """
 import sys
 from provision.commands import Command
-from provision.connection import LocalConnection
+from provision.transport import LocalConnection
 from provision.errors import HostBusy
 try:
     LocalConnection(sys.argv[1], run_lock=True).run(Command.of("true"))

@@ -380,9 +380,9 @@ def test_pd_verify_options_are_distinct_and_checked(tmp_path: Path, inv: Path) -
 def test_cut_short_fact_output_fails_the_host_not_the_run() -> None:
     """What a host returns is untrusted input: output without the end marker is a HostError for that host
     (unit: a stand-in connection that answers like a host whose session died half-way)."""
-    from provision.connection import CommandResult
     from provision.errors import HostError
-    from provision.facts_cmd import gather
+    from provision.facts import gather
+    from provision.transport import CommandResult
 
     class CutShort:
         name = "gpu1"

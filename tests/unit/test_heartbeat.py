@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from provision.agent import PythonAgent
 from provision.commands import HEARTBEAT, Command
-from provision.connection import RUN_LOCKER, ConnectOptions, _PipeStream
+from provision.transport import ConnectOptions
+from provision.transport.agent import PythonAgent
+from provision.transport.base import RUN_LOCKER
+from provision.transport.local import _PipeStream
 
 H = 0.3
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from provision.agent import AgentUnavailable
-from provision.connection import CommandResult, LocalConnection, _PipeStream
 from provision.errors import ModuleError
 from provision.modules.base import HelperError, ModuleContext, helper_answer
+from provision.transport import CommandResult, LocalConnection
+from provision.transport.agent import AgentUnavailable
+from provision.transport.local import _PipeStream
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from typing import Any
 import jinja2
 import pytest
 
-from provision.connection import LocalConnection
 from provision.errors import TemplateError
 from provision.modules import builtin  # noqa: F401  (registers the modules)
 from provision.modules.base import ArgError, ModuleContext, ModuleResult, lookup
+from provision.transport import LocalConnection
 
 
 def make_ctx(variables: dict[str, Any]) -> ModuleContext:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from provision.connection import LocalConnection
 from provision.modules import net  # noqa: F401  (registers the modules)
 from provision.modules.base import ModuleContext, ModuleResult, lookup
+from provision.transport import LocalConnection
 
 
 def make_ctx(**kw: Any) -> ModuleContext:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from provision.connection import LocalConnection
 from provision.modules import pip_mod
 from provision.modules.base import ModuleContext, ModuleResult, lookup
 from provision.remote.pip_state import evaluate
+from provision.transport import LocalConnection
 
 SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 

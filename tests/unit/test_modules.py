@@ -11,10 +11,10 @@ from typing import Any
 import jinja2
 import pytest
 
-from provision.connection import LocalConnection
 from provision.errors import ModuleError, TemplateError
 from provision.modules import commands_mod, files  # noqa: F401  (registers the modules)
 from provision.modules.base import ModuleContext, ModuleResult, lookup
+from provision.transport import LocalConnection
 
 HOSTILE = "a'b\"c $(touch {m}) ; rm -rf x `touch {m}` \n"
 

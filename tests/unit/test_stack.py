@@ -18,11 +18,13 @@ import pytest
 import yaml
 
 from provision import templating
-from provision.connection import LocalConnection
 from provision.data import defaults as shipped_defaults
-from provision.modules import stack, stack_host
 from provision.modules.base import ModuleContext, ModuleResult, lookup
+from provision.nixl.pairing import Pair, choose_pair
 from provision.playbook import load_playbook
+from provision.stack import host as stack_host
+from provision.stack import modules as stack
+from provision.transport import LocalConnection
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -406,18 +408,18 @@ def test_install_playbook_composes_the_stack() -> None:
     assert install_task_args(pip_find_links="https://x/wheels/")["find_links"] == "https://x/wheels/"
 
 
-def test_preflight_playbook_picks_gpus_and_link_from_facts() -> None:
-    defaults = shipped_defaults()
-    play = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())[0]
-    task = play["tasks"][0]
+def test_preflight_picks_gpus_and_link_from_facts() -> None:
+    task = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())[0]["tasks"][0]
+    assert task["nixl_transfer"]["mem"] == "auto" and "vars" not in task  # the choice is made in code
     gpus = [{"index": 0}, {"index": 1}]
     topo = [{"a": "GPU0", "b": "GPU1", "kind": "NV18"}, {"a": "GPU1", "b": "GPU0", "kind": "NV18"}]
-    facts = {"gpus": gpus, "topology": topo}
-    me = {"ansible_facts": facts, "base_gpu_id": 0, "tp": 1}
-    magic = {"inventory_hostname": "h", "item": "h", "hostvars": {"h": me}}
-    args = templating.render(task["nixl_transfer"], templating.Vars(defaults, me, task["vars"], magic))
-    assert (args["mem"], args["src_gpu"], args["dst_gpu"], args["link"]) == ("vram", 0, 1, "nvlink")
+    me = {"ansible_facts": {"gpus": gpus, "topology": topo}, "base_gpu_id": 0, "tp": 1}
+    assert choose_pair(me, me, same_inventory_host=True) == Pair("vram", 0, 1, "nvlink")
+    pcie = {**me, "ansible_facts": {"gpus": gpus, "topology": [{"a": "GPU0", "b": "GPU1", "kind": "PIX"}]}}
+    assert choose_pair(pcie, pcie, same_inventory_host=True) == Pair("vram", 0, 1, "pcie")
+    assert choose_pair({**me, "tp": "2"}, me, same_inventory_host=True) == Pair("vram", 0, 2, "pcie")
+    other = {**me, "base_gpu_id": 3}
+    assert choose_pair(me, other, same_inventory_host=False) == Pair("vram", 0, 3, None)
     cpu = {"ansible_facts": {"gpus": [], "topology": []}, "base_gpu_id": 0, "tp": 1}
-    magic = {"inventory_hostname": "p", "item": "d", "hostvars": {"d": cpu}}
-    args = templating.render(task["nixl_transfer"], templating.Vars(defaults, cpu, task["vars"], magic))
-    assert (args["mem"], args["link"], args["target"]) == ("dram", None, "d")
+    assert choose_pair(cpu, cpu, same_inventory_host=False) == Pair("dram", 0, 0, None)
+    assert choose_pair(me, cpu, same_inventory_host=False).mem == "dram"  # both sides need GPUs

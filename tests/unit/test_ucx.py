@@ -1,4 +1,4 @@
-"""provision.ucx: env checks, env building, bandwidth floors, and UCX_PROTO_INFO parsing (real samples)."""
+"""provision.nixl.ucx: env checks, env building, bandwidth floors, and UCX_PROTO_INFO parsing (real samples)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.ucx import (
+from provision.nixl.ucx import (
     Problem,
     check_ucx_env,
     default_min_gbps,

@@ -34,9 +34,9 @@ from typing import Any
 
 from ..commands import Command
 from ..errors import HostError
+from ..modules.base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from ..remote.pip_state import canonical, evaluate, parse
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
-from .stack_host import FS, Progress, StackError, explain, host_state, remote, version_tuple
+from .host import FS, Progress, StackError, explain, host_state, remote, version_tuple
 
 GB = 10**9
 MIN_PYTHON = (3, 10)

@@ -19,11 +19,11 @@ import json
 from typing import Any
 
 from ..commands import Command
-from ..pd import HostPlan, PlanError, build, hosts_from_task_vars, validate_pd
-from ..pd.addr import url_host
-from ..pd.spec import Proc, health_url
-from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
+from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
+from . import HostPlan, PlanError, build, hosts_from_task_vars, validate_pd
+from .addr import url_host
 from .process import format_tail, helper
+from .spec import Proc, health_url
 
 
 def host_plan(ctx: ModuleContext) -> HostPlan | None:

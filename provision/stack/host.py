@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..commands import Command
-from ..connection import CommandResult
+from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 from ..remote import source as remote_source
-from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
+from ..transport import CommandResult
 
 STATE, FS, PROBE = "stack_state.py", "stack_fs.py", "stack_python.sh"
 PROGRESS_EVERY = 2.0  # seconds between two progress lines of a long install

@@ -27,10 +27,11 @@ from typing import Any
 
 from .. import remote
 from ..commands import Command
-from ..connection import Connection
 from ..errors import HostError, ModuleError
-from ..ucx import check_ucx_env, default_min_gbps, diagnostics, parse_proto_info, split_list, ucx_env
-from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, helper_answer, register
+from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, helper_answer, register
+from ..transport import Connection
+from .pairing import choose_pair
+from .ucx import check_ucx_env, default_min_gbps, diagnostics, parse_proto_info, split_list, ucx_env
 
 LINKS = ("nvlink", "pcie", "cross-host", "loopback")
 SCRIPT = "nixl_transfer.py"
@@ -100,9 +101,10 @@ class NixlTransfer(Module):
         "venv": Arg("path", required=True),
         "target": Arg("str", required=True),
         "size_mb": Arg("int", default=64),
-        "mem": Arg("str", default="dram", choices=("dram", "vram")),
-        "src_gpu": Arg("int", default=0),
-        "dst_gpu": Arg("int", default=0),
+        # auto: chosen from both hosts' facts and vars (provision.nixl.pairing): VRAM when both have GPUs
+        "mem": Arg("str", default="dram", choices=("dram", "vram", "auto")),
+        "src_gpu": Arg("int"),
+        "dst_gpu": Arg("int"),
         "iters": Arg("int", default=4),
         "min_gbps": Arg("float"),
         "link": Arg("str", choices=LINKS),
@@ -124,6 +126,7 @@ class NixlTransfer(Module):
         if args["size_mb"] <= 0 or args["iters"] <= 0:
             return ModuleResult(failed=True, msg="nixl_transfer: size_mb and iters must be positive")
         peer = ctx.peer(args["target"])
+        args = _resolve_pair(ctx, args)
         same_host = args["target"] == ctx.host or _same_machine(ctx.conn, peer)
         link = args["link"] or _default_link(args["mem"], same_host)
         size = args["size_mb"] * 1024 * 1024
@@ -154,6 +157,20 @@ class NixlTransfer(Module):
         result.data.update(floor=floor, link=link, same_host=same_host)
         result.data["warnings"] = [p.message for p in problems]
         return _judge(result, floor, link, args, ctx.host)
+
+
+def _resolve_pair(ctx: ModuleContext, args: dict[str, Any]) -> dict[str, Any]:
+    """``mem: auto``: memory, GPUs and link from both hosts' vars (:func:`choose_pair`); given values win."""
+    if args["mem"] != "auto":
+        return {**args, "src_gpu": args["src_gpu"] or 0, "dst_gpu": args["dst_gpu"] or 0}
+    target = args["target"]
+    hostvars = ctx.variables.get("hostvars") or {}  # provision.taskrun.HostVarsView: each host rendered lazily
+    mine = {k: ctx.variables.get(k) for k in ("ansible_facts", "base_gpu_id", "tp")}
+    theirs = hostvars.get(target) or {}
+    peer = {k: theirs.get(k) for k in ("ansible_facts", "base_gpu_id", "tp")}
+    pair = choose_pair(mine, peer, same_inventory_host=target == ctx.host)
+    given = {k: args[k] for k in ("src_gpu", "dst_gpu", "link") if args[k] is not None}
+    return {**args, "mem": pair.mem, "src_gpu": pair.src_gpu, "dst_gpu": pair.dst_gpu, "link": pair.link, **given}
 
 
 def _first(*values: Any) -> Any:

@@ -19,11 +19,11 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    busy, with or without ``--sleep-on-idle``; on 2 cores an idle pair slows everything else.)
 3. Decode flag (:data:`CPU_DECODE_FLAGS`): ``--disaggregation-decode-retraction-backup cpu_tensor``: the
    default backup pins host memory through CUDA.
-4. ``shipped/common_ops.py``: an EMPTY module named ``common_ops``. The sglang-kernel wheel ships CUDA builds
+4. ``remote/cpu_compat/common_ops.py``: an EMPTY module named ``common_ops``. The sglang-kernel wheel ships CUDA builds
    only; the last fallback of its loader (``sgl_kernel/load_utils.py``) is ``import common_ops``. A Llama on
    CPU never calls a kernel op, so an empty module is enough for ``import sgl_kernel`` to succeed.
-5. ``shipped/provision_cpu_compat.py`` + ``shipped/sitecustomize.py``: the DRAM relabel. SGLang's NIXL
-   connector labels the KV buffers "VRAM"; on CPU they are host memory and UCX refuses to register host
+5. ``remote/cpu_compat/provision_cpu_compat.py`` + ``remote/cpu_compat/sitecustomize.py``: the DRAM relabel.
+   SGLang's NIXL connector labels the KV buffers "VRAM"; on CPU they are host memory and UCX refuses to register host
    memory as VRAM (``NIXL_ERR_BACKEND``). The patch relabels "VRAM" as "DRAM" in the NIXL agent's
    ``get_reg_descs``, ``get_xfer_descs`` AND ``prep_xfer_dlist`` (patching only the first two hangs the
    request with ``no available backends for mem type 'VRAM_SEG'``). ``sitecustomize`` applies it at
@@ -36,13 +36,13 @@ The shipped files go to one directory on the host (``pd_compat_dir``); the launc
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..remote import REMOTE_DIR
 
 SGLANG_VERSION = "0.5.23"
 SGLANG_KERNEL_VERSION = "0.4.10"
 NIXL_VERSION = "1.5.1"
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
+SHIPPED_DIR = REMOTE_DIR / "cpu_compat"
 SHIPPED = ("common_ops.py", "provision_cpu_compat.py", "sitecustomize.py")
 PATCHED_METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")  # of nixl._api.nixl_agent
 

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from . import remote
-from .commands import HEARTBEAT, Command
-from .connection import CommandResult
-from .errors import CommandTimeout
+from .. import remote
+from ..commands import HEARTBEAT, Command
+from ..errors import CommandTimeout
+from .base import CommandResult
 
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py"})
 

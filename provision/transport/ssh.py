@@ -1,6 +1,6 @@
 """SSH transport over Fabric/paramiko, with host-key verification and timeouts.
 
-See :mod:`provision.connection` for the contract this implements.
+See :mod:`provision.transport.base` for the contract this implements.
 
 paramiko/socket exceptions never leave this module: they become :class:`UnreachableError` and friends.
 """
@@ -22,22 +22,22 @@ from typing import Any
 import fabric
 import paramiko
 
+from ..commands import HEARTBEAT, Command
+from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
 from .agent import AgentUnavailable, PythonAgent
-from .commands import HEARTBEAT, Command
-from .connection import (
+from .base import (
     COUNTERS,
     RUN_LOCKER,
     CommandResult,
     ConnectOptions,
-    _expand,
-    _LineFeed,
+    LineFeed,
     busy,
+    expand_home,
     finished,
     lock_holder,
     lock_name,
     temp_path_beside,
 )
-from .errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
 
 # --------------------------------------------------------------------------------------------- host keys
 _known_hosts_lock = threading.Lock()
@@ -387,7 +387,7 @@ class SSHConnection:
     ) -> tuple[bytes, bytes]:
         out: list[bytes] = []
         err: list[bytes] = []
-        lines = _LineFeed(on_output)
+        lines = LineFeed(on_output)
         deadline = None if limit is None else time.monotonic() + limit
         while True:
             progressed = False
@@ -451,7 +451,7 @@ class SSHConnection:
                 self._home = self._sftp_client().normalize(".")
             except (paramiko.SSHException, OSError) as exc:
                 raise UnreachableError(self.name, f"SFTP failed: {exc}") from None
-        return _expand(path, self._home)
+        return expand_home(path, self._home)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
         """Atomic write: a NEW temp file beside the target (SFTP open with O_EXCL and permissions 0600, so it

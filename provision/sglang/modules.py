@@ -1,6 +1,6 @@
 """SGLang on the host: ``sglang_args`` (validate launch commands with the installed SGLang's own parser),
 ``sglang_tiny_model`` (CPU mode's tiny model, generated on the host) and ``sglang_cpu_compat`` (ship CPU
-mode's compatibility files, see :mod:`provision.cpu_compat`).
+mode's compatibility files, see :mod:`provision.sglang.cpu_compat`).
 
 Each runs in one round trip with a remote helper (``provision/remote/sglang_args_check.py``,
 ``make_tiny_model.py``) or a stat plus the writes that are needed.
@@ -14,9 +14,9 @@ import posixpath
 from typing import Any
 
 from ..commands import Command
-from ..cpu_compat import SGLANG_VERSION, shipped_files
-from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
-from .files import remote_stat, write_file
+from ..modules.base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from ..modules.files import remote_stat, write_file
+from .cpu_compat import SGLANG_VERSION, shipped_files
 
 
 def _python(ctx: ModuleContext, args: dict[str, Any]) -> str:
@@ -117,7 +117,7 @@ class SglangTinyModel(Module):
 
 @register
 class SglangCpuCompat(Module):
-    """Put CPU mode's compatibility files (``provision/cpu_compat/shipped``) into ``dest`` on the host."""
+    """Put CPU mode's compatibility files (``provision/remote/cpu_compat/``) into ``dest`` on the host."""
 
     name = "sglang_cpu_compat"
     args = {"dest": Arg("path", required=True)}

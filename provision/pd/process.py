@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any
 
-from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from ..modules.base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "process_ctl.py"
 DEFAULT_PIDFILE_DIR = "~/.provision/run"
