@@ -8,6 +8,7 @@ Imports only :mod:`provision.commands` and :mod:`provision.errors`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -128,6 +129,35 @@ def temp_path_beside(path: str) -> str:
     """A unique hidden temp name in the target's directory (same filesystem: the rename is atomic)."""
     directory, name = posixpath.split(path)
     return posixpath.join(directory or ".", f".{name}.provision-{uuid.uuid4().hex[:8]}")
+
+
+class FileOps(Protocol):
+    """The filesystem primitives one transport offers :func:`atomic_put` (paths already expanded)."""
+
+    def mode_of(self, path: str) -> int | None: ...  # the permission bits, None when there is no such file
+    def create_private(self, path: str, data: bytes) -> None: ...  # O_EXCL, 0600 from creation
+    def chmod(self, path: str, mode: int) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...  # atomic, replaces dst
+    def remove(self, path: str) -> None: ...  # best effort: errors are ignored by the caller
+
+
+def atomic_put(ops: FileOps, data: bytes, path: str, mode: int | None, tmp: str | None = None) -> None:
+    """THE atomic write, for both transports: a NEW temp file beside the target, private from its first
+    byte (never an existing file or a planted link), the exact final mode (the replaced file's, else 0644),
+    then a rename over the target. On any failure or interrupt the temp file is removed and the exception
+    goes on (each transport turns OS/protocol errors into its HostError)."""
+    tmp = tmp or temp_path_beside(path)
+    try:
+        if mode is None:
+            found = ops.mode_of(path)
+            mode = 0o644 if found is None else found
+        ops.create_private(tmp, data)
+        ops.chmod(tmp, mode)
+        ops.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ops.remove(tmp)
+        raise
 
 
 def expand_home(path: str, home: str) -> str:

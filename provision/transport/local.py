@@ -23,11 +23,11 @@ from ..errors import CommandTimeout, HostError
 from .base import (
     CommandResult,
     LineFeed,
+    atomic_put,
     busy,
     finished,
     lock_holder,
     lock_name,
-    temp_path_beside,
 )
 
 
@@ -141,6 +141,30 @@ class _PipeStream:
                 pipe.close()
 
 
+class _LocalFiles:
+    """:class:`~provision.transport.base.FileOps` on the controller's own filesystem."""
+
+    def mode_of(self, path: str) -> int | None:
+        try:
+            return os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            return None
+
+    def create_private(self, path: str, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+
+    def chmod(self, path: str, mode: int) -> None:
+        os.chmod(path, mode)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
+
 class LocalConnection:
     """``ansible_connection: local``: the same commands, run on the controller."""
 
@@ -221,29 +245,14 @@ class LocalConnection:
         return os.path.expanduser(path)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
-        """Atomic write: a new temp file beside the target, 0600 from creation (O_EXCL: never an existing file
-        or a planted link), the exact final mode, then rename; the temp file is removed on any failure or
-        interrupt. An OS error is a HostError with its reason (the task fails)."""
+        """Atomic write (:func:`~provision.transport.base.atomic_put` over :class:`_LocalFiles`). An OS error
+        is a HostError with its reason (the task fails)."""
         self._take_lock()
         path = self.expand_path(path)
-        tmp = temp_path_beside(path)
         try:
-            if mode is None:
-                try:
-                    mode = os.stat(path).st_mode & 0o7777
-                except FileNotFoundError:
-                    mode = 0o644
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise HostError(self.name, f"cannot write {path}: {exc}") from None
-            raise
+            atomic_put(_LocalFiles(), data, path, mode)
+        except OSError as exc:
+            raise HostError(self.name, f"cannot write {path}: {exc}") from None
 
     def get(self, path: str) -> bytes | None:
         self._take_lock()

@@ -31,6 +31,7 @@ from .base import (
     CommandResult,
     ConnectOptions,
     LineFeed,
+    atomic_put,
     busy,
     expand_home,
     finished,
@@ -121,6 +122,35 @@ def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
     if kind != paramiko.sftp.CMD_HANDLE or msg is None:
         raise paramiko.SFTPError("Expected handle")
     return paramiko.SFTPFile(sftp, msg.get_binary(), "wb")
+
+
+class _SftpFiles:
+    """:class:`~provision.transport.base.FileOps` over one SFTP session."""
+
+    def __init__(self, sftp: paramiko.SFTPClient, conn: SSHConnection) -> None:
+        self.sftp = sftp
+        self.conn = conn
+
+    def mode_of(self, path: str) -> int | None:
+        try:
+            return (self.sftp.stat(path).st_mode or 0o644) & 0o7777  # keep the mode of the file it replaces
+        except FileNotFoundError:
+            return None
+
+    def create_private(self, path: str, data: bytes) -> None:
+        with _create_private(self.sftp, path) as fh:
+            fh.set_pipelined(True)
+            fh.write(data)
+
+    def chmod(self, path: str, mode: int) -> None:
+        self.sftp.chmod(path, mode)
+
+    def rename(self, src: str, dst: str) -> None:
+        self.sftp.posix_rename(src, dst)
+
+    def remove(self, path: str) -> None:
+        if not self.conn._stalled:  # a stalled link would block here; close() cleans up what is left
+            self.sftp.remove(path)
 
 
 class SSHConnection:
@@ -465,23 +495,9 @@ class SSHConnection:
         self._inflight.add(tmp)
         try:
             sftp = self._sftp_client()
-            if mode is None:
-                try:
-                    mode = (sftp.stat(path).st_mode or 0o644) & 0o7777  # keep the mode of the file it replaces
-                except FileNotFoundError:
-                    mode = 0o644
-            with _create_private(sftp, tmp) as fh:
-                fh.set_pipelined(True)
-                fh.write(data)
-            sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, path)
-        except BaseException as exc:
-            if sftp is not None and not self._stalled:
-                with contextlib.suppress(Exception):
-                    sftp.remove(tmp)
-            if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
-                raise self._file_error(f"cannot write {path}", exc, sftp) from None
-            raise
+            atomic_put(_SftpFiles(sftp, self), data, path, mode, tmp)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._file_error(f"cannot write {path}", exc, sftp) from None
         finally:
             self._inflight.discard(tmp)
 
