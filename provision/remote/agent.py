@@ -8,6 +8,18 @@ this source, length-prefixed, from stdin). Then, on the same stdin, requests arr
 "err": base64}``. Between two requests the controller may send heartbeats: a bare newline (an empty line where a
 length would start), skipped.
 
+Besides scripts (no ``op``), three operations, so that one interpreter per host serves a whole run:
+
+* ``{"op": "lock", "name": N, "holder": text}``: take the run lock ``~/.provision/run-N.lock`` (flock) and hold
+  it for the agent's life (what ``RUN_LOCKER`` does on a channel of its own); answers ``out`` = ``locked`` or
+  ``busy <the holder's line>``, and ``home``.
+* ``{"op": "read", "path": P, "max": bytes}``: a file's bytes (``rc`` 0), ``rc`` 2 when there is none, ``rc`` 3
+  when it is larger than ``max`` (the controller uses SFTP then), ``rc`` 1 with the error otherwise.
+* ``{"op": "exec", "script": base64, "stdin": base64, "timeout": T}``: run a command's script with ``/bin/sh``
+  exactly as the runner does (``provision.commands.RUNNER``): the script through a pipe on fd 3 (never argv),
+  the data on its stdin, in a NEW session; at the deadline TERM its process group, KILL it 5 s later, answer
+  rc 124. Its process group is also TERMed (KILLed 2 s later) when the agent's stdin ends or goes silent.
+
 The protocol uses private copies of fds 0 and 1; the real fds 0 and 1 point at /dev/null, so a script's child
 processes can never write into the protocol stream. A script that runs past its timeout is interrupted with
 SIGALRM and answered with rc 124, as GNU timeout does. When stdin ends (the channel closed, the controller
@@ -25,6 +37,7 @@ import select
 import signal
 import sys
 import threading
+import time
 import traceback
 
 
@@ -119,16 +132,190 @@ def _on_term(signum, frame):
     os._exit(0 if _leaving else 128 + signum)  # TERM from anyone else: as if by the default action
 
 
+_children = set()  # type: set[int]  # the session leaders of running ``exec`` commands (each its own process group)
+
+
+def _kill_children():
+    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
+        for pid in list(_children):
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                _children.discard(pid)
+        end = time.time() + grace
+        while _children and time.time() < end:
+            for pid in list(_children):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        _children.discard(pid)
+                except OSError:
+                    _children.discard(pid)
+            time.sleep(0.05)
+
+
 def _gone():
     """Our stdin ended (the controller closed the channel or died) or went silent (a frozen controller, a
-    dropped link). Take what our scripts started with us, and exit: called from the stdin thread."""
+    dropped link). Take what our scripts and commands started with us, and exit: called from the stdin thread."""
     _leaving.append(True)  # our own TERM below reaches us too: exit 0 then
+    _kill_children()
     if os.getpgrp() == os.getpid():  # we lead our own group (sshd's session child, or a local new session)
         try:
             os.killpg(0, signal.SIGTERM)
         except OSError:
             pass
     os._exit(0)
+
+
+def _feed(fd, data):
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _exec(script, data, timeout):
+    """Run a command's script as the runner does; (rc, out, err)."""
+    sr, sw = os.pipe()
+    dr, dw = os.pipe()
+    outr, outw = os.pipe()
+    errr, errw = os.pipe()
+    xr, xw = os.pipe()  # close-on-exec: EOF once the child has exec'd (its new session exists then)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            os.dup2(dr, 0)
+            os.dup2(outw, 1)
+            os.dup2(errw, 2)
+            os.dup2(sr, 3)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGALRM):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execv("/bin/sh", ["/bin/sh", "/proc/self/fd/3"])
+        finally:
+            os._exit(127)
+    _children.add(pid)
+    for fd in (sr, dr, outw, errw, xw):
+        os.close(fd)
+    os.read(xr, 1)
+    os.close(xr)
+    for fd, payload in ((sw, script), (dw, data)):
+        feeder = threading.Thread(target=_feed, args=(fd, payload))
+        feeder.daemon = True
+        feeder.start()
+    chunks = {outr: [], errr: []}  # type: dict[int, list[bytes]]
+    open_fds = [outr, errr]
+    end = time.time() + timeout if timeout else None
+    status = None
+    killed = None  # (signal sent, when)
+    while open_fds or status is None:
+        if status is None:
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = code
+        now = time.time()
+        if end is not None and now >= end:  # the command, or what it left holding our pipes
+            if killed is None:
+                killed = (signal.SIGTERM, now)
+                _signal_group(pid, signal.SIGTERM)
+            elif killed[0] == signal.SIGTERM and now >= killed[1] + 5:
+                killed = (signal.SIGKILL, now)
+                _signal_group(pid, signal.SIGKILL)
+        if killed is not None and status is not None and now >= killed[1] + 5:
+            break  # killed at the deadline: a straggler holding our pipes is not waited for
+        if not open_fds:
+            if end is None:
+                status = os.waitpid(pid, 0)[1]
+            else:
+                time.sleep(0.002)
+            continue
+        ready = select.select(open_fds, [], [], 0.05 if status is None or killed else 0.5)[0]
+        for fd in ready:
+            data_read = os.read(fd, 65536)
+            if data_read:
+                chunks[fd].append(data_read)
+            else:
+                open_fds.remove(fd)
+    for fd in (outr, errr):
+        os.close(fd)
+    _children.discard(pid)
+    if killed is not None:
+        _signal_group(pid, signal.SIGKILL)
+        return 124, b"".join(chunks[outr]), b"".join(chunks[errr])
+    rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return rc, b"".join(chunks[outr]), b"".join(chunks[errr])
+
+
+def _signal_group(pid, sig):
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass
+
+
+_lock_fds = []  # type: list[int]  # the run lock, held until the agent exits
+
+
+def _lock(name, holder):
+    import fcntl
+
+    d = os.path.expanduser("~/.provision")
+    try:
+        os.makedirs(d, 0o700)
+    except OSError:
+        pass
+    fd = os.open(os.path.join(d, "run-%s.lock" % name), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        line = os.pread(fd, 4096, 0).split(b"\n")[0]
+        os.close(fd)
+        return b"busy " + line
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, holder.encode("utf-8") + b"\n", 0)
+    _lock_fds.append(fd)
+    return b"locked"
+
+
+def _read(path, limit):
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > limit:
+                return 3, b"", b"larger than the limit"
+            return 0, fh.read(), b""
+    except FileNotFoundError:
+        return 2, b"", b""
+    except OSError as exc:
+        return 1, b"", str(exc).encode("utf-8", "replace")
+
+
+def _answer(rc, out, err, **extra):
+    answer = {"rc": rc, "out": base64.b64encode(out).decode(), "err": base64.b64encode(err).decode()}
+    answer.update(extra)
+    return answer
+
+
+def _serve(request, cache):
+    op = request.get("op")
+    if op == "exec":
+        script = base64.b64decode(request["script"])
+        rc, out, err = _exec(script, base64.b64decode(request.get("stdin") or ""), request.get("timeout"))
+        return _answer(rc, out, err)
+    if op == "lock":
+        return _answer(0, _lock(request["name"], request["holder"]), b"", home=os.path.expanduser("~"))
+    if op == "read":
+        rc, out, err = _read(request["path"], int(request["max"]))
+        return _answer(rc, out, err)
+    name = request["name"]
+    if request.get("source") is not None:
+        cache[name] = compile(request["source"], name, "exec")
+    if name not in cache:
+        return _answer(255, b"", b"agent: unknown script")
+    stdin = base64.b64decode(request.get("stdin") or "")
+    return _answer(*_run(cache[name], name, request.get("args", []), stdin, request.get("timeout")))
 
 
 def main():
@@ -142,21 +329,13 @@ def main():
     signal.signal(signal.SIGALRM, _alarm)
     os.chdir(os.path.expanduser("~"))
     fin = _Input(fd_in, beat)
-    cache = {}
+    cache = {}  # type: dict[str, object]
     while True:
         line = fin.line()
         if not line.strip():
             continue  # a heartbeat
         request = json.loads(fin.exact(int(line)).decode("utf-8"))
-        name = request["name"]
-        if request.get("source") is not None:
-            cache[name] = compile(request["source"], name, "exec")
-        if name not in cache:
-            answer = {"rc": 255, "out": "", "err": base64.b64encode(b"agent: unknown script").decode()}
-        else:
-            stdin = base64.b64decode(request.get("stdin") or "")
-            rc, out, err = _run(cache[name], name, request.get("args", []), stdin, request.get("timeout"))
-            answer = {"rc": rc, "out": base64.b64encode(out).decode(), "err": base64.b64encode(err).decode()}
+        answer = _serve(request, cache)
         data = json.dumps(answer).encode("utf-8")
         fout.write(b"%d\n" % len(data) + data)
         fout.flush()

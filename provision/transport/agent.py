@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from .. import remote
 from ..commands import HEARTBEAT, Command
@@ -110,9 +110,11 @@ class PythonAgent:
         return line
 
     def call(self, script: str, args: list[str], stdin: bytes | None, timeout: float | None) -> CommandResult:
-        with self._lock:
-            if self.dead:
-                raise AgentUnavailable("agent is gone")
+        """Run the shipped helper ``script`` in the agent (:class:`AgentUnavailable` when it is busy with another
+        call: the caller runs the script as a fresh process)."""
+        if not self._lock.acquire(blocking=False):
+            raise AgentUnavailable("the agent is busy")
+        try:
             request = {
                 "name": script,
                 "source": None if script in self._sent else remote.source(script).decode("utf-8"),
@@ -120,30 +122,82 @@ class PythonAgent:
                 "stdin": base64.b64encode(stdin or b"").decode(),
                 "timeout": timeout,
             }
-            data = json.dumps(request).encode()
-            started = time.monotonic()
-            deadline = None if timeout is None else started + timeout + 15.0
-            try:
-                with self._send_lock:
-                    self._stream.send(b"%d\n" % len(data) + data)
-                self._sent.add(script)
-                answer = json.loads(self._read(int(self._read_line(deadline)), deadline))
-            except TimeoutError:
-                self.close()
-                raise CommandTimeout(self.host, f"python {script}", timeout or 0) from None
-            except (OSError, ValueError, AgentUnavailable) as exc:
-                self.close()
-                raise AgentUnavailable(str(exc)) from None
-            elapsed = time.monotonic() - started
-            if self._on_answer is not None:
-                self._on_answer()
+            answer, elapsed = self._exchange(request, timeout, f"python {script}")
+            self._sent.add(script)
             if answer["rc"] == 124 and timeout:
                 raise CommandTimeout(self.host, f"python {script}", timeout)
-            out = base64.b64decode(answer["out"]).decode(errors="replace")
-            err = base64.b64decode(answer["err"]).decode(errors="replace")
-            return CommandResult(answer["rc"], out, err, f"python - {script}", elapsed)
+            out, err = _decoded(answer)
+            text = (out.decode(errors="replace"), err.decode(errors="replace"))
+            return CommandResult(answer["rc"], *text, f"python - {script}", elapsed)
+        finally:
+            self._lock.release()
+
+    def try_exec(self, script: bytes, data: bytes, timeout: float | None) -> tuple[int, bytes, bytes] | None:
+        """Run a command's script (:meth:`provision.commands.Command.script_text`) as the runner would, in the
+        agent's own process tree: no channel, no interpreter start. None when the agent is busy with another
+        call (the caller then uses a channel of its own). rc 124: killed at its deadline."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            request = {
+                "op": "exec",
+                "script": base64.b64encode(script).decode(),
+                "stdin": base64.b64encode(data).decode(),
+                "timeout": timeout,
+            }
+            answer, _ = self._exchange(request, timeout, "a command")
+            out, err = _decoded(answer)
+            return int(answer["rc"]), out, err
+        finally:
+            self._lock.release()
+
+    def lock(self, name: str, holder: str) -> tuple[str, str]:
+        """Take the host's run lock in the agent (held until it exits): (``locked`` or ``busy ...``, home)."""
+        with self._lock:
+            answer, _ = self._exchange({"op": "lock", "name": name, "holder": holder}, 30.0, "the run lock")
+            return _decoded(answer)[0].decode(errors="replace").strip(), str(answer.get("home") or "")
+
+    def read(self, path: str, limit: int) -> bytes | bool | None:
+        """A file's bytes; None when there is none; False when it is larger than ``limit`` or could not be read
+        (the caller then uses SFTP, which reports the error as it does for every read)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            answer, _ = self._exchange({"op": "read", "path": path, "max": limit}, 60.0, f"read {path}")
+        finally:
+            self._lock.release()
+        if answer["rc"] == 2:
+            return None
+        if answer["rc"] != 0:
+            return False
+        return _decoded(answer)[0]
+
+    def _exchange(self, request: dict[str, Any], timeout: float | None, what: str) -> tuple[dict[str, Any], float]:
+        """One request and its answer (the caller holds ``_lock``)."""
+        if self.dead:
+            raise AgentUnavailable("agent is gone")
+        data = json.dumps(request).encode()
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout + 15.0
+        try:
+            with self._send_lock:
+                self._stream.send(b"%d\n" % len(data) + data)
+            answer = json.loads(self._read(int(self._read_line(deadline)), deadline))
+        except TimeoutError:
+            self.close()
+            raise CommandTimeout(self.host, what, timeout or 0) from None
+        except (OSError, ValueError, AgentUnavailable) as exc:
+            self.close()
+            raise AgentUnavailable(str(exc)) from None
+        if self._on_answer is not None:
+            self._on_answer()
+        return answer, time.monotonic() - started
 
     def close(self) -> None:
         self.dead = True
         with contextlib.suppress(OSError):
             self._stream.close()
+
+
+def _decoded(answer: dict[str, Any]) -> tuple[bytes, bytes]:
+    return base64.b64decode(answer["out"]), base64.b64decode(answer["err"])

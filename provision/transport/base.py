@@ -39,6 +39,9 @@ class ConnectOptions:
     run_lock: bool = False  # hold the host's run lock while connected (a playbook run: see RUN_LOCKER)
     keepalive: float | None = None  # seconds between keepalives with replies; None: connect_timeout
     heartbeat: float | None = None  # H, seconds between heartbeats (see heartbeat_interval); 0: none
+    # SSH: run commands through the host's python agent (no channel and no interpreter start per command);
+    # False: every command on a channel of its own, through the runner (as commands with streamed output are)
+    agent_exec: bool = True
 
     def heartbeat_interval(self) -> float:
         """H: how often the controller sends a heartbeat on the stdin of every command, run-lock holder and

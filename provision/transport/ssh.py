@@ -124,6 +124,10 @@ def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
     return paramiko.SFTPFile(sftp, msg.get_binary(), "wb")
 
 
+AGENT_EXEC_MAX = 4 << 20  # stdin data sent to a command through the agent; more goes on a channel of its own
+AGENT_READ_MAX = 8 << 20  # files read through the agent; larger ones through SFTP
+
+
 class _SftpFiles:
     """:class:`~provision.transport.base.FileOps` over one SFTP session."""
 
@@ -175,6 +179,8 @@ class SSHConnection:
         self._agents: dict[str, PythonAgent] = {}
         self.agent_calls = 0
         self._lock_channel: paramiko.Channel | None = None
+        self._lock_agent: str | None = None  # the interpreter whose agent holds the run lock
+        self._no_agent = False  # the default interpreter could not start an agent: commands use the runner
         self._stalled: str | None = None  # why the watchdog closed the connection
         self._inflight: set[str] = set()  # temp files of writes in progress (removed by close())
         self._watch_stop = threading.Event()
@@ -343,11 +349,37 @@ class SSHConnection:
             return UnreachableError(self.name, f"{self._stalled} ({what}); connection closed")
         return UnreachableError(self.name, f"SSH session lost {what}: {exc or type(exc).__name__}")
 
+    def _interpreter(self) -> str:
+        return str(self._vars.get("ansible_python_interpreter") or "python3")
+
     def _take_run_lock(self, conn: fabric.Connection) -> None:
-        """Hold the host's run lock for as long as this connection lives (one round trip): see RUN_LOCKER."""
+        """Hold the host's run lock for as long as this connection lives (one round trip). The host's python
+        agent takes it (``op: lock``) and holds it until it exits, so one interpreter per host serves the lock,
+        the quick helpers, the commands and the small reads; the home directory comes with the answer. If no
+        agent can start, the stand-alone :data:`RUN_LOCKER` is tried (it says why, or runs without a lock
+        when there is no python3)."""
         transport = conn.client.get_transport()
         assert transport is not None
-        interpreter = str(self._vars.get("ansible_python_interpreter") or "python3")
+        interpreter = self._interpreter()
+        try:
+            agent = self._start_agent(transport, interpreter)
+            answer, home = agent.lock(lock_name(self.name), lock_holder())
+        except AgentUnavailable:
+            self._take_run_lock_alone(transport, interpreter)
+            return
+        if answer == "locked":
+            self._agents[interpreter] = agent
+            self._beating(agent, agent.beat)
+            self._lock_agent = interpreter
+            self._home = home or None
+            return
+        agent.close()
+        if answer.startswith("busy"):
+            raise busy(self.name, answer)
+        self._take_run_lock_alone(transport, interpreter)
+
+    def _take_run_lock_alone(self, transport: paramiko.Transport, interpreter: str) -> None:
+        """The run lock on a channel of its own: see RUN_LOCKER."""
         answer = b""
         try:
             channel = transport.open_session(timeout=self.opts.channel_timeout)
@@ -388,8 +420,12 @@ class SSHConnection:
         stdin: bytes | None = None,
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        inv = cmd.render(timeout, stdin, self._heartbeat)
         started = time.monotonic()
+        if self.opts.agent_exec and on_output is None and not cmd.become and len(stdin or b"") <= AGENT_EXEC_MAX:
+            done = self._run_in_agent(cmd, timeout, stdin or b"", started)
+            if done is not None:
+                return done
+        inv = cmd.render(timeout, stdin, self._heartbeat)
         channel: paramiko.Channel | None = None
         try:
             channel = self._transport().open_session(timeout=self.opts.channel_timeout)
@@ -409,6 +445,29 @@ class SSHConnection:
                 self._beating(channel, None)
                 channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
         self.commands_run += 1
+        return finished(self.name, cmd, timeout, rc, out, err, started)
+
+    def _run_in_agent(self, cmd: Command, timeout: float | None, data: bytes, started: float) -> CommandResult | None:
+        """A command through the host's python agent (``op: exec``: the runner's semantics, without a channel
+        and an interpreter start per command); None when there is no agent or it is busy: the caller opens a
+        channel. Not for ``become`` (sudo needs its own exec) nor for output streamed as it comes."""
+        if self._no_agent:
+            return None
+        script = cmd.script_text().encode()  # CommandError (NUL, bad env name) before anything is sent
+        try:
+            agent = self.python_agent(self._interpreter())
+        except AgentUnavailable:
+            self._no_agent = True  # no python3 (yet): the runner's own fallback handles such hosts
+            return None
+        try:
+            answer = agent.try_exec(script, data, timeout)
+        except AgentUnavailable as exc:
+            raise self._lost("while running a command", exc) from None
+        except CommandTimeout:
+            raise CommandTimeout(self.name, cmd.display(), timeout or 0) from None
+        if answer is None:
+            return None
+        rc, out, err = answer
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
     @staticmethod
@@ -445,19 +504,28 @@ class SSHConnection:
 
     # -- the persistent python helper
     def python_agent(self, interpreter: str) -> PythonAgent:
+        transport = self._transport()  # connects first: taking the run lock may start this very agent
         agent = self._agents.get(interpreter)
         if agent is None or agent.dead:
             if agent is not None:
                 self._beating(agent, None)
-            try:
-                channel = self._transport().open_session(timeout=self.opts.channel_timeout)
-                channel.exec_command(PythonAgent.command(interpreter, self._heartbeat).direct())
-            except (paramiko.SSHException, OSError, EOFError) as exc:
-                raise AgentUnavailable(str(exc)) from None
-            agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
+            agent = self._start_agent(transport, interpreter)
+            if interpreter == self._lock_agent:  # the agent that held the run lock died: the lock went with it
+                answer, _ = agent.lock(lock_name(self.name), lock_holder())
+                if answer != "locked":
+                    agent.close()
+                    raise busy(self.name, answer)
             self._agents[interpreter] = agent
             self._beating(agent, agent.beat)
         return agent
+
+    def _start_agent(self, transport: paramiko.Transport, interpreter: str) -> PythonAgent:
+        try:
+            channel = transport.open_session(timeout=self.opts.channel_timeout)
+            channel.exec_command(PythonAgent.command(interpreter, self._heartbeat).direct())
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise AgentUnavailable(str(exc)) from None
+        return PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
 
     def _agent_answered(self) -> None:
         self.agent_calls += 1  # a round trip like a command: counted in both
@@ -516,6 +584,12 @@ class SSHConnection:
 
     def get(self, path: str) -> bytes | None:
         path = self.expand_path(path)
+        agent = self._agents.get(self._interpreter())
+        if agent is not None and not agent.dead:  # no SFTP subsystem started for a small read
+            with contextlib.suppress(AgentUnavailable):
+                data = agent.read(path, AGENT_READ_MAX)
+                if data is not False:
+                    return data  # type: ignore[return-value]
         sftp: paramiko.SFTPClient | None = None
         try:
             sftp = self._sftp_client()

@@ -148,8 +148,9 @@ def test_local_secrets_and_script_text_never_in_the_process_list(tmp_path: Path)
     )
 
 
-def test_argv_command_with_env_chdir_and_stdin_over_ssh(lab: Lab, lab_env: None) -> None:
-    conn = ssh(lab)
+@pytest.mark.parametrize("agent_exec", [True, False], ids=["agent", "runner"])
+def test_argv_command_with_env_chdir_and_stdin_over_ssh(lab: Lab, lab_env: None, agent_exec: bool) -> None:
+    conn = ssh(lab, agent_exec=agent_exec)
     try:
         result = conn.run(
             Command.of("sh", "-c", 'printf "%s|%s|" "$V" "$(pwd)"; cat', env={"V": "it's $(x)"}, chdir="/tmp"),
@@ -162,8 +163,11 @@ def test_argv_command_with_env_chdir_and_stdin_over_ssh(lab: Lab, lab_env: None)
 
 
 # ------------------------------------------------------------------------- 2. command life tied to channel
-def test_closing_the_connection_kills_the_remote_command(lab: Lab, lab_env: None) -> None:
-    conn = ssh(lab)
+# Commands run through the host's python agent (``op: exec``) unless they stream output or use become; both
+# paths are tested: ``agent_exec=False`` sends every command on a channel of its own, through the runner.
+@pytest.mark.parametrize("agent_exec", [True, False], ids=["agent", "runner"])
+def test_closing_the_connection_kills_the_remote_command(lab: Lab, lab_env: None, agent_exec: bool) -> None:
+    conn = ssh(lab, agent_exec=agent_exec)
     lab.run_as(0, ["rm", "-f", "tie.pid"])
     in_thread(lambda: conn.run(Command.shell("echo $$ > tie.pid; sleep 300 & sleep 301; wait"), timeout=600))
     pid = read_pid(lab, 0, "tie.pid")
@@ -173,8 +177,11 @@ def test_closing_the_connection_kills_the_remote_command(lab: Lab, lab_env: None
     assert took is not None, "the remote command outlived its connection"
 
 
-def test_a_command_that_ignores_sigterm_is_a_timeout_not_rc_minus_one(lab: Lab, lab_env: None) -> None:
-    conn = ssh(lab)
+@pytest.mark.parametrize("agent_exec", [True, False], ids=["agent", "runner"])
+def test_a_command_that_ignores_sigterm_is_a_timeout_not_rc_minus_one(
+    lab: Lab, lab_env: None, agent_exec: bool
+) -> None:
+    conn = ssh(lab, agent_exec=agent_exec)
     try:
         with pytest.raises(CommandTimeout):
             conn.run(Command.shell("trap '' TERM; echo $$ > trap.pid; sleep 60; sleep 60"), timeout=1)
@@ -472,8 +479,9 @@ def group_members(pgid: int) -> list[int]:
 
 def test_a_frozen_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:
     """SIGSTOP on the controller is, from the host, a link that dropped without a FIN: TCP stays up, nothing
-    arrives, stdin never ends. The heartbeats stop: the command's runner kills its process group, the run-lock
-    holder lets go, the agent exits, within 3 H (+ the TERM grace) — while the connection itself is still up."""
+    arrives, stdin never ends. The heartbeats stop: the agent (it runs the command and holds the run lock)
+    kills the command's process group and exits, freeing the lock, within 3 H (+ the TERM grace) — while the
+    connection itself is still up."""
     user = lab.hosts[0].user
     lab.run_as(0, ["rm", "-rf", "hb.pid", "hb-dir"])
     h = 1.0  # --connect-timeout 1: H = 1 s
@@ -483,11 +491,10 @@ def test_a_frozen_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_pa
         pgid = read_pid(lab, 0, "hb.pid", 30)  # the script's sh: leader of the command's process group
         remote = {
             "command group": group_members(pgid),
-            "runner": pids_of(user, RUNNER_MARK),
-            "run-lock holder": pids_of(user, LOCKER_MARK),
-            "agent": pids_of(user, "provision-agent"),
+            "agent (it runs the command and holds the run lock)": pids_of(user, "provision-agent"),
         }
         assert all(remote.values()), remote
+        assert not pids_of(user, RUNNER_MARK) and not pids_of(user, LOCKER_MARK)  # one interpreter per host
         assert len(remote["command group"]) >= 2  # the sh and its sleep
         sshds = connection_sshds(lab, 0)
         os.kill(proc.pid, signal.SIGSTOP)
@@ -520,8 +527,9 @@ def test_heartbeats_keep_a_long_command_the_lock_and_the_agent_alive(lab: Lab, l
     try:
         agent = conn.python_agent("python3")
         assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
-        holders, agents = pids_of(user, LOCKER_MARK), pids_of(user, "provision-agent")
-        assert holders and agents
+        agents = pids_of(user, "provision-agent")  # it holds the run lock too
+        assert agents and not pids_of(user, LOCKER_MARK)
+        holders = agents
         result = conn.run(Command.shell("sleep 6; echo done"), timeout=60)
         assert (result.rc, result.stdout) == (0, "done\n"), result
         assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
