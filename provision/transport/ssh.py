@@ -71,6 +71,30 @@ class _UnknownKey(Exception):
         self.key = key
 
 
+_parsed: dict[str, tuple[tuple[int, int], paramiko.HostKeys]] = {}
+_parsed_lock = threading.Lock()
+
+
+def _parsed_known_hosts(path: str) -> paramiko.HostKeys:
+    """A known_hosts file, parsed once per process while it is unchanged (size and mtime): each connection
+    then takes only its host's entries, instead of every connection parsing and scanning the whole file (with
+    one line per host, that was quadratic in the fleet's size)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return paramiko.HostKeys()
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _parsed_lock:
+        cached = _parsed.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        keys = paramiko.HostKeys()
+        with contextlib.suppress(OSError):
+            keys.load(path)
+        _parsed[path] = (stamp, keys)
+        return keys
+
+
 def _known_hosts_files(conn: fabric.Connection, opts: ConnectOptions) -> list[str]:
     files = list(opts.known_hosts)
     configured = conn.ssh_config.get("userknownhostsfile")
@@ -220,11 +244,13 @@ class SSHConnection:
         """Replace Fabric's trust-everything default with known_hosts verification."""
         files = _known_hosts_files(conn, self.opts)
         client = conn.client
-        client.get_host_keys().clear()
+        known = client.get_host_keys()
+        known.clear()
+        port = int(conn.port or 22)
+        name = conn.host if port == 22 else f"[{conn.host}]:{port}"  # how paramiko looks the server up
         for path in files:
-            if os.path.exists(path):
-                with contextlib.suppress(OSError):
-                    client.load_system_host_keys(path)
+            for keytype, key in (_parsed_known_hosts(path).lookup(name) or {}).items():
+                known.add(name, keytype, key)  # a later file wins, as when the files are loaded in order
         if self.opts.accept_new_host_keys:
             client.set_missing_host_key_policy(_AcceptNewPolicy(files[len(self.opts.known_hosts) :][0]))
         else:
@@ -544,6 +570,8 @@ class SSHConnection:
     def expand_path(self, path: str) -> str:
         if not path.startswith("~"):
             return path
+        if self._home is None:
+            self.connect()  # taking the run lock through the agent tells the home directory
         if self._home is None:
             try:
                 self._home = self._sftp_client().normalize(".")
