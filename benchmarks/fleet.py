@@ -109,7 +109,8 @@ class Tools:
             for h in lab.hosts
         ]  # fmt: skip
         (work / "pyinfra_inventory.py").write_text(f"hosts = {hosts!r}\n")
-        self.env = {**os.environ, "PROVISION_SSH_CONFIG": str(lab.ssh_config_path), "PYTHONPATH": str(ROOT)}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as installed: .pyc used
+        self.env = {**env, "PROVISION_SSH_CONFIG": str(lab.ssh_config_path), "PYTHONPATH": str(ROOT)}
         control = work / "cp"
         control.mkdir()
         self.ansible_env = {
