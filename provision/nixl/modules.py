@@ -20,6 +20,7 @@ Metadata travels over the controller's connections: no port is needed besides UC
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -30,6 +31,7 @@ from ..commands import Command
 from ..errors import HostError, ModuleError
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, helper_answer, register
 from ..transport import Connection
+from ..transport.base import lock_name as lock_safe
 from .pairing import choose_pair
 from .ucx import check_ucx_env, default_min_gbps, diagnostics, parse_proto_info, split_list, ucx_env
 
@@ -118,6 +120,12 @@ class NixlTransfer(Module):
         # cost is measured (e.g. no cuda_ipc on a same-host GPU pair); the floor still gives the verdict
         "ucx_env_check": Arg("bool", default=True),
         "min_copy_ratio": Arg("float"),
+        # a pass is remembered on this host (~/.provision/preflight/TARGET.json) with what it depended on: both
+        # hosts' stack (the venv's real path and its site-packages' mtime) and boot, the pair's memory, GPUs
+        # and link, the size, the UCX settings and the floor. The same inputs within max_age_hours report the
+        # remembered figures instead of measuring again; cache: false (preflight_force) always measures.
+        "cache": Arg("bool", default=True),
+        "max_age_hours": Arg("float", default=24.0),
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
@@ -127,7 +135,8 @@ class NixlTransfer(Module):
             return ModuleResult(failed=True, msg="nixl_transfer: size_mb and iters must be positive")
         peer = ctx.peer(args["target"])
         args = _resolve_pair(ctx, args)
-        same_host = args["target"] == ctx.host or _same_machine(ctx.conn, peer)
+        mine, theirs = _identity(ctx.conn, args["venv"]), _identity(peer, args["venv"])
+        same_host = args["target"] == ctx.host or (mine["boot"] is not None and mine["boot"] == theirs["boot"])
         link = args["link"] or _default_link(args["mem"], same_host)
         size = args["size_mb"] * 1024 * 1024
         floor = args["min_gbps"] if args["min_gbps"] is not None else default_min_gbps(link, size)
@@ -148,7 +157,15 @@ class NixlTransfer(Module):
         errors = [p.message for p in problems if p.level == "error"]
         if errors and args["ucx_env_check"]:
             return ModuleResult(failed=True, msg="UCX environment: " + "; ".join(errors))
-        run = _Run(ctx, peer, args, {**ctx.environment, **ucx_env(ucx_vars)})
+        env = {**ctx.environment, **ucx_env(ucx_vars)}
+        inputs = {k: v for k, v in args.items() if k not in ("cache", "max_age_hours", "timeout")}
+        key = _stamp_key(inputs, env, floor, link, mine, theirs)
+        stamp_path = f"~/.provision/preflight/{lock_safe(args['target'])}.json"
+        if args["cache"]:
+            remembered = _remembered(ctx, stamp_path, key, args["max_age_hours"])
+            if remembered is not None:
+                return remembered
+        run = _Run(ctx, peer, args, env)
         run.same_host = same_host
         try:
             result = run.execute()
@@ -156,7 +173,10 @@ class NixlTransfer(Module):
             run.cleanup()
         result.data.update(floor=floor, link=link, same_host=same_host)
         result.data["warnings"] = [p.message for p in problems]
-        return _judge(result, floor, link, args, ctx.host)
+        judged = _judge(result, floor, link, args, ctx.host)
+        if not judged.failed and not ctx.check:
+            _remember(ctx, stamp_path, key, judged)
+        return judged
 
 
 def _resolve_pair(ctx: ModuleContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -183,22 +203,62 @@ def _default_link(mem: str, same_host: bool) -> str:
     return "loopback" if mem == "dram" else "pcie"
 
 
-def _machine_id(conn: Connection) -> str | None:
-    """The running kernel's boot id (shared by containers and namespaces on one machine), else machine-id."""
-    for path in ("/proc/sys/kernel/random/boot_id", "/etc/machine-id"):
-        try:
-            result = conn.run(Command.of("cat", path), timeout=30)
-        except HostError:
-            return None
-        if result.rc == 0 and result.stdout.strip():
-            return result.stdout.strip()
-    return None
+# what a host's side of a transfer depends on, in one round trip: the venv's real path (an install makes a new
+# env and switches the link), the mtime of its site-packages (a package changed in place) and the boot id
+# (the same machine: cuda_ipc applies; a reboot re-measures)
+_IDENTITY = (
+    'v=$(readlink -f "$1" 2>/dev/null || echo "$1"); echo "$v"; '
+    'for d in "$v"/lib/python*/site-packages; do stat -c %Y "$d" 2>/dev/null; done | sort | tr "\\n" " "; echo; '
+    "cat /proc/sys/kernel/random/boot_id 2>/dev/null || cat /etc/machine-id 2>/dev/null || echo"
+)
 
 
-def _same_machine(a: Connection, b: Connection) -> bool:
-    """Two inventory hosts on one machine (a same-host GPU pair: cuda_ipc applies)."""
-    mine = _machine_id(a)
-    return mine is not None and mine == _machine_id(b)
+def _identity(conn: Connection, venv: str) -> dict[str, str | None]:
+    try:
+        result = conn.run(Command.of("sh", "-c", _IDENTITY, "identity", conn.expand_path(venv)), timeout=30)
+    except HostError:
+        return {"venv": None, "mtime": None, "boot": None}
+    lines = [*result.stdout.splitlines(), "", "", ""][:3]
+    return {"venv": lines[0].strip() or None, "mtime": lines[1].strip() or None, "boot": lines[2].strip() or None}
+
+
+def _stamp_key(
+    inputs: dict[str, Any], env: dict[str, str], floor: float, link: str, mine: dict[str, Any], theirs: dict[str, Any]
+) -> str:
+    ucx = {k: v for k, v in env.items() if k.startswith("UCX_")}
+    doc = json.dumps([inputs, ucx, floor, link, mine, theirs], sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()
+
+
+def _remembered(ctx: ModuleContext, path: str, key: str, max_age_hours: float) -> ModuleResult | None:
+    """The pass remembered for the same inputs, if it is recent enough."""
+    try:
+        raw = ctx.get(path)
+        stamp = json.loads(raw) if raw else None
+    except (HostError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or stamp.get("key") != key or not isinstance(stamp.get("time"), (int, float)):
+        return None
+    age = time.time() - float(stamp["time"])
+    if age < 0 or age > max_age_hours * 3600:
+        return None
+    data: dict[str, Any] = stamp["data"] if isinstance(stamp.get("data"), dict) else {}
+    when = f"{age / 60:.0f} min" if age < 7200 else f"{age / 3600:.1f} h"
+    msg = (
+        f"{stamp.get('msg', 'passed')} — not measured again: it passed {when} ago for the same stack, boot, link "
+        "and settings (-e preflight_force=true measures again)"
+    )
+    return ModuleResult(changed=False, msg=msg, data={**data, "cached": True, "age_seconds": round(age)})
+
+
+def _remember(ctx: ModuleContext, path: str, key: str, result: ModuleResult) -> None:
+    keep = ("gbps_best", "gbps_median", "transports", "floor", "link", "same_host", "mem", "copy_gbps", "size_bytes")
+    stamp = {"key": key, "time": time.time(), "msg": result.msg, "data": {k: result.data.get(k) for k in keep}}
+    try:
+        ctx.run(Command.of("mkdir", "-p", "-m", "700", ctx.expand("~/.provision/preflight")), timeout=30)
+        ctx.put(json.dumps(stamp).encode(), path, 0o600)
+    except HostError:
+        pass  # not remembering only costs a measurement next time
 
 
 def _judge(result: ModuleResult, floor: float, link: str, args: dict[str, Any], host: str) -> ModuleResult:

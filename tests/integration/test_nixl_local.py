@@ -206,7 +206,36 @@ def test_nixl_transfer_module(venv: str, home: Path) -> None:
     assert d["link"] == "loopback" and d["floor"] == 0.05 and d["same_host"] is True
     assert "16 MiB DRAM→DRAM lab0→lab1: best " in result.msg and "bytes verified" in result.msg
     assert f"over {d['transports'][0]}" in result.msg
-    assert list((home / ".provision").iterdir()) == []  # temp files removed on both sides
+    # temp files removed on both sides; what stays is the remembered pass (private)
+    assert [p.name for p in (home / ".provision").iterdir()] == ["preflight"]
+    stamp = home / ".provision" / "preflight" / "lab1.json"
+    assert stamp.stat().st_mode & 0o777 == 0o600 and json.loads(stamp.read_text())["msg"] == result.msg
+
+
+def test_nixl_transfer_remembers_a_pass_for_the_same_inputs(venv: str, home: Path) -> None:
+    first = run(NixlTransfer, context(), venv=venv, target="lab1", size_mb=4, iters=2)
+    assert not first.failed and "not measured again" not in first.msg, first.msg
+    again = run(NixlTransfer, context(), venv=venv, target="lab1", size_mb=4, iters=2)
+    assert not again.failed and not again.changed
+    assert again.msg.startswith(first.msg) and "not measured again" in again.msg and "preflight_force" in again.msg
+    assert again.data["cached"] is True and again.data["gbps_best"] == first.data["gbps_best"]
+    assert not list((home / ".provision").glob("nixl-*"))  # nothing ran: no temp dirs were made either
+    # any input that changes measures again: the size, the UCX settings, cache off, an old pass, the stack
+    for changed in ({"size_mb": 2}, {"ucx_net_devices": "lo"}, {"cache": False}, {"max_age_hours": 0.0}):
+        result = run(NixlTransfer, context(), venv=venv, target="lab1", **{"size_mb": 4, "iters": 2, **changed})
+        assert not result.failed and "not measured again" not in result.msg, (changed, result.msg)
+    # a failed measurement is not remembered, and does not replace the pass remembered before it
+    failed = run(NixlTransfer, context(), venv=venv, target="lab1", size_mb=4, iters=2, min_gbps=1e6)
+    assert failed.failed and "not measured again" not in failed.msg
+    assert "not measured again" in run(NixlTransfer, context(), venv=venv, target="lab1", size_mb=4, iters=2).msg
+    site = next(Path(venv).glob("lib/python*/site-packages"))
+    before = site.stat()
+    os.utime(site, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # a package changed in the venv
+    try:
+        result = run(NixlTransfer, context(), venv=venv, target="lab1", size_mb=4, iters=2)
+        assert not result.failed and "not measured again" not in result.msg, result.msg
+    finally:
+        os.utime(site, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_nixl_transfer_below_the_floor_fails(venv: str, home: Path) -> None:
