@@ -150,10 +150,14 @@ __all__ = [
     "pd_status",
     "pd_up",
     "pd_verify",
+    "plan_module",
+    "plan_pd_down",
+    "plan_pd_up",
     "plan_playbook",
     "run_module",
     "run_playbook",
     "shipped_playbooks",
+    "stop_run",
 ]
 
 PD_HOSTS = "prefill:decode:router"
