@@ -156,11 +156,13 @@ def test_example_rollout_with_a_progress_bar(lab: Any, lab_env: None, tmp_path: 
     argv = [sys.executable, str(EXAMPLES / "rollout_progress.py"), str(inv)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    frames = [f.strip() for f in done.stdout.split("\r") if f.strip()]
-    last = frames[-1].splitlines()[0]
-    count = last.split("] ")[1].split()[0]
+    # the bar redraws in place (\r; text mode reads each redraw as a line): every frame, then the recap
+    frames = [line.strip() for line in done.stdout.splitlines() if line.startswith("[")]
+    count = frames[-1].split("] ")[1].split()[0]
     finished, total = (int(n) for n in count.split("/"))
-    assert finished == total > 2 and last.startswith("[" + "#" * 30 + "]"), last
+    assert finished == total > 2 and frames[-1].startswith("[" + "#" * 30 + "]"), frames[-1]
+    assert frames[0].startswith("[" + "." * 30 + "] 0/")
+    assert any(" .. " in frame for frame in frames)  # the install's progress lines, beside the bar
     assert "lab2: ok=" in done.stdout and "lab3: ok=" in done.stdout and "failed=1" not in done.stdout
 
 
