@@ -27,7 +27,7 @@ from ..api import Fleet, Options
 from ..api import check_layout as check_layout  # the PD layout check lives in the API; named here too
 from ..api import inventory_pd_vars as inventory_pd_vars
 from ..commands import MASKER
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, InputError
 from ..pd.status import table
 from .common import Seconds, api_options, common_options, execute, load_fleet, parse_extra_vars, quiet_listener
 
@@ -120,8 +120,13 @@ def logs(role: str, lines: int, **kw: Any) -> int:
 def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -> int:
     """One real generation through each router: completion, latency, TTFT."""
     fleet, opts = _setup(kw, query=True)
-    verified = api.pd_verify(fleet, prompt=prompt, max_new_tokens=max_new_tokens, verify_timeout=verify_timeout,
-                             **opts)  # fmt: skip
+    try:
+        verified = api.pd_verify(fleet, prompt=prompt, max_new_tokens=max_new_tokens,
+                                 verify_timeout=verify_timeout, **opts)  # fmt: skip
+    except InputError:  # no router host to verify through: with --json, the (empty) document first, as always
+        if kw["json_mode"]:
+            click.echo(json.dumps({}, indent=2))
+        raise
     if kw["json_mode"]:
         doc = {r.host: {"ok": not r.failed, "msg": r.msg, **{k: v for k, v in r.data.items() if not k.startswith("_")}}
                for r in verified.results}  # fmt: skip
