@@ -184,6 +184,31 @@ def test_example_fabfile_runs_the_stages_once_over_all_hosts(lab: Any, tmp_path:
     table = done.stdout.split("finished in")[1]  # pd-status's table follows bootstrap's recap
     rows = [line.split()[:3] for line in table.splitlines() if line.startswith(("lab0 ", "lab1 "))]
     assert sorted(rows) == [["lab0", "prefill", "down"], ["lab0", "router", "down"], ["lab1", "decode", "down"]]
+    invalid = fab("-S", ssh, "-H", "lab0,lab1", "pd-up", cwd=tmp_path, env=env)  # GPU mode without model_path
+    assert invalid.returncode == 5 and "model_path is not set for lab0, lab1" in invalid.stderr, invalid.stderr
+    assert "PLAY" not in invalid.stdout  # refused before any host was touched
+
+
+def test_example_fabfile_the_whole_chain_stops_with_the_failing_stage_code(lab: Any, tmp_path: Path) -> None:
+    """The documented chain on two lab hosts, vars from a Fabric config file (-f). The lab's venvs hold NIXL but
+    no SGLang, so the last stage, pd-up, fails on the hosts: exit 2, and what it started is stopped again."""
+    env = child_env()
+    env.pop("PROVISION_SSH_CONFIG", None)
+    config = tmp_path / "fabric.yml"
+    shared = {**LAB_VARS, "uv_cache_dir": str(shared_dir("uv")), "sglang_device": "cpu"}
+    config.write_text(json.dumps({"provision": {"extra_vars": shared}}))
+    stages = ["bootstrap", "install", "smoke", "preflight", "pd-up"]
+    done = fab("-f", str(config), "-S", str(lab.ssh_config_path), "-H", "lab2,lab3", *stages, cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    recaps = done.stdout.split("PLAY RECAP")[1:]
+    assert len(recaps) == 5  # one run per stage over both hosts
+    for recap in recaps[:4]:
+        assert "lab2" in recap and "lab3" in recap and "failed=0" in recap and "unreachable=0" in recap
+    assert "NIXL WRITE prefill -> decode, verified and timed" in done.stdout
+    fatal = [line for line in done.stdout.splitlines() if line.startswith("fatal: [lab")]
+    assert "failed=1" in recaps[4] and "ERROR: any_errors_fatal: lab2, lab3 failed" in done.stderr
+    assert len(fatal) == 2 and all("No module named" in line for line in fatal), fatal
+    assert "pd up failed; stopped what this run started: nothing was left running" in done.stderr
 
 
 def test_fabric_tasks_verify_host_keys_and_take_the_identity_flag(lab: Any, tmp_path: Path) -> None:
