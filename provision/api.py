@@ -575,7 +575,7 @@ class FactsResult:
 
 def gather_facts(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> FactsResult:
     """OS, Pythons, disk, GPUs, driver/CUDA, GPU topology, RDMA and NICs of every host of ``limit``, in
-    parallel (like ``provision facts``); a read-only query (no run lock)."""
+    parallel (like ``provision facts``); a read-only query (no run lock, no play: ``on_event`` gets nothing)."""
     from .facts import gather_hosts
 
     fleet = _fleet(hosts, opts.get("extra_vars"))
