@@ -74,7 +74,6 @@ __all__ = [
 ]
 
 _DONE: dict[str, int] = {}  # stage → calls seen in this process (a stage runs at the first of every len(-H))
-_LAST: dict[str, int] = {}  # stage → the exit code of its last run
 
 
 # ------------------------------------------------------------------------------------------------ hosts
@@ -202,7 +201,6 @@ def _stage(c: Context, name: str, body: Callable[[api.Fleet, dict[str, Any]], in
             code = body(fleet, _options(c, conn_opts, extra_vars, check, accept_new_host_keys))
     except ProvisionError as exc:
         raise Exit(api.masked(f"ERROR: {exc}"), code=exc.exit_code) from None
-    _LAST[name] = code
     if code != EXIT_OK:
         raise Exit(code=code)
 
