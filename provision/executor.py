@@ -37,7 +37,7 @@ from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated,
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task
-from .report import Reporter
+from .report import Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
 from .taskrun import TaskOutcome, TaskRunner
@@ -82,7 +82,7 @@ def task_selected(task: Task, tags: set[str], skip_tags: set[str]) -> bool:
 
 
 class Executor:
-    def __init__(self, inventory: Inventory, options: RunOptions, reporter: Reporter, playbook_dir: str = ".") -> None:
+    def __init__(self, inventory: Inventory, options: RunOptions, reporter: Sink, playbook_dir: str = ".") -> None:
         self.inventory = inventory
         self.options = options
         self.reporter = reporter

@@ -12,9 +12,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from .commands import MASKER
+from .events import Event, Message, PlayStarted, Progress, TaskFinished, TaskStarted
 from .localfiles import replace_file
 from .results import RunSummary, Status, TaskResult
 
@@ -31,6 +32,17 @@ def printable(text: object) -> str:
 _COLORS = {
     Status.OK: "32", Status.CHANGED: "33", Status.FAILED: "31", Status.UNREACHABLE: "31", Status.SKIPPED: "36",
 }  # fmt: skip
+
+
+class Sink(Protocol):
+    """What the executor reports to: a :class:`Reporter`, or a :class:`provision.events.EventStream` that hands
+    each report to its listeners as an event (the CLI's reporter is one of them: :meth:`Reporter.handle`)."""
+
+    def play_start(self, name: str, hosts: list[str]) -> None: ...
+    def task_start(self, name: str, *, handler: bool = False) -> None: ...
+    def task_result(self, result: TaskResult) -> None: ...
+    def progress(self, host: str, msg: str) -> None: ...
+    def line(self, text: str = "") -> None: ...
 
 
 class Reporter:
@@ -65,6 +77,20 @@ class Reporter:
         self.line(f"  .. [{host}] {printable(msg)}")
 
     # ------------------------------------------------------------------ events
+    def handle(self, event: Event) -> None:
+        """The human output and the ``--json`` document, built from the run's event stream (a listener:
+        ``EventStream(reporter.handle)``); ``RunFinished`` is left to :meth:`recap`."""
+        if isinstance(event, PlayStarted):
+            self.play_start(event.name, list(event.hosts))
+        elif isinstance(event, TaskStarted):
+            self.task_start(event.name, handler=event.handler)
+        elif isinstance(event, TaskFinished):
+            self.task_result(event.result)
+        elif isinstance(event, Progress):
+            self.progress(event.host, event.message)
+        elif isinstance(event, Message):
+            self.line(event.text)
+
     def play_start(self, name: str, hosts: list[str]) -> None:
         self._plays.append({"play": {"name": name, "hosts": hosts}, "tasks": []})
         self.line(self._banner(f"PLAY [{name}]"))

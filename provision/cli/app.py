@@ -1,7 +1,8 @@
 """The ``provision`` command group: ``run``, ``task``, ``inventory``, ``facts``, ``playbooks`` (here) and
 ``pd`` (:mod:`.pd`), and ``main()``, which turns every outcome into one line and an exit code.
 
-It only wires the stages together: inventory → playbook → plan → executor → report.
+Each command calls :mod:`provision.api` (load, validate, run, results) and prints what it returns: the API and
+the command line cannot drift apart.
 
 Exit codes (interface.md): 0 ok, 2 failed hosts, 3 usage, 4 unreachable, 5 invalid input, 130 interrupted
 (SIGINT), 143 terminated (SIGTERM).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -24,15 +24,13 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from .. import __version__, api
 from ..commands import MASKER
 from ..data import DEFAULT_SOURCE, LAYOUTS, defaults, find_playbook, playbooks_dir, shipped_playbooks, starter_inventory
 from ..errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
-    EXIT_OK,
     EXIT_TERMINATED,
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
     HostError,
     InputError,
@@ -42,27 +40,22 @@ from ..errors import (
     UnreachableError,
     UsageError,
 )
-from ..executor import Executor, playbook_dir_of, task_selected
-from ..inventory import Inventory
 from ..localfiles import replace_file
 from ..masking import register_secrets
-from ..plan import check_plan
-from ..playbook import Play, load_playbook, parse_task
-from ..report import Reporter
-from ..state import RunOptions
 from ..templating import Vars
 from . import common
 from .common import (
     ARGV,
     STATE,
+    api_options,
     common_options,
     debug_log,
     execute,
+    load_fleet,
     load_inventory,
     parse_extra_vars,
-    run_options,
 )
-from .pd import check_layout, pd
+from .pd import pd
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -87,20 +80,13 @@ def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start
     """Apply PLAYBOOK (like ansible-playbook): a file, or the name of a shipped playbook (`provision
     playbooks`) when no such file exists here."""
     extra = parse_extra_vars(kw["extra_vars"])
-    inventory = load_inventory(kw["inventories"], extra)
+    fleet = load_fleet(kw["inventories"], extra)
     playbook = _which_playbook(playbook, json_mode=kw["json_mode"])
-    plays = load_playbook(playbook)
-    options = run_options(
-        kw, extra, check=check, diff=diff, start_at_task=start_at_task,
-        tags={t.strip() for t in tags.split(",") if t.strip()},
-        skip_tags={t.strip() for t in skip_tags.split(",") if t.strip()},
-    )  # fmt: skip
-    check_plan(plays, inventory, extra, options.limit, start_at_task, playbook_dir_of(playbook), options.defaults)
-    if any(task.module == "pd_validate" for play in plays for task in play.tasks):
-        check_layout(inventory, extra)  # site.yml, pd-up.yml: a missing model_path before the install, not after
+    opts = api_options(kw, check=check, diff=diff, start_at_task=start_at_task, tags=tags, skip_tags=skip_tags)
+    planned = api.plan_playbook(playbook, fleet, **opts)
     if list_hosts or list_tasks:
-        return _listing(plays, inventory, options, list_hosts=list_hosts, list_tasks=list_tasks)
-    return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=playbook)
+        return _listing(planned, list_hosts=list_hosts, list_tasks=list_tasks)
+    return execute(planned, json_mode=kw["json_mode"])
 
 
 def _which_playbook(name: str, *, json_mode: bool) -> str:
@@ -114,24 +100,19 @@ def _which_playbook(name: str, *, json_mode: bool) -> str:
     return str(path)
 
 
-def _listing(
-    plays: list[Play], inventory: Inventory, options: RunOptions, *, list_hosts: bool, list_tasks: bool
-) -> int:
-    executor = Executor(inventory, options, Reporter(stream=sys.stdout))
-    for play in plays:
+def _listing(planned: api.PlannedRun, *, list_hosts: bool, list_tasks: bool) -> int:
+    for play in planned.plays:
         click.echo(f"\nplay: {play.name} ({play.where})")
         if list_hosts:
-            hosts = executor.play_hosts(play)
+            hosts = planned.hosts(play)
             click.echo(f"  hosts ({len(hosts)}):")
             for host in hosts:
                 click.echo(f"    {host}")
         if list_tasks:
             click.echo("  tasks:")
-            for task in play.tasks:
-                if task_selected(task, options.tags, options.skip_tags):
-                    tags = f"  TAGS: [{', '.join(sorted(task.tags))}]" if task.tags else ""
-                    click.echo(f"    {task.name}{tags}")
-    executor.close()
+            for task in planned.tasks(play):
+                tags = f"  TAGS: [{', '.join(sorted(task.tags))}]" if task.tags else ""
+                click.echo(f"    {task.name}{tags}")
     return 0
 
 
@@ -144,28 +125,11 @@ def _listing(
 @click.option("-b", "--become", is_flag=True)
 def task(module: str, module_args: str, check: bool, diff: bool, become: bool, **kw: Any) -> int:
     """Run one MODULE ad hoc on the hosts of --limit (like ansible -m)."""
-    from ..catalog import load_all, lookup
-
     extra = parse_extra_vars(kw["extra_vars"])
-    inventory = load_inventory(kw["inventories"], extra)
-    load_all()
-    cls = lookup(module)
-    if cls is None:
-        raise InputError(f"unknown module {module!r}")
-    try:
-        shlex.split(module_args)
-    except ValueError as exc:
-        raise InputError(f"-a arguments: {exc} (the value is not shown: it may hold a secret)") from None
-    raw: Any = module_args if cls.free_form else (module_args or None)
-    node: dict[str, Any] = {"name": module, module: raw}
-    parsed = parse_task(node, "<command line>")
-    pattern = kw["limit"] or "all"
-    options = run_options(kw, extra, check=check, diff=diff)
-    options.limit = None
-    play = Play(name=f"ad hoc: {module}", hosts=pattern, file="<command line>", line=0, gather_facts=False,
-                become=become, tasks=[parsed])  # fmt: skip
-    check_plan([play], inventory, extra, None, None, os.getcwd(), options.defaults)
-    return execute([play], inventory, options, json_mode=kw["json_mode"], playbook="adhoc.yml")
+    fleet = load_fleet(kw["inventories"], extra)
+    opts = api_options(kw, check=check, diff=diff)
+    planned = api.plan_module(module, module_args, fleet, become=become, **opts)
+    return execute(planned, json_mode=kw["json_mode"])
 
 
 @cli.command("inventory")
@@ -250,28 +214,22 @@ def init(directory: str, layout: str, force: bool) -> int:
 @common_options
 def facts(**kw: Any) -> int:
     """Gather and print host facts (OS, Python, disk, GPUs, driver/CUDA, topology, RDMA, NICs)."""
-    from ..facts import gather_hosts
-
     extra = parse_extra_vars(kw["extra_vars"])
-    inventory = load_inventory(kw["inventories"], extra)
-    options = run_options(kw, extra)
-    if options.limit:
-        inventory.select(options.limit)
-    code = EXIT_OK
+    fleet = load_fleet(kw["inventories"], extra)
+    gathered = api.gather_facts(fleet, **api_options(kw))
     doc: dict[str, Any] = {}
-    for name, value in gather_hosts(inventory, options).items():
+    for name, value in gathered.hosts.items():
         if isinstance(value, HostError):
             unreachable = isinstance(value, UnreachableError)
-            code = max(code, EXIT_UNREACHABLE if unreachable else EXIT_FAILED)
             _error_line(f"{name}: {'UNREACHABLE' if unreachable else 'FAILED'} => {value.msg}")
             doc[name] = {"failed": True, "msg": str(value)}
         else:
             doc[name] = value
             if not kw["json_mode"]:
                 click.echo(_facts_summary(name, value))
-    if kw["json_mode"] or options.verbosity:
+    if kw["json_mode"] or kw["verbosity"]:
         click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
-    return code
+    return gathered.exit_code
 
 
 def _facts_summary(name: str, facts: dict[str, Any]) -> str:

@@ -1,14 +1,15 @@
-"""What every command shares: the option set (``common_options``), ``-e`` parsing, the inventory and run
-options they build, ``execute`` (run plays, report, exit code) and the debug log.
+"""What every command shares: the option set (``common_options``), the fleet and the API options they
+build (``load_fleet``, ``api_options``), ``execute`` (a planned run through the API, reported, its exit code)
+and the debug log.
 
-Imported by :mod:`.app` and :mod:`.pd`; imports the engine (executor, plan, report, ...), never another cli
-module.
+The commands are built on :mod:`provision.api` (loading, validation, runs, results) and only print: the human
+output and ``--json`` are the reporter listening to the run's events. Imported by :mod:`.app` and :mod:`.pd`;
+imports the API and the reporter, never another cli module.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shlex
@@ -20,20 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from ..api import Fleet, Listener, Options, PlannedRun, load
+from ..api import parse_extra_vars as parse_extra_vars  # -e parsing lives in the API; named here too
 from ..commands import MASKER
-from ..data import defaults
-from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, InputError, UsageError
-from ..executor import Executor, InternalError, playbook_dir_of
-from ..inventory import MAX_DEPTH, Inventory, nesting_too_deep
+from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, UsageError
+from ..executor import InternalError
+from ..inventory import Inventory
 from ..localfiles import append_private
-from ..masking import register_inventory_secrets
-from ..playbook import Play
-from ..report import Reporter, write_retry_file
+from ..report import Reporter
 from ..results import RunSummary
-from ..state import RunOptions
-from ..transport import ConnectOptions
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
 STATE: dict[str, int] = {"verbosity": 0}  # this invocation's -v count (and the signal that stopped it)
@@ -41,73 +38,6 @@ ARGV: list[str] = []  # this invocation's arguments, for the debug log (masked t
 
 
 # ------------------------------------------------------------------------------------------- option helpers
-def parse_extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
-    """``-e k=v k2='v 2'``, ``-e @file.yml`` or ``-e '{"json": 1}'``; later ones win.
-
-    Extra vars often carry secrets, so an error never quotes their text: it names the file, line and column.
-    The secret-named values are registered with MASKER as soon as they are parsed."""
-    out: dict[str, Any] = {}
-    for value in values:
-        text = value.strip()
-        if text.startswith("@"):
-            out.update(_extra_vars_file(Path(text[1:])))
-        elif text.startswith("{"):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"-e: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-            except RecursionError:
-                raise InputError("-e: JSON nested too deeply") from None
-            if not isinstance(data, dict):
-                raise InputError("-e: JSON extra vars must be an object")
-            out.update(data)
-        else:
-            try:
-                words = shlex.split(text)
-            except ValueError as exc:
-                raise InputError(f"-e: cannot split key=value words: {exc}") from None
-            for n, word in enumerate(words, 1):
-                if "=" not in word:
-                    raise InputError(f"-e: expected key=value, @file or JSON; word {n} has no '='")
-                key, val = word.split("=", 1)
-                if not key.isidentifier():
-                    raise InputError(f"-e: word {n}: {key!r} is not a valid variable name")
-                out[key] = val
-        MASKER.add_vars(out)
-    if nesting_too_deep(out):
-        raise InputError(f"-e: values nested deeper than {MAX_DEPTH} levels")
-    return out
-
-
-def _extra_vars_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"-e @file: cannot read: {exc.strerror}", file=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"-e @file: not UTF-8 text (byte {exc.start})", file=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:
-        raise InputError("-e @file: nested too deeply", file=str(path)) from None
-    except yaml.YAMLError as exc:
-        # str(exc) quotes the offending line: only the problem and its position are shown
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        column = f", column {mark.column + 1}" if mark else ""
-        raise InputError(
-            f"-e @file: invalid YAML{column}: {problem}", file=str(path), line=mark.line + 1 if mark else None
-        ) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        kind = "list" if isinstance(data, list) else type(data).__name__
-        raise InputError(f"-e @file must hold a mapping, not a {kind}", file=str(path))
-    if not all(isinstance(k, str) for k in data):
-        raise InputError("-e @file must hold a mapping of variable names", file=str(path))
-    return data
-
-
 class Seconds(click.ParamType):
     """A finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives are refused up front)."""
 
@@ -148,59 +78,54 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def load_inventory(inventories: tuple[str, ...], extra: dict[str, Any], *, trace: bool = False) -> Inventory:
+def load_fleet(inventories: tuple[str, ...], extra: dict[str, Any], *, trace: bool = False) -> Fleet:
+    """``-i`` (repeatable; else $PROVISION_INVENTORY) with the parsed ``-e``: the API's :class:`Fleet`."""
     paths = list(inventories) or [p for p in [os.environ.get("PROVISION_INVENTORY")] if p]
     if not paths:
         raise UsageError("no inventory given: use -i INVENTORY (or set PROVISION_INVENTORY)")
-    inventory = Inventory.load(paths, extra, trace=trace)
-    default_router(inventory)
-    register_inventory_secrets(inventory, extra)
-    return inventory
+    return load(paths, extra_vars=extra, trace=trace)
 
 
-def default_router(inventory: Inventory) -> None:
-    """An inventory with a ``prefill`` group and no ``router`` group gets the router on its first prefill
-    host (an implicit ``router`` group; ``provision inventory --graph`` shows it), so two hosts in
-    ``prefill``/``decode`` are a whole deployment. A ``router`` group, even an empty one, is left as it is."""
-    prefill = inventory.group_members("prefill")
-    if prefill and "router" not in inventory.groups:
-        inventory.add_group("router", prefill[:1])
+def load_inventory(inventories: tuple[str, ...], extra: dict[str, Any], *, trace: bool = False) -> Inventory:
+    return load_fleet(inventories, extra, trace=trace).inventory
 
 
-def run_options(kw: dict[str, Any], extra: dict[str, Any], **more: Any) -> RunOptions:
+def api_options(kw: dict[str, Any], **more: Any) -> Options:
+    """The common options as the API's keyword options (the ``-e`` values travel with the fleet)."""
     STATE["verbosity"] = kw["verbosity"]
-    return RunOptions(
-        forks=kw["forks"],
+    opts = Options(
         limit=kw["limit"],
-        extra_vars=extra,
+        forks=kw["forks"],
         verbosity=kw["verbosity"],
-        command_timeout=kw["command_timeout"],
-        defaults=defaults(),  # every run, shipped playbook or not: docs/architecture.md, "Defaults"
-        connect=ConnectOptions(
-            connect_timeout=kw["connect_timeout"],
-            accept_new_host_keys=kw["accept_new_host_keys"],
-        ),
-        **more,
+        timeout=kw["command_timeout"],
+        connect_timeout=kw["connect_timeout"],
+        accept_new_host_keys=kw["accept_new_host_keys"],
     )
+    opts.update(more)  # type: ignore[typeddict-item]
+    return opts
 
 
-def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, json_mode: bool, playbook: str) -> int:
-    """Run plays and report; returns the exit code. An internal error (a bug, see executor.InternalError) still
-    gets the recap and the retry file, then one line naming it and exit 2; its traceback goes to the debug log
-    (and to stderr with -vvv)."""
+def quiet_listener(verbosity: int) -> Listener | None:
+    """The PD queries' runs are shown only with -v (on stderr, one level less verbose)."""
+    return Reporter(stream=sys.stderr, verbosity=verbosity - 1).handle if verbosity else None
+
+
+def execute(planned: PlannedRun, *, json_mode: bool) -> int:
+    """Run a planned run through the API and report it; returns the exit code. The human output and the
+    ``--json`` document are the reporter listening to the run's events. An internal error (a bug, see
+    executor.InternalError) still gets the recap and the retry file, then one line naming it and exit 2; its
+    traceback goes to the debug log (and to stderr with -vvv)."""
+    options = planned.options
     reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity)
-    executor = Executor(inventory, options, reporter, playbook_dir_of(playbook))
-    try:
-        summary = executor.run(plays)
-    finally:
-        executor.close()
-    errors = executor.internal_errors
+    result = planned.run(on_event=reporter.handle)
+    summary = result.summary
+    errors = list(result.internal_errors)
     try:
         reporter.recap(summary)
     except Exception as exc:
         errors.append(InternalError(f"internal error in the recap: {type(exc).__name__}: {exc}", exc))
         _plain_recap(summary)
-    retry = write_retry_file(playbook, summary)
+    retry = result.write_retry_file()
     if retry:
         click.echo(MASKER.mask(f"retry file: {retry} (rerun just those hosts with -l @{retry})"), err=json_mode)
     if json_mode:
@@ -216,10 +141,7 @@ def execute(plays: list[Play], inventory: Inventory, options: RunOptions, *, jso
                                f"the traceback is in {DEBUG_LOG}"), err=True)  # fmt: skip
         return EXIT_FAILED if code in (0, EXIT_UNREACHABLE) else code
     if code:
-        reason = summary.aborted or (
-            f"failed hosts: {', '.join(summary.failed_hosts)}" if summary.failed_hosts
-            else f"unreachable hosts: {', '.join(summary.unreachable_hosts)}"
-        )  # fmt: skip
+        reason = result.reason
         click.echo(MASKER.mask(f"ERROR: {reason}"), err=True)
         failures = "".join(f"  {r.host}: {r.task}: {r.status.value}: {r.msg}\n" for r in reporter.failures)
         debug_log(f"ERROR: {reason}\n{failures}")

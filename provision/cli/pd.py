@@ -10,114 +10,35 @@
 * ``logs``: the tail of each process's log (``--role``, ``-n``).
 * ``verify``: one real generation through each router: text, latency, TTFT.
 
-Registered in the main group by ``cli.add_command(pd)`` (:mod:`.app`). Imports :mod:`.common` and the
-engine, never :mod:`.app`.
+Each command calls its verb in :mod:`provision.api` (``pd_up`` is ``plan_pd_up`` + ``stop_run`` here, so
+that the recap comes between the run and the clean-up) and prints the result. Registered in the main group by
+``cli.add_command(pd)`` (:mod:`.app`). Imports :mod:`.common` and the API, never :mod:`.app`.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import sys
-import uuid
 from typing import Any
 
 import click
 
-from .. import templating
+from .. import api
+from ..api import Fleet, Options
+from ..api import check_layout as check_layout  # the PD layout check lives in the API; named here too
+from ..api import inventory_pd_vars as inventory_pd_vars
 from ..commands import MASKER
-from ..data import defaults, playbook_path
-from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, InputError
-from ..executor import Executor
-from ..inventory import Inventory
-from ..magic import magic_vars
-from ..modules.base import to_bool
-from ..pd import PlanError, build, pd_host_names, validate_pd
-from ..pd.status import all_up, table
-from ..plan import check_plan
-from ..playbook import Play, load_playbook, parse_task
-from ..report import Reporter
-from ..results import Status, TaskResult
-from ..state import RunOptions
-from .common import Seconds, common_options, execute, load_inventory, parse_extra_vars, run_options
-
-PD_HOSTS = "prefill:decode:router"
+from ..errors import EXIT_OK, InputError
+from ..pd.status import table
+from .common import Seconds, api_options, common_options, execute, load_fleet, parse_extra_vars, quiet_listener
 
 
-def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, templating.Vars]:
-    """Every PD host's vars as a task would see them before facts (enough for the plan and its checks)."""
-    groups = inventory.groups_map()
-    shipped = defaults()  # lowest, as in a task
-    out: dict[str, templating.Vars] = {}
-    for name in pd_host_names(groups):
-        out[name] = templating.Vars(
-            shipped, inventory.hosts[name].vars, extra, magic_vars(inventory, name, groups=groups)
-        )
-    return out
-
-
-MODEL_PATH_MISSING = "model_path is not set (a model directory on the host, or a hub id)"
-
-
-def check_layout(inventory: Inventory, extra: dict[str, Any]) -> None:
-    """The PD layout on the inventory alone (``pd up``, and ``run`` of a playbook with ``pd_validate``):
-    InputError (exit 5) listing every problem, before any host is touched. A problem several hosts share is
-    one line naming them; a missing ``model_path`` says what to add."""
-    problems = validate_pd(inventory_pd_vars(inventory, extra))
-    if not problems:
-        return
-    hosts_of: dict[str, list[str]] = {}
-    for problem in problems:
-        host, sep, text = problem.partition(": ")
-        if sep and host in inventory.hosts:
-            hosts_of.setdefault(text, []).append(host)
-        else:
-            hosts_of.setdefault(problem, [])
-    lines = []
-    for text, hosts in hosts_of.items():
-        if text == MODEL_PATH_MISSING:
-            lines.append(
-                f"model_path is not set for {', '.join(hosts)}: add `model_path: /path/to/model` (a model directory "
-                "on the hosts, or a hub id) to the inventory's vars (or -e model_path=...), or "
-                "`sglang_device: cpu` for CPU mode"
-            )
-        else:
-            lines += [f"{host}: {text}" for host in hosts] if hosts else [text]
-    raise InputError("the PD deployment is not valid:\n  - " + "\n  - ".join(lines))
-
-
-class _Collector(Reporter):
-    """A reporter that keeps every task result and writes its human output aside (shown with -v)."""
-
-    def __init__(self, verbosity: int) -> None:
-        super().__init__(stream=sys.stderr if verbosity else io.StringIO(), verbosity=max(0, verbosity - 1))
-        self.results: list[TaskResult] = []
-
-    def task_result(self, result: TaskResult) -> None:
-        super().task_result(result)
-        self.results.append(result)
-
-
-def _quiet_play(module: str, hosts: str, args: dict[str, Any] | None = None) -> Play:
-    task = parse_task({"name": module, module: args}, f"<pd {module}>")
-    return Play(name=f"pd: {module}", hosts=hosts, file=f"<pd {module}>", line=0, gather_facts=False, tasks=[task])
-
-
-def _run_quiet(plays: list[Play], inventory: Inventory, options: RunOptions) -> list[TaskResult]:
-    reporter = _Collector(options.verbosity)
-    executor = Executor(inventory, options, reporter, str(playbook_path("pd-up.yml").parent))
-    try:
-        executor.run(plays)
-    finally:
-        executor.close()
-    return reporter.results
-
-
-def _setup(kw: dict[str, Any], **more_extra: Any) -> tuple[Inventory, dict[str, Any], RunOptions]:
-    extra = parse_extra_vars(kw["extra_vars"])
-    inventory = load_inventory(kw["inventories"], extra)
-    extra.update(more_extra)
-    return inventory, extra, run_options(kw, extra)
+def _setup(kw: dict[str, Any], *, query: bool = False) -> tuple[Fleet, Options]:
+    """The fleet and the options; a query's own run is shown only with -v (on stderr)."""
+    fleet = load_fleet(kw["inventories"], parse_extra_vars(kw["extra_vars"]))
+    opts = api_options(kw)
+    if query:
+        opts["on_event"] = quiet_listener(kw["verbosity"])
+    return fleet, opts
 
 
 @click.group("pd")
@@ -130,21 +51,14 @@ def pd() -> None:
 @click.option("--keep-failed", is_flag=True, help="leave what a failed run started running (for debugging)")
 def up(keep_failed: bool, **kw: Any) -> int:
     """Validate, then start prefill → decode → router and verify one real generation."""
-    run_id = uuid.uuid4().hex[:12]
-    inventory, extra, options = _setup(kw, pd_run_id=run_id)
-    check_layout(inventory, extra)
-    path = playbook_path("pd-up.yml")
-    plays = load_playbook(path)
-    check_plan(plays, inventory, extra, options.limit, None, str(path.parent), options.defaults)
-    code = execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=str(path))
-    if code in (EXIT_OK, 130) or keep_failed or to_bool(extra.get("pd_keep_failed", False), "pd_keep_failed"):
+    fleet, opts = _setup(kw)
+    planned = api.plan_pd_up(fleet, **opts)
+    code = execute(planned, json_mode=kw["json_mode"])
+    if code in (EXIT_OK, 130) or keep_failed or api.keep_failed_asked(planned):
         if code not in (EXIT_OK, 130):
             click.echo("pd up: the processes of this run were left running (--keep-failed)", err=True)
         return code
-    down_options = run_options(kw, {**extra, "pd_only_run_id": run_id})
-    results = _run_quiet(load_playbook(playbook_path("pd-down.yml")), inventory, down_options)
-    stopped = [f"{r.data.get('name')} on {r.host}" for r in results
-               if r.status is Status.CHANGED and r.data.get("action") == "stopped"]  # fmt: skip
+    stopped = api.stop_run(planned, on_event=quiet_listener(kw["verbosity"]))
     what = ", ".join(stopped) if stopped else "nothing was left running"
     click.echo(MASKER.mask(f"pd up failed; stopped what this run started: {what}"), err=True)
     return code
@@ -154,53 +68,23 @@ def up(keep_failed: bool, **kw: Any) -> int:
 @common_options
 def down(**kw: Any) -> int:
     """Stop router, decode and prefill (idempotent)."""
-    inventory, extra, options = _setup(kw)
-    path = playbook_path("pd-down.yml")
-    plays = load_playbook(path)
-    check_plan(plays, inventory, extra, options.limit, None, str(path.parent), options.defaults)
-    return execute(plays, inventory, options, json_mode=kw["json_mode"], playbook=str(path))
-
-
-def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per process the inventory describes (filled in from the hosts; unreachable ones stay so)."""
-    try:
-        deployment = build(inventory_pd_vars(inventory, extra))
-    except PlanError as exc:
-        raise InputError(str(exc)) from None
-    return [{"host": p.host, "role": p.role, "name": p.name, "port": p.port, "running": False}
-            for p in deployment.procs]  # fmt: skip
+    fleet, opts = _setup(kw)
+    return execute(api.plan_pd_down(fleet, **opts), json_mode=kw["json_mode"])
 
 
 @pd.command("status")
 @common_options
 def status(**kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
-    inventory, extra, options = _setup(kw)
-    rows = _expected_rows(inventory, extra)
-    if not rows:
-        raise InputError("no PD process in the inventory: put hosts in the groups prefill, decode and router")
-    allowed = {h.name for h in inventory.select(options.limit)} if options.limit else None
-    options.run_lock = False  # a read-only query: it may run beside a run holding the hosts
-    results = _run_quiet([_quiet_play("pd_status", PD_HOSTS)], inventory, options)
-    found = {(r["host"], r["role"]): r for res in results for r in res.data.get("procs", [])}
-    broken = {res.host: res for res in results if res.status in (Status.UNREACHABLE, Status.FAILED)}
-    out = []
-    for row in rows:
-        if allowed is not None and row["host"] not in allowed:
-            continue
-        if row["host"] in broken:
-            res = broken[row["host"]]
-            row = {**row, "unreachable": res.status is Status.UNREACHABLE, "error": res.msg}
-        out.append({**row, **found.get((row["host"], row["role"]), {})})
+    fleet, opts = _setup(kw, query=True)
+    status = api.pd_status(fleet, **opts)
     if kw["json_mode"]:
-        click.echo(json.dumps(MASKER.mask_obj({"procs": out}), indent=2, default=str))
+        click.echo(json.dumps(MASKER.mask_obj({"procs": status.rows}), indent=2, default=str))
     else:
-        click.echo(table(out))
-        for res in broken.values():
-            click.echo(MASKER.mask(f"{res.host}: {res.msg}"), err=True)
-    if any(r.get("unreachable") for r in out):
-        return EXIT_UNREACHABLE
-    return EXIT_OK if all_up(out) else EXIT_FAILED
+        click.echo(table(status.rows))
+        for host, msg in status.errors.items():
+            click.echo(MASKER.mask(f"{host}: {msg}"), err=True)
+    return status.exit_code
 
 
 @pd.command("logs")
@@ -209,19 +93,16 @@ def status(**kw: Any) -> int:
 @click.option("-n", "--lines", type=click.IntRange(0, 100000), default=50, show_default=True)
 def logs(role: str, lines: int, **kw: Any) -> int:
     """The last lines of each process's log."""
-    inventory, _, options = _setup(kw)
-    options.run_lock = False  # a read-only query: it may run beside a run holding the hosts
-    results = _run_quiet([_quiet_play("pd_logs", PD_HOSTS, {"role": role, "lines": lines})], inventory, options)
-    entries = [entry for res in results for entry in res.data.get("logs", [])]
+    fleet, opts = _setup(kw, query=True)
+    logs = api.pd_logs(fleet, role=role, lines=lines, **opts)
     if kw["json_mode"]:
-        click.echo(json.dumps(MASKER.mask_obj({"logs": entries}), indent=2))
-    for entry in [] if kw["json_mode"] else entries:
+        click.echo(json.dumps(MASKER.mask_obj({"logs": logs.entries}), indent=2))
+    for entry in [] if kw["json_mode"] else logs.entries:
         click.echo(f"==> {entry['host']} {entry['role']} ({entry['log']}) <==")
         click.echo(MASKER.mask("\n".join(entry["lines"])) or "(empty)")
-    failed = [res for res in results if res.status in (Status.FAILED, Status.UNREACHABLE)]
-    for res in failed:
-        click.echo(MASKER.mask(f"{res.host}: {res.msg}"), err=True)
-    return EXIT_FAILED if failed else EXIT_OK
+    for host, msg in logs.errors.items():
+        click.echo(MASKER.mask(f"{host}: {msg}"), err=True)
+    return logs.exit_code
 
 
 @pd.command("verify")
@@ -238,20 +119,19 @@ def logs(role: str, lines: int, **kw: Any) -> int:
 )
 def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -> int:
     """One real generation through each router: completion, latency, TTFT."""
-    inventory, _, options = _setup(kw)
-    args = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
-    options.run_lock = False  # a read-only query: it may run beside a run holding the hosts
-    results = [r for r in _run_quiet([_quiet_play("pd_verify", "router", args)], inventory, options)
-               if r.status is not Status.SKIPPED]  # fmt: skip
+    fleet, opts = _setup(kw, query=True)
+    try:
+        verified = api.pd_verify(fleet, prompt=prompt, max_new_tokens=max_new_tokens,
+                                 verify_timeout=verify_timeout, **opts)  # fmt: skip
+    except InputError:  # no router host to verify through: with --json, the (empty) document first, as always
+        if kw["json_mode"]:
+            click.echo(json.dumps({}, indent=2))
+        raise
     if kw["json_mode"]:
         doc = {r.host: {"ok": not r.failed, "msg": r.msg, **{k: v for k, v in r.data.items() if not k.startswith("_")}}
-               for r in results}  # fmt: skip
+               for r in verified.results}  # fmt: skip
         click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
     else:
-        for r in results:
+        for r in verified.results:
             click.echo(MASKER.mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
-    if not results:
-        raise InputError("no router host to verify through (group 'router' is empty or excluded by --limit)")
-    if any(r.status is Status.UNREACHABLE for r in results):
-        return EXIT_UNREACHABLE
-    return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK
+    return verified.exit_code

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from provision.cli import app, common
+from provision import api
+from provision.cli import common
 from provision.modules import REGISTRY, Arg, Module, ModuleContext, ModuleResult
 from tests.helpers import CliResult, run_cli
 
@@ -127,7 +128,7 @@ def test_crash_before_the_run_is_one_line_and_exit_2(project: Path, monkeypatch:
     def broken_plan(*args: Any, **kwargs: Any) -> None:
         raise KeyError("broken planner")
 
-    monkeypatch.setattr(app, "check_plan", broken_plan)
+    monkeypatch.setattr(api, "check_plan", broken_plan)
     result = run(project, PLAYBOOK)
     assert result.code == 2
     assert result.err.splitlines() == [
