@@ -63,6 +63,7 @@ from .common import (
     run_options,
 )
 from .pd import check_layout, pd
+from .wheelhouse import wheelhouse
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -352,3 +353,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 cli.add_command(pd)
+cli.add_command(wheelhouse)
