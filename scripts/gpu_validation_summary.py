@@ -65,18 +65,31 @@ def main(out: Path) -> dict[str, Any]:
     summary["pids_before_flag_change"], summary["pids_after_flag_change"] = before, after
     summary["restarted_by_flag_change"] = sorted(k for k in before if before.get(k) != after.get(k))
     summary["status_after_down"] = load(out / "pd-status-down.out")
-    ucx: dict[str, int] = {}
-    examples: list[str] = []
-    for log in sorted((out / "server-logs").glob("*")) if (out / "server-logs").exists() else []:
-        for line in log.read_text(errors="replace").splitlines():
-            if "ucp" in line.lower() or "rndv" in line.lower() or "zcopy" in line.lower():
-                for t in re.findall(r"\b(cuda_ipc|cuda_copy|rc_mlx5|rc_verbs|tcp|sysv|posix|cma|gdr_copy)\b", line):
-                    ucx[t] = ucx.get(t, 0) + 1
-                if "cuda_ipc" in line and len(examples) < 12:
-                    examples.append(f"{log.name}: {line.strip()[:300]}")
-    summary["ucx_transports_in_server_logs"] = ucx
-    summary["ucx_cuda_ipc_lines"] = examples
+    summary["ucx_gpu_protocols"] = ucx_gpu_protocols(out / "server-logs")
     return summary
+
+
+OPERATION = re.compile(r"\|\s+(remote memory (?:write|read) by \S+ from (\S+ ?\S*) to (\S+))\s+\|")
+ROW = re.compile(r"\|\s*([0-9.]+(?:inf|\d))\s*\|\s*([\w -]+?)\s*\|\s*(\S+)\s*\|")
+
+
+def ucx_gpu_protocols(logs: Path) -> list[dict[str, str]]:
+    """The UCX_PROTO_INFO rows of GPU-to-GPU operations in the servers' logs: what moved the KV cache."""
+    found: list[dict[str, str]] = []
+    for log in sorted(logs.glob("*.log")) if logs.exists() else []:
+        operation = None
+        for line in log.read_text(errors="replace").splitlines():
+            m = OPERATION.search(line)
+            if m:
+                operation = m.group(1) if "cuda" in m.group(2) and "cuda" in m.group(3) else None
+                continue
+            row = ROW.search(line)
+            if operation and row:
+                entry = {"log": log.name, "operation": operation, "range": row.group(1), "protocol": row.group(2),
+                         "transport": row.group(3)}  # fmt: skip
+                if entry not in found:
+                    found.append(entry)
+    return found
 
 
 if __name__ == "__main__":

@@ -411,7 +411,8 @@ def test_install_playbook_composes_the_stack() -> None:
     offline = install_task_args(pip_find_links="/srv/wheels", pip_no_index=True)
     assert offline["find_links"] == "~/.provision/wheels" and offline["no_index"] is True
     assert install_task_args(pip_find_links="https://x/wheels/")["find_links"] == "https://x/wheels/"
-    house = install_task_args(wheelhouse="/srv/house")  # the host's lock, exactly, from its synced wheel_dir
+    skipped = {"skipped": True, "changed": False}  # sglang_release does not run with a wheelhouse
+    house = install_task_args(wheelhouse="/srv/house", sglang_choice=skipped)  # the host's lock, from wheel_dir
     assert house["packages"] == [] and house["no_deps_packages"] == ["sglang==0.5.17", "nixl-cu13==1.5.1"]
     assert house["find_links"] == "~/.provision/wheels" and house["no_index"] is True
 
