@@ -80,7 +80,7 @@ def main() -> int:
             resent = sum(r.get("bytes_sent", 0) for r in res3.values())
             print(f"{n} host(s): wheelhouse {planned:.2f} s (hosts read + local pip); sync fresh {fresh:.2f} s "
                   f"({sent / 1e6:.0f} MB sent, sha256-checked); converged {converged:.2f} s (0 B); "
-                  f"one file lost per host {one:.2f} s ({resent / 1e6:.1f} MB)")  # fmt: skip
+                  f"one file lost per host {one:.2f} s ({resent / 1e3:.0f} kB)")  # fmt: skip
     return 0
 
 
