@@ -3,12 +3,22 @@
 # (ansible_connection: local), air-gapped: NIXL from a wheel directory (pip_find_links + pip_no_index).
 #
 #   scripts/gpu_validation.sh WHEEL_DIR OUT_DIR [INVENTORY]
+#   scripts/gpu_validation.sh pd FIND_LINKS_DIR OUT_DIR [INVENTORY]   # the serving PD pair (issue 15)
+#
+# `pd`: facts, `provision wheelhouse` (resolved for this host from FIND_LINKS_DIR, no index), install.yml from
+# the wheelhouse (twice), smoke, VRAM preflight, the Llama-3.2-1B-shaped random model, `pd up`, `pd verify`,
+# a 4000-token prompt through the router (TTFT; UCX's transport from the servers' UCX_PROTO_INFO lines),
+# `pd status`, one changed decode flag (only the decode restarts), `pd down`: results in OUT_DIR/summary.json.
 #
 # Records raw nvidia-smi outputs (parser fixtures), facts, install (twice), smoke and preflight JSON, the
 # preflight with UCX_TLS lacking cuda_ipc (refused before running, then measured anyway), and a summary.
 # Machines with one GPU skip the transfer preflight (a same-host pair needs two GPUs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = pd ]; then
+  shift
+  exec bash scripts/gpu_validation_pd.sh "$@"
+fi
 wheels=$(readlink -f "$1")
 out=$2
 inventory=${3:-inventory/h200.yml}

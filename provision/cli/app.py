@@ -56,6 +56,7 @@ from .common import (
     parse_extra_vars,
 )
 from .pd import pd
+from .wheelhouse import wheelhouse
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -310,3 +311,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 cli.add_command(pd)
+cli.add_command(wheelhouse)

@@ -195,14 +195,24 @@ def check_gpus(d: Deployment, gpus: Mapping[str, int]) -> list[str]:
                 f"but the host reports {count} GPU{'s' if count != 1 else ''}"
             )
         for other_ids, other in used.get(p.machine, []):
-            if ids & other_ids:
+            if ids & other_ids and not _memory_split(p, other):
                 shared = ", ".join(map(str, sorted(ids & other_ids)))
                 problems.append(
                     f"{p.role} {p.host} and {other.role} {other.host} share GPU {shared} on {p.machine}: "
-                    "give them disjoint base_gpu_id ranges (e.g. 4+4: base_gpu_id 0 and 4)"
+                    "give them disjoint base_gpu_id ranges (e.g. 4+4: base_gpu_id 0 and 4), or split its memory "
+                    "with --mem-fraction-static on both (summing to at most 0.9)"
                 )
         used.setdefault(p.machine, []).append((ids, p))
     return problems
+
+
+def _memory_split(a: Proc, b: Proc) -> bool:
+    """Two servers may share a GPU when each says how much of its memory it takes and both fit."""
+    try:
+        fa, fb = (float(effective(p.args, "--mem-fraction-static") or "nan") for p in (a, b))
+    except ValueError:
+        return False
+    return fa > 0 and fb > 0 and fa + fb <= 0.9
 
 
 def _facts_gpus(hosts: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:

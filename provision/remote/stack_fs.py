@@ -12,6 +12,8 @@ Actions (each prints ONE JSON object; exit 1 with ``{"msg": ...}`` on failure):
 * ``discard {"path", "envs"}``: delete a failed build (only a direct child of ``envs``).
 * ``list {"dir"}``: ``{"files": {name: [size, mtime]}}`` of the regular files in ``dir`` (flat).
 * ``utime {"dir", "times": {name: mtime}}``: set modification times (after a sync: the next ``list`` matches).
+* ``verify {"dir", "sha256": {name: hex}, "times": {name: mtime}}``: check sent files; a mismatch is deleted.
+  Answer: ``{"bad": [names]}``.
 """
 
 import glob
@@ -99,6 +101,30 @@ def utime(req):
     return {}
 
 
+def verify(req):
+    """After a sync: each sent file's sha256 against the controller's; a file that differs is deleted (the
+    next sync sends it again), the others get the controller's mtime (the next ``list`` matches)."""
+    import hashlib
+
+    bad = []
+    for name, want in req["sha256"].items():
+        path = os.path.join(req["dir"], name)
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError:
+            bad.append(name)
+            continue
+        if digest.hexdigest() != want:
+            os.unlink(path)
+            bad.append(name)
+        elif name in req.get("times", {}):
+            os.utime(path, (req["times"][name], req["times"][name]))
+    return {"bad": sorted(bad)}
+
+
 def lock(req):
     """Take the venv's build lock (an atomic mkdir), waiting up to ``wait`` seconds: two inventory hosts that
     are one machine and one user (inventory/local.yml) must not build the same venv at once. A lock older
@@ -151,6 +177,7 @@ ACTIONS = {
     "discard": discard,
     "list": list_files,
     "utime": utime,
+    "verify": verify,
     "inherit": inherit,
     "lock": lock,
     "unlock": unlock,

@@ -3,12 +3,13 @@ interpreter that is too old can still say so).
 
 Run by the ``venv_stack`` / ``nixl_variant`` modules with the host's base interpreter as
 ``python - REQUEST_JSON``. REQUEST: ``{"venv": path, "packages": [names], "uv": path-or-null,
-"need_venv": bool, "imports": [modules], "disk": path-or-null}``. Prints ONE JSON object:
+"need_venv": bool, "imports": [modules], "disk": path-or-null, "base_packages": [names]}``. Prints ONE JSON object:
 
     {"python": {"path", "version", "venv_ok"}, "machine", "system",
      "venv": {"path", "kind": "link"|"dir"|"absent"|"other", "target", "python_ok", "version",
               "installed": {name: version-or-null}, "torch_cuda", "import_error", "error"},
-     "uv": {"exists", "sha256"} | null, "disk": {"path", "free"} | null}
+     "uv": {"exists", "sha256"} | null, "disk": {"path", "free"} | null,
+     "base": {"installed": {name: version-or-null}, "glibc"}  (only with base_packages)}
 
 The installed versions come from ``importlib.metadata`` run by the venv's own Python (``-I``: no user
 site, no PYTHON* variables): one extra interpreter start, about 0.1 s with the state check. ``torch_cuda``
@@ -112,6 +113,24 @@ def venv_state(path, packages, imports):
     return out
 
 
+def base_state(packages):
+    """Versions of ``packages`` in the base interpreter itself (what a venv with system site packages sees)."""
+    installed = {}  # type: dict
+    out = {"installed": installed, "glibc": None}  # type: dict
+    try:
+        import importlib.metadata as md
+    except ImportError:  # Python < 3.8: too old for the stack anyway, python_check says so
+        return out
+    for name in packages:
+        try:
+            installed[name] = md.version(name)
+        except md.PackageNotFoundError:
+            installed[name] = None
+    libc, version = platform.libc_ver()
+    out["glibc"] = version if libc == "glibc" else None
+    return out
+
+
 def uv_state(path):
     exists = os.path.isfile(path)
     return {"exists": exists, "sha256": sha256(path) if exists else None}
@@ -151,6 +170,8 @@ def main(argv):
         answer["uv"] = uv_state(uv)
     if request.get("disk"):
         answer["disk"] = disk_state(request["disk"])
+    if request.get("base_packages") is not None:
+        answer["base"] = base_state(request["base_packages"])
     print(json.dumps(answer))
     return 0
 

@@ -23,6 +23,7 @@ from ..commands import Command
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 from ..remote import source as remote_source
 from ..transport import CommandResult
+from .wheelhouse import WheelhouseError, read_manifest
 
 STATE, FS, PROBE = "stack_state.py", "stack_fs.py", "stack_python.sh"
 PROGRESS_EVERY = 2.0  # seconds between two progress lines of a long install
@@ -245,11 +246,19 @@ class PythonCheck(Module):
 
 @register
 class WheelSync(Module):
+    """A controller wheel directory copied to the host; only missing or changed files travel (name, size and
+    mtime, as rsync compares: a host that holds them all costs ONE round trip). With ``manifest: true`` the
+    directory is a ``provision wheelhouse``: only the files of THIS host's lock travel, each is checked
+    against its sha256 on the host after the copy (a bad one is deleted and the task fails; a rerun sends
+    only what is still missing: an interrupted sync resumes), and the answer carries the host's lock
+    (``requirements``: what install.yml installs with ``--no-index --no-deps``)."""
+
     name = "wheel_sync"
     args = {
         "src": Arg("path", required=True),  # a directory on the controller
         "dest": Arg("path", default="~/.provision/wheels"),
         "python": Arg(default="python3"),
+        "manifest": Arg("bool", default=False),  # src is a wheelhouse (manifest.json): this host's files only
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
@@ -262,18 +271,19 @@ class WheelSync(Module):
                 failed=True,
                 msg=f"wheel directory {src} does not exist on the controller (pip download -d {src} ...)",
             )
-        local = {}
-        for entry in os.scandir(src):
-            if entry.is_file():
-                st = entry.stat()
-                local[entry.name] = [st.st_size, int(st.st_mtime)]
+        try:
+            local, sums, lock = self._local(ctx, src, args["manifest"])
+        except StackError as exc:
+            return ModuleResult(failed=True, msg=str(exc))
         if not local:
             return ModuleResult(failed=True, msg=f"wheel directory {src} is empty")
         dest = ctx.expand(args["dest"]).rstrip("/")
         try:
             there = remote(ctx, args["python"], FS, "list", json.dumps({"dir": dest}))["files"]
             send = sorted(n for n, meta in local.items() if there.get(n) != meta)
-            data = {"src": src, "dest": dest, "files": len(local), "sent": send}
+            data: dict[str, Any] = {"src": src, "dest": dest, "files": len(local), "sent": send}
+            if lock is not None:
+                data["requirements"] = lock
             if not send:
                 return ModuleResult(msg=f"{dest} holds the {len(local)} files of {src}", data=data)
             size = sum(local[n][0] for n in send)
@@ -287,14 +297,60 @@ class WheelSync(Module):
                 with open(os.path.join(src, name), "rb") as fh:
                     ctx.put(fh.read(), posixpath.join(dest, name), 0o644)
             times = {n: local[n][1] for n in send}
-            remote(ctx, args["python"], FS, "utime", json.dumps({"dir": dest, "times": times}))
+            if sums:
+                request = {"dir": dest, "sha256": {n: sums[n] for n in send}, "times": times}
+                bad = remote(ctx, args["python"], FS, "verify", json.dumps(request))["bad"]
+                if bad:
+                    data["bad"] = bad
+                    return ModuleResult(
+                        failed=True, data=data,
+                        msg=f"{len(bad)} files differ from their sha256 after the copy ({', '.join(bad[:3])}): "
+                        "deleted on the host; rerun to send them again (check the controller's copy: "
+                        "provision wheelhouse re-downloads a damaged file)",
+                    )  # fmt: skip
+            else:
+                remote(ctx, args["python"], FS, "utime", json.dumps({"dir": dest, "times": times}))
         except StackError as exc:
             return ModuleResult(failed=True, msg=str(exc))
+        checked = ", sha256 checked" if sums else ""
         return ModuleResult(
             changed=True,
-            msg=f"sent {len(send)} of {len(local)} files ({size / 1e6:.0f} MB) to {dest}",
+            msg=f"sent {len(send)} of {len(local)} files ({size / 1e6:.0f} MB{checked}) to {dest}",
             data=data,
         )
+
+    @staticmethod
+    def _local(
+        ctx: ModuleContext, src: str, manifest: bool
+    ) -> tuple[dict[str, list[int]], dict[str, str], list[str] | None]:
+        """name -> [size, mtime] of the files to hold, their sha256 (manifest only), the host's lock."""
+        if not manifest:
+            local = {}
+            for entry in os.scandir(src):
+                if entry.is_file():
+                    st = entry.stat()
+                    local[entry.name] = [st.st_size, int(st.st_mtime)]
+            return local, {}, None
+        try:
+            doc = read_manifest(src)
+        except WheelhouseError as exc:
+            raise StackError(str(exc)) from None
+        mine = doc["hosts"].get(ctx.host)
+        if mine is None:
+            raise StackError(
+                f"{ctx.host} is not in the wheelhouse {src} (it has {', '.join(sorted(doc['hosts'])) or 'no host'}): "
+                f"run provision wheelhouse -i INV -d {src} for it"
+            )
+        local, sums = {}, {}
+        for name in mine["files"]:
+            known = doc["files"].get(name)
+            path = os.path.join(src, name)
+            if known is None or not os.path.isfile(path) or os.stat(path).st_size != known["size"]:
+                raise StackError(f"{name} is missing or damaged in the wheelhouse {src}: run provision wheelhouse")
+            st = os.stat(path)
+            local[name] = [st.st_size, int(st.st_mtime)]
+            sums[name] = known["sha256"]
+        return local, sums, list(mine["lock"])
 
 
 __all__ = ["Probe", "PythonCheck", "WheelSync"]

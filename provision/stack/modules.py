@@ -37,6 +37,7 @@ from ..errors import HostError
 from ..modules.base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from ..remote.pip_state import canonical, evaluate, parse
 from .host import FS, Progress, StackError, explain, host_state, remote, version_tuple
+from .releases import TorchMismatch, choose, requirements
 
 GB = 10**9
 MIN_PYTHON = (3, 10)
@@ -402,4 +403,67 @@ class NixlVariant(Module):
         return venv.get("torch_cuda") if venv else None
 
 
-__all__ = ["NixlVariant", "VenvStack", "Wanted", "controller_uv", "host_state"]
+@register
+class SglangRelease(Module):
+    """Which SGLang release this host gets (``releases.py``): ``auto`` picks the newest release that pins the
+    host's own torch (the base Python's, seen through system site packages, or the torch of a plain venv
+    provision did not build); a version that would replace that torch is refused unless allowed."""
+
+    name = "sglang_release"
+    show_msg = True
+    args = {
+        "version": Arg(required=True),  # sglang_version: auto or a version
+        "router_version": Arg(),  # sglang_router_version (null: the table's)
+        "default": Arg(default="0.5.23"),  # the pinned default for auto without a host torch
+        "venv": Arg("path", required=True),
+        "python": Arg(default="python3"),
+        "system_site_packages": Arg("bool", default=False),
+        "allow_torch_change": Arg("bool", default=False),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        try:
+            torch, where = self._host_torch(ctx, args)
+        except StackError as exc:
+            return ModuleResult(failed=True, msg=str(exc))
+        try:
+            choice = choose(
+                str(args["version"]), torch, allow_torch_change=args["allow_torch_change"], default=args["default"]
+            )
+        except TorchMismatch as exc:
+            return ModuleResult(failed=True, msg=str(exc), data={"torch": torch, "torch_from": where})
+        release = choice.release
+        router = args["router_version"] or (release.router if release else None)
+        data = {
+            "version": choice.version,
+            "router_version": router,
+            "reason": choice.reason,
+            "torch": torch,
+            "torch_from": where,
+            "pins": release.pins() if release else {"sglang": choice.version},
+            "requirements": requirements(choice, router),
+            "manylinux": release.manylinux if release else None,
+        }
+        return ModuleResult(msg=f"sglang {choice.version}: {choice.reason}", data=data)
+
+    @staticmethod
+    def _host_torch(ctx: ModuleContext, args: dict[str, Any]) -> tuple[str | None, str | None]:
+        return host_torch(ctx, args["python"], args["venv"], args["system_site_packages"])[:2]
+
+
+def host_torch(
+    ctx: ModuleContext, python: str, venv: str, system_site_packages: bool
+) -> tuple[str | None, str | None, dict[str, Any]]:
+    """The torch the host brings (its version, where it is, and the state read): the base Python's with
+    system site packages, or that of a plain venv directory provision did not build; else None."""
+    path = ctx.expand(venv).rstrip("/")
+    state = host_state(ctx, python, venv=path, packages=["torch"], base_packages=["torch"])
+    if system_site_packages and (state.get("base") or {}).get("installed", {}).get("torch"):
+        return state["base"]["installed"]["torch"], "the base Python (venv_system_site_packages)", state
+    found = state.get("venv") or {}
+    if found.get("kind") == "dir" and (found.get("installed") or {}).get("torch"):
+        return found["installed"]["torch"], f"the venv at {path} (not built by provision)", state
+    return None, None, state
+
+
+__all__ = ["NixlVariant", "SglangRelease", "VenvStack", "Wanted", "controller_uv", "host_state", "host_torch"]

@@ -390,7 +390,12 @@ def install_task_args(**overrides: Any) -> dict[str, Any]:
     defaults = shipped_defaults()
     play = load_playbook(REPO / "playbooks" / "install.yml")[0]  # vars_files and import_tasks resolved
     task = next(t for t in play.tasks if t.module == "venv_stack")
-    magic = {"nixl_choice": {"variant": "cu13", "other": "cu12"}, "ansible_facts": {"cuda_version": None}}
+    magic = {
+        "nixl_choice": {"variant": "cu13", "other": "cu12"},
+        "ansible_facts": {"cuda_version": None},
+        "sglang_choice": {"version": "0.5.23", "router_version": "0.3.2"},  # sglang_release's answer
+        "wheels_synced": {"requirements": ["sglang==0.5.17", "nixl-cu13==1.5.1"]},  # wheel_sync's, with a manifest
+    }
     variables = templating.Vars(defaults, play.vars, magic, overrides)
     return templating.render(task.args, variables)
 
@@ -406,6 +411,10 @@ def test_install_playbook_composes_the_stack() -> None:
     offline = install_task_args(pip_find_links="/srv/wheels", pip_no_index=True)
     assert offline["find_links"] == "~/.provision/wheels" and offline["no_index"] is True
     assert install_task_args(pip_find_links="https://x/wheels/")["find_links"] == "https://x/wheels/"
+    skipped = {"skipped": True, "changed": False}  # sglang_release does not run with a wheelhouse
+    house = install_task_args(wheelhouse="/srv/house", sglang_choice=skipped)  # the host's lock, from wheel_dir
+    assert house["packages"] == [] and house["no_deps_packages"] == ["sglang==0.5.17", "nixl-cu13==1.5.1"]
+    assert house["find_links"] == "~/.provision/wheels" and house["no_index"] is True
 
 
 def test_preflight_picks_gpus_and_link_from_facts() -> None:
