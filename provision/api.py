@@ -513,10 +513,9 @@ def plan_module(
     **opts: Unpack[Options],
 ) -> PlannedRun:
     """One module as a one-task play on the hosts of ``limit`` (all hosts without one), validated."""
-    from .catalog import load_all, lookup
+    from .catalog import lookup
 
     fleet = _fleet(hosts, opts.get("extra_vars"))
-    load_all()
     cls = lookup(module)
     if cls is None:
         raise InputError(f"unknown module {module!r}")

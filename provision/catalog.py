@@ -1,42 +1,70 @@
-"""Every task module provision offers, in one explicit list.
+"""Every task module provision offers, in one explicit list: module name -> the file that defines it.
 
 The generic, Ansible-compatible modules live in :mod:`provision.modules`; the GPU domain's modules live in
 their packages (:mod:`provision.stack`, :mod:`provision.nixl`, :mod:`provision.sglang`, :mod:`provision.pd`).
-Each module class registers itself with :func:`provision.modules.base.register` when its file is imported;
-:func:`load_all` imports exactly the files listed here (a module file not listed is not offered, and
-``tests/unit/test_imports.py`` fails on a file that registers modules without being listed). Imported lazily by
-the playbook loader and ``provision task``, so ``provision --help`` loads no module.
+Each module class registers itself with :func:`provision.modules.base.register` when its file is imported.
+:func:`lookup` imports only the file of the module asked for, so a run loads the modules its playbook uses and
+no other (a play of ``file``/``copy`` never imports the GPU domain); :func:`load_all` imports every file
+(listing them all). ``tests/unit/test_imports.py`` checks that the list and the registrations agree.
 """
 
 from __future__ import annotations
 
-from .modules.base import REGISTRY, lookup
+import importlib
 
-# the files whose import registers modules (what tests/unit/test_imports.py checks against)
-FILES = (
-    "provision.modules.builtin",
-    "provision.modules.commands_mod",
-    "provision.modules.files",
-    "provision.modules.net",
-    "provision.modules.pip_mod",
-    "provision.stack.host",
-    "provision.stack.modules",
-    "provision.nixl.modules",
-    "provision.sglang.modules",
-    "provision.pd.process",
-    "provision.pd.modules",
-)
+from .modules.base import REGISTRY, Module
+
+MODULES: dict[str, str] = {
+    "assert": "provision.modules.builtin",
+    "debug": "provision.modules.builtin",
+    "fail": "provision.modules.builtin",
+    "set_fact": "provision.modules.builtin",
+    "command": "provision.modules.commands_mod",
+    "shell": "provision.modules.commands_mod",
+    "copy": "provision.modules.files",
+    "file": "provision.modules.files",
+    "template": "provision.modules.files",
+    "uri": "provision.modules.net",
+    "wait_for": "provision.modules.net",
+    "pip": "provision.modules.pip_mod",
+    "python_check": "provision.stack.host",
+    "wheel_sync": "provision.stack.host",
+    "nixl_variant": "provision.stack.modules",
+    "sglang_release": "provision.stack.modules",
+    "venv_stack": "provision.stack.modules",
+    "nixl_smoke": "provision.nixl.modules",
+    "nixl_transfer": "provision.nixl.modules",
+    "sglang_args": "provision.sglang.modules",
+    "sglang_cpu_compat": "provision.sglang.modules",
+    "sglang_tiny_model": "provision.sglang.modules",
+    "process": "provision.pd.process",
+    "pd_config": "provision.pd.modules",
+    "pd_logs": "provision.pd.modules",
+    "pd_status": "provision.pd.modules",
+    "pd_validate": "provision.pd.modules",
+    "pd_verify": "provision.pd.modules",
+    "pd_wait": "provision.pd.modules",
+}
+FILES = tuple(dict.fromkeys(MODULES.values()))
+BUILTIN_PREFIX = "ansible.builtin."
+
+
+def lookup(name: str) -> type[Module] | None:
+    """The module class of ``name`` (``copy`` or ``ansible.builtin.copy``), importing its file on first use;
+    None for a name provision does not offer."""
+    found = REGISTRY.get(name)
+    if found is None:
+        file = MODULES.get(name.removeprefix(BUILTIN_PREFIX))
+        if file is not None:
+            importlib.import_module(file)
+            found = REGISTRY.get(name)
+    return found
 
 
 def load_all() -> None:
-    """Import every file in :data:`FILES` (idempotent)."""
-    from .modules import builtin, commands_mod, files, net, pip_mod  # noqa: F401
-    from .nixl import modules as nixl_modules  # noqa: F401
-    from .pd import modules as pd_modules  # noqa: F401
-    from .pd import process  # noqa: F401
-    from .sglang import modules as sglang_modules  # noqa: F401
-    from .stack import host  # noqa: F401
-    from .stack import modules as stack_modules  # noqa: F401
+    """Import every module file (idempotent)."""
+    for file in FILES:
+        importlib.import_module(file)
 
 
-__all__ = ["FILES", "REGISTRY", "load_all", "lookup"]
+__all__ = ["FILES", "MODULES", "REGISTRY", "load_all", "lookup"]

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from . import templating
-from .catalog import load_all, lookup
+from .catalog import lookup
 from .errors import PlaybookError, TemplateError
 from .modules import ArgError
 from .modules.base import Module
@@ -268,7 +268,6 @@ def _loop(value: Any, key: str, node: Any, path: str) -> Any:
 def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
     if not isinstance(node, dict):
         raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
-    load_all()
     candidates = [k for k in node if k not in TASK_KEYS]
     if "block" in node or "include_tasks" in node:
         raise _err("block/include_tasks are not supported (use import_tasks or import_playbook)", node, path)

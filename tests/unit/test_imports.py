@@ -125,7 +125,6 @@ def test_the_graph_sees_the_imports() -> None:
     assert "provision.cli.common" in graph["provision.cli.pd"]
     assert "provision.facts" in graph["provision.taskrun"]  # a function-level import counts
     assert "provision.transport.base" in graph["provision.transport.local"]  # `from .base import` resolves
-    assert "provision.stack.modules" in graph["provision.catalog"]
 
 
 def test_there_is_no_import_circle() -> None:
@@ -168,6 +167,7 @@ def test_the_transport_and_the_bottom_layer_import_only_downwards() -> None:
 
 def test_every_module_file_is_in_the_catalog() -> None:
     from provision import catalog
+    from provision.modules.base import REGISTRY
 
     registering = set()
     for name, (path, _) in _modules().items():
@@ -178,4 +178,25 @@ def test_every_module_file_is_in_the_catalog() -> None:
             ):
                 registering.add(name)
     assert registering == set(catalog.FILES)
-    assert set(catalog.FILES) <= import_graph()["provision.catalog"]  # load_all imports exactly those
+    catalog.load_all()
+    offered = {n for n in REGISTRY if not n.startswith(catalog.BUILTIN_PREFIX)}
+    assert offered >= set(catalog.MODULES), sorted(set(catalog.MODULES) - offered)
+    missing = {n for n in offered - set(catalog.MODULES) if REGISTRY[n].__module__.startswith("provision.")}
+    assert not missing, f"modules registered but not in catalog.MODULES: {sorted(missing)}"
+    for name, file in catalog.MODULES.items():  # each name is defined in the file that lookup() imports
+        assert REGISTRY[name].__module__ == file, (name, REGISTRY[name].__module__, file)
+
+
+def test_a_play_of_generic_modules_loads_no_gpu_module() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from provision.catalog import lookup\n"
+        "assert lookup('copy') and lookup('ansible.builtin.shell') and lookup('nope') is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('provision.stack', 'provision.nixl', "
+        "'provision.sglang', 'provision.pd'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
