@@ -1,0 +1,155 @@
+"""``lineinfile``, ``blockinfile`` and ``replace`` against ansible-core itself, on this machine.
+
+Each case starts from the same file (or none) twice: ansible-core's own module edits one copy (one
+``ansible-playbook`` run, connection local, holds every case), provision's module edits the other through a
+``LocalConnection``. The resulting files (content, and mode where the case sets one), ``changed``, ``failed`` and
+the message must be the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provision.catalog import lookup
+from provision.modules.base import ModuleContext
+from provision.transport import LocalConnection
+
+SECTIONS = "v=0\n[s]\nv=1\n[t]\nv=3\n"
+# (module, args, initial content or None)
+CASES: list[tuple[str, dict[str, Any], str | None]] = [
+    ("lineinfile", {"line": "c"}, "a\nb\n"),
+    ("lineinfile", {"line": "c"}, "a\nc\n"),
+    ("lineinfile", {"line": "c"}, "a\nb"),
+    ("lineinfile", {"regexp": "^x=", "line": "x=5"}, "x=1\ny=2\n"),
+    ("lineinfile", {"regexp": "^x=", "line": "x=9"}, "x=1\nx=2\n"),
+    ("lineinfile", {"regexp": "^x=", "line": "x=9", "firstmatch": True}, "x=1\nx=2\n"),
+    ("lineinfile", {"regexp": "^x=", "line": "x=1"}, "x=1\n"),
+    ("lineinfile", {"line": "new=1", "insertafter": "^\\[a\\]"}, "[a]\nk=v\n[b]\n"),
+    ("lineinfile", {"line": "new=1", "insertbefore": "^\\[b\\]"}, "[a]\nk=v\n[b]\n"),
+    ("lineinfile", {"line": "new=1", "insertafter": "^\\[z\\]"}, "[a]\nk=v\n"),
+    ("lineinfile", {"line": "first", "insertbefore": "BOF"}, "a\nb\n"),
+    ("lineinfile", {"line": "c", "insertafter": "^b"}, "a\nb\n"),
+    ("lineinfile", {"line": "x", "insertafter": "^a", "firstmatch": True}, "a\nb\na\n"),
+    ("lineinfile", {"regexp": "^a$", "state": "absent"}, "a\nb\na\n"),
+    ("lineinfile", {"line": "b", "state": "absent"}, "a\nb\n"),
+    ("lineinfile", {"line": "zz", "state": "absent"}, "a\nb\n"),
+    ("lineinfile", {"line": "b", "state": "absent"}, None),
+    ("lineinfile", {"regexp": "^name=(.*)$", "line": "name=\\1-new", "backrefs": True}, "name=old\n"),
+    ("lineinfile", {"regexp": "^y(.*)$", "line": "z\\1", "backrefs": True}, "x\n"),
+    ("lineinfile", {"line": "hello", "create": True}, None),
+    ("lineinfile", {"line": "hello"}, None),
+    ("lineinfile", {"search_string": "bar", "line": "qux"}, "foo bar\nbaz\n"),
+    ("lineinfile", {"search_string": "nope", "line": "qux"}, "foo bar\n"),
+    ("lineinfile", {"line": "a", "mode": "0600"}, "a\n"),
+    ("lineinfile", {"line": "b", "mode": "0600"}, "a\n"),
+    ("blockinfile", {"block": "x\ny"}, "a\n"),
+    ("blockinfile", {"block": "x\ny"}, "a\n# BEGIN ANSIBLE MANAGED BLOCK\nx\ny\n# END ANSIBLE MANAGED BLOCK\nb\n"),
+    ("blockinfile", {"block": "new"}, "a\n# BEGIN ANSIBLE MANAGED BLOCK\nold\n# END ANSIBLE MANAGED BLOCK\nb\n"),
+    ("blockinfile", {"state": "absent"}, "a\n# BEGIN ANSIBLE MANAGED BLOCK\nold\n# END ANSIBLE MANAGED BLOCK\nb\n"),
+    ("blockinfile", {"block": ""}, "a\n# BEGIN ANSIBLE MANAGED BLOCK\nold\n# END ANSIBLE MANAGED BLOCK\n"),
+    ("blockinfile", {"block": "top", "insertbefore": "BOF"}, "a\nb\n"),
+    ("blockinfile", {"block": "mid", "insertafter": "^a"}, "a\nb\n"),
+    ("blockinfile", {"block": "mid", "insertbefore": "^b"}, "a\nb"),
+    ("blockinfile", {"block": "m", "marker": "// {mark} mine", "marker_begin": "S", "marker_end": "E"}, "a\n"),
+    ("blockinfile", {"block": "made", "create": True}, None),
+    ("blockinfile", {"block": "x"}, None),
+    ("blockinfile", {"state": "absent"}, None),
+    ("blockinfile", {"state": "absent", "create": True}, None),
+    ("lineinfile", {"line": "new", "create": True, "mode": "0600"}, None),
+    ("blockinfile", {"block": "nl", "prepend_newline": True, "append_newline": True, "insertafter": "^a"}, "a\nb\n"),
+    ("replace", {"regexp": "a(\\d)", "replace": "b\\1"}, "a1 a2\nc\n"),
+    ("replace", {"regexp": "zzz", "replace": "y"}, "a1\n"),
+    (
+        "replace",
+        {"regexp": "^v=.*$", "replace": "v=2", "after": "\\[s\\]", "before": "\\[t\\]"},
+        "v=0\n[s]\nv=1\n[t]\nv=3\n",
+    ),
+    ("replace", {"regexp": "x", "replace": "y", "after": "NOPE"}, "x\n"),
+    ("replace", {"regexp": "x", "replace": "y"}, None),
+]
+
+
+def _prepare(root: Path, tag: str) -> list[Path]:
+    paths = []
+    for i, (_, _, content) in enumerate(CASES):
+        path = root / tag / f"case{i}" / "file.txt"
+        path.parent.mkdir(parents=True)
+        if content is not None:
+            path.write_text(content)
+            path.chmod(0o644)
+        paths.append(path)
+    return paths
+
+
+def _ansible(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = []
+    for i, ((module, args, _), path) in enumerate(zip(CASES, paths, strict=True)):
+        tasks.append({module: {**args, "path": str(path)}, "register": f"r{i}", "ignore_errors": True})
+    keys = ", ".join(f"r{i}" for i in range(len(CASES)))
+    tasks.append({"copy": {"content": "{{ [" + keys + "] | to_json }}", "dest": str(root / "results.json")}})
+    playbook = root / "play.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    env = {
+        **os.environ,
+        "ANSIBLE_LOCAL_TEMP": str(root / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+    }
+    command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert (root / "results.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    results: list[dict[str, Any]] = json.loads((root / "results.json").read_text())
+    return results
+
+
+def _provision(paths: list[Path]) -> list[dict[str, Any]]:
+    out = []
+    for (module, args, _), path in zip(CASES, paths, strict=True):
+        cls = lookup(module)
+        assert cls is not None
+        checked = cls.validate_static({**args, "path": str(path)}, lambda v: False)
+        result = cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), cls.coerce(checked))
+        out.append({"changed": result.changed, "failed": result.failed, "msg": result.msg})
+    return out
+
+
+def _file(path: Path) -> tuple[str, int] | None:
+    return (path.read_text(), path.stat().st_mode & 0o777) if path.exists() else None
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[Path], list[Any], list[Any]]:
+    root = tmp_path_factory.mktemp("lines")
+    theirs, ours = _prepare(root, "ansible"), _prepare(root, "provision")
+    return theirs, ours, _ansible(root, theirs), _provision(ours)
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{m}-{i}" for i, (m, _, _) in enumerate(CASES)])
+def test_the_same_as_ansible(runs: Any, i: int) -> None:
+    theirs, ours, ansible_results, our_results = runs
+    ref, got = ansible_results[i], our_results[i]
+    case = CASES[i]
+    assert _file(ours[i]) == _file(theirs[i]), case
+    assert got["failed"] == bool(ref.get("failed")), (case, ref, got)
+    assert got["changed"] == bool(ref.get("changed")), (case, ref, got)
+    assert got["msg"].replace(str(ours[i]), "PATH") == ref.get("msg", "").replace(str(theirs[i]), "PATH"), (ref, got)
+
+
+def test_backup_and_validate_are_refused_before_the_run() -> None:
+    for module in ("lineinfile", "blockinfile", "replace"):
+        cls = lookup(module)
+        assert cls is not None
+        extra = {"line": "x"} if module == "lineinfile" else {"regexp": "x"} if module == "replace" else {}
+        for bad, word in (({"backup": True}, "backup"), ({"validate": "visudo -cf %s"}, "validate")):
+            with pytest.raises(ValueError, match=word):
+                cls.validate_static({"path": "/x", **extra, **bad}, lambda v: False)
