@@ -14,6 +14,7 @@ not an error.
 from __future__ import annotations
 
 import csv
+import json
 import posixpath
 import re
 import shlex
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import remote
-from .commands import Command
+from .commands import Command, quote
 from .errors import HostError
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .transport import Connection
 
 GATHER_SCRIPT = "gather_facts.sh"
+ANSIBLE_SCRIPT = "ansible_facts.py"
 
 _SECTION_RE = re.compile(r"^=====PROVISION:([A-Za-z0-9_.-]+)=====$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -125,10 +127,15 @@ class HostFacts:
     rdma: list[RdmaDevice] = field(default_factory=list)
     nics: list[NIC] = field(default_factory=list)
     ipv4: list[str] = field(default_factory=list)  # every IPv4 address of the host, whatever its NIC
+    # Ansible's fact names without the prefix (distribution, os_family, hostname, python, default_ipv4, ...)
+    ansible: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data (for host vars and the JSON report)."""
-        return asdict(self)
+        """Plain JSON-able data (for host vars and the JSON report): provision's typed facts, and next to them
+        Ansible's names (``ansible_facts.distribution``; none of them is one of provision's)."""
+        data = asdict(self)
+        extra = data.pop("ansible")
+        return {**{k: v for k, v in extra.items() if k not in data}, **data}
 
     def best_python(self, min_version: tuple[int, ...] = (3, 10), need_venv: bool = True) -> PythonInfo | None:
         """The newest interpreter at least ``min_version`` (that can make venvs, unless told otherwise);
@@ -156,8 +163,10 @@ class HostFacts:
 
 # ---------------------------------------------------------------------------------------------- gathering
 def facts_command(venv_parent: str) -> tuple[Command, bytes]:
-    """The one command that gathers every fact, and the script to feed it on stdin."""
-    script = remote.source(GATHER_SCRIPT)
+    """The one command that gathers every fact, and the script to feed it on stdin (with the Ansible-names
+    program in a shell variable in front of it: still one round trip)."""
+    program = remote.source(ANSIBLE_SCRIPT).decode()
+    script = f"PROVISION_ANSIBLE_FACTS={quote(program)}\n".encode() + remote.source(GATHER_SCRIPT)
     return Command.of("sh", "-s", "--", venv_parent), script
 
 
@@ -215,7 +224,21 @@ def parse_facts(text: str) -> HostFacts:
         rdma=parse_rdma(s.get("rdma", "")),
         nics=parse_nics(s.get("nics", ""), addresses),
         ipv4=list(dict.fromkeys(a for addrs in addresses.values() for a in addrs)),
+        ansible=parse_ansible(s.get("ansible", "")),
     )
+
+
+def parse_ansible(text: str) -> dict[str, Any]:
+    """The ``ansible`` section: one JSON object of Ansible's fact names; {} when absent or not an object (a
+    host without python3, or output that is not ours: facts are data, never trusted further)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
 
 
 # ---------------------------------------------------------------------------------------------- parsers

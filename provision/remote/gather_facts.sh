@@ -7,7 +7,8 @@
 #
 # Sections: uname, os_release, hostname, pythons (path|--version|venv_ok), venv_parent, disk (df -Pk),
 # gpu_csv, nvidia_smi, topo, rdma (dev|port|state|rate|link_layer), nics (name|state|mtu|mac|speed),
-# ipv4 (iface|address; iface empty when only `hostname -I` could tell), end.
+# ipv4 (iface|address; iface empty when only `hostname -I` could tell), ansible (one JSON object: Ansible's
+# fact names, from ansible_facts.py with the first python3), end.
 
 main() {
     section() { printf '=====PROVISION:%s=====\n' "$1"; }
@@ -130,6 +131,13 @@ for _, name in socket.if_nameindex():
         for a in $(hostname -I 2>/dev/null); do
             case "$a" in *:*) ;; *) printf '|%s\n' "$a" ;; esac
         done
+    fi
+
+    # Ansible's common fact names (distribution, os_family, hostname, python, user, default_ipv4, ...):
+    # provision/remote/ansible_facts.py, put in $PROVISION_ANSIBLE_FACTS by provision/facts.py
+    section ansible
+    if [ -n "$PY" ] && [ -n "${PROVISION_ANSIBLE_FACTS:-}" ]; then
+        t "$PY" -c "$PROVISION_ANSIBLE_FACTS" 2>/dev/null
     fi
 
     section end
