@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -365,7 +366,11 @@ def test_facts_command() -> None:
     cmd, script = facts_command("/opt/my venvs")
     assert cmd.argv == ("sh", "-s", "--", "/opt/my venvs")
     assert cmd.render().stdin.endswith(b"\nexec sh -s -- '/opt/my venvs'\n")
-    assert script == SCRIPT.read_bytes() and b"=====PROVISION:" in script
+    assert script.endswith(SCRIPT.read_bytes()) and b"=====PROVISION:" in script
+    first = script.split(b"\n", 1)[0].decode()
+    assert first.startswith("PROVISION_ANSIBLE_FACTS='") and shlex.split(first.split("=", 1)[1]) == [
+        remote.source("ansible_facts.py").decode()
+    ]  # the Ansible-names program, one quoted shell word in front of the script: still one round trip
 
 
 def run_script(arg: str, shell: str = "sh", path_prefix: Path | None = None) -> str:
