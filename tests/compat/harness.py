@@ -126,8 +126,7 @@ class Harness:
             ANSIBLE_HOST_KEY_CHECKING="True",
             ANSIBLE_PIPELINING="True",
             ANSIBLE_SSH_ARGS=(
-                f"-F {self.lab.ssh_config_path} -o ControlMaster=auto -o ControlPersist=30s "
-                f"-o ControlPath={control}/%C"
+                f"-F {self.lab.ssh_config_path} -o ControlMaster=auto -o ControlPersist=30s -o ControlPath={control}/%C"
             ),
             ANSIBLE_RETRY_FILES_ENABLED="False",
             ANSIBLE_NOCOLOR="1",
@@ -289,9 +288,25 @@ def _is_debug(res: dict[str, Any]) -> bool:
     return isinstance(items, list) and any(isinstance(r, dict) and r.get("_show_msg") for r in items)
 
 
-_META = {"msg", "changed", "failed", "skipped", "verbosity", "action", "item", "item_label", "ansible_loop_var",
-         "ansible_index_var", "ansible_loop", "skip_reason", "false_condition", "invocation", "warnings",
-         "deprecations", "ignored"}
+_META = {
+    "msg",
+    "changed",
+    "failed",
+    "skipped",
+    "verbosity",
+    "action",
+    "item",
+    "item_label",
+    "ansible_loop_var",
+    "ansible_index_var",
+    "ansible_loop",
+    "skip_reason",
+    "false_condition",
+    "invocation",
+    "warnings",
+    "deprecations",
+    "ignored",
+}
 
 
 def _debug_value(res: dict[str, Any]) -> Any:
@@ -308,8 +323,9 @@ def _shows_diff(res: dict[str, Any]) -> bool:
     if isinstance(diff, str):
         return bool(diff.strip())
     parts = diff if isinstance(diff, list) else [diff]
-    return any(isinstance(d, dict) and ("before" in d or "after" in d) and d.get("before") != d.get("after")
-               for d in parts)
+    return any(
+        isinstance(d, dict) and ("before" in d or "after" in d) and d.get("before") != d.get("after") for d in parts
+    )
 
 
 def _norm(value: Any) -> Any:

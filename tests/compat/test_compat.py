@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab
 from tests.compat.harness import Harness, Outcome, all_cases
+from tests.lab import Lab
 
 pytestmark = pytest.mark.lab
 
