@@ -268,15 +268,22 @@ def _messages(doc: dict[str, Any]) -> tuple[list[tuple[str, str, Any]], set[tupl
                 if not isinstance(res, dict):
                     continue
                 items = res.get("results")
-                if _is_debug(res):
+                if _failed(res) and not res.get("ignored"):
+                    messages.append((label, host, "<failed>"))  # where a host failed matters, for any task
+                elif _is_debug(res):
                     if isinstance(items, list):
                         msg: Any = [_debug_value(r) for r in items if isinstance(r, dict) and not r.get("skipped")]
-                    else:
-                        msg = None if res.get("skipped") else _debug_value(res)
-                    messages.append((label, host, msg))
+                        if msg:  # an empty loop: nothing to compare (provision's result has no items to mark it)
+                            messages.append((label, host, msg))
+                    elif not res.get("skipped"):  # skipped tasks are compared by the counts
+                        messages.append((label, host, _debug_value(res)))
                 if res.get("diff") and _shows_diff(res):
                     diffs.add((label, host))
     return messages, diffs
+
+
+def _failed(res: dict[str, Any]) -> bool:
+    return bool(res.get("failed") or "exception" in res)
 
 
 def _is_debug(res: dict[str, Any]) -> bool:
@@ -311,10 +318,10 @@ _META = {
 
 def _debug_value(res: dict[str, Any]) -> Any:
     """A debug result's message, or ``{var: value}`` for ``debug: var=``; ``<failed>`` for a failed one."""
-    if res.get("failed"):
+    if _failed(res):
         return "<failed>"
-    loop_var = res.get("ansible_loop_var")
-    extra = {k: v for k, v in res.items() if k not in _META and not k.startswith("_") and k != loop_var}
+    loop_keys = {res.get("ansible_loop_var"), res.get("ansible_index_var")}
+    extra = {k: v for k, v in res.items() if k not in _META and not k.startswith("_") and k not in loop_keys}
     return extra if extra else res.get("msg")
 
 

@@ -59,7 +59,7 @@ class CallbackModule(CallbackBase):
         self._record(result, ignored=True) if ignore_errors else self._record(result)
 
     def v2_runner_on_skipped(self, result: Any) -> None:
-        self._record(result)
+        self._record(result, skipped=True)
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
         self._record(result)
