@@ -21,12 +21,12 @@ from typing import Any
 from . import templating
 from .inventory import Inventory
 
-HOST_NAMES = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups")
+HOST_NAMES = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups", "omit")
 PLAY_NAMES = (
     "hostvars", "ansible_check_mode", "ansible_diff_mode", "playbook_dir", "ansible_play_hosts",
     "ansible_play_batch", "play_hosts", "ansible_play_hosts_all", "ansible_facts",
 )  # fmt: skip
-OTHER_NAMES = ("omit", "item", "ansible_loop_var")
+OTHER_NAMES = ("item", "ansible_loop_var")
 NAMES = frozenset(HOST_NAMES + PLAY_NAMES + OTHER_NAMES)
 
 

@@ -134,6 +134,14 @@ def check_plan(
                 )
             for host in hosts:
                 missing = sorted(missing_common - set(host.vars))
+                facts = [m for m in missing if m.startswith("ansible_")]
+                if facts:
+                    raise TemplateError(
+                        f"{facts[0]!r} in task {task.name!r}: Ansible's gathered facts (ansible_* variables) are "
+                        "not provided; provision gathers its own (ansible_facts.os, .pythons, .disk, .gpus, ...)",
+                        file=task.file,
+                        line=task.line,
+                    )
                 if missing:
                     raise TemplateError(
                         f"undefined variable {missing[0]!r} in task {task.name!r} for host {host.name} "

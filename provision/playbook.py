@@ -514,6 +514,9 @@ def parse_play(node: Any, path: str) -> Play:
         tags=tags,
         no_log=_strlist(node.get("no_log"), "no_log", node, path) if not isinstance(node.get("no_log"), bool) else [],
     )
+    if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
+        for task in tasks + handlers:
+            task.no_log = True
     names = {h.name for h in handlers} | {n for h in handlers for n in h.listen}
     for task in tasks + handlers:
         for target in task.notify:
