@@ -133,6 +133,8 @@ class Harness:
             ANSIBLE_DEPRECATION_WARNINGS="False",
             ANSIBLE_SYSTEM_WARNINGS="False",
             ANSIBLE_FORKS="5",
+            ANSIBLE_INVENTORY_ENABLED="yaml",  # no probing of the other inventory plugins: faster start
+            ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False",
         )
         return env
 
