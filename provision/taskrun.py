@@ -293,6 +293,7 @@ class TaskRunner:
             diff=self.options.diff if task.diff is None else task.diff,
             become=bool(become),
             become_user=task.become_user or self.play.become_user or "root",
+            verbosity=self.options.verbosity,
             environment={k: str(v) for k, v in env.items()},
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
             controller_dir=self.playbook_dir,

@@ -148,6 +148,7 @@ class ModuleContext:
     diff: bool = False
     become: bool = False
     become_user: str = "root"
+    verbosity: int = 0  # the run's -v count (debug's `verbosity` threshold)
     environment: Mapping[str, str] = field(default_factory=dict)
     timeout: float | None = 1800.0
     controller_dir: str = "."  # where relative `src` of copy/template is looked up (the playbook's dir)

@@ -60,6 +60,8 @@ class Debug(Module):
         return {**super().coerce(args), "_msg_given": "msg" in args}  # `msg: "{{ None }}"` is not absent
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["verbosity"] > ctx.verbosity:  # as Ansible: skipped below its -v threshold
+            return ModuleResult(skipped=True, msg="Verbosity threshold not met.")
         var = args["var"]
         if var is None:
             msg = args["msg"] if args.get("_msg_given") else "Hello world!"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -208,8 +209,9 @@ class Harness:
         proc = subprocess.run(argv, cwd=tool_dir, env=env, capture_output=True, text=True, timeout=300, check=False)
         seconds = time.monotonic() - started
         output = f"$ {' '.join(argv)}\n[rc={proc.returncode}]\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+        start = re.search(r"^\{$", proc.stdout, re.MULTILINE)  # -v lines may come before the document
         try:
-            doc = json.loads(proc.stdout) if proc.stdout.strip() else {}
+            doc = json.loads(proc.stdout[start.start() :]) if start else {}
         except json.JSONDecodeError:
             doc = {}
         return RunRecord(proc.returncode, _stats(doc), *_messages(doc), output, seconds)
