@@ -222,7 +222,8 @@ class Executor:
                 hosts = self._selected(task, batch, runner)
                 if hosts:
                     run_once = runner.run_once(task, self._active(hosts))
-                    self._each(hosts, task.name, partial(runner.run, task), run_once=run_once, where=task.where)
+                    title = runner.title(task, self._active(hosts))
+                    self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where)
                     if self._check_abort(play, batch):
                         return True
             if index in play.flush_points:  # the end of pre_tasks, tasks, post_tasks

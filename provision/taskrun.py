@@ -183,6 +183,12 @@ class TaskRunner:
         return outcome
 
     # ------------------------------------------------------------------ templated task keys
+    def title(self, task: Task, hosts: list[str]) -> str:
+        """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered)."""
+        if not hosts or not templating.is_template(task.name):
+            return task.name
+        return templating.render_name(task.name, self.host_vars(hosts[0], task))
+
     def run_once(self, task: Task, hosts: list[str]) -> bool:
         """``run_once``, rendered with the first host's variables when it is a template."""
         if not isinstance(task.run_once, str):

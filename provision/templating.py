@@ -151,12 +151,18 @@ def _to_nice_yaml(value: Any, indent: int = 4, **kw: Any) -> str:
     return str(yaml.safe_dump(_plain(value), indent=indent, allow_unicode=True, default_flow_style=False, **kw))
 
 
+class _ShownUndefined(jinja2.Undefined):
+    """In a task name, an undefined name shows as ansible-core 2.19 shows it."""
+
+    def __str__(self) -> str:
+        return f"<< error 1 - {self._undefined_name!r} is undefined >>"
+
+
 def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
-    env = _Sandbox(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False, finalize=_finalize, **options
-    )
+    options.setdefault("undefined", jinja2.StrictUndefined)
+    env = _Sandbox(keep_trailing_newline=True, autoescape=False, finalize=_finalize, **options)
     env.filters.update(
         bool=_bool,
         to_json=lambda v, **kw: json.dumps(v, **kw),
@@ -194,6 +200,7 @@ def _make_env(**options: Any) -> jinja2.Environment:
 ENV = _make_env()
 # the template module's environment: Ansible's template defaults (trim_blocks=True, lstrip_blocks=False)
 FILE_ENV = _make_env(trim_blocks=True)
+NAME_ENV = _make_env(undefined=_ShownUndefined)  # task names: never fail, show what is undefined
 
 
 @lru_cache(maxsize=4096)
@@ -378,6 +385,19 @@ def render(value: Any, variables: Mapping[str, Any], where: str = "") -> Any:
 def render_text(source: str, variables: Mapping[str, Any], where: str = "") -> str:
     """Render a whole template text (template module, launch scripts) to a string."""
     return _render_text(source, variables, where)
+
+
+def render_name(name: str, variables: Mapping[str, Any]) -> str:
+    """A task name as Ansible 2.19 shows it: rendered with the host's vars, an undefined name shown inline;
+    the name as written when it cannot be rendered at all."""
+    if not is_template(name):
+        return name
+    try:
+        template = NAME_ENV.from_string(escape_backslashes(name))
+        ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
+        return str(NAME_ENV.concat(template.root_render_func(ctx)))
+    except Exception:  # a name is only shown: whatever goes wrong, show it as written
+        return name
 
 
 def render_file(source: str, variables: Mapping[str, Any], where: str = "") -> str:
