@@ -112,6 +112,16 @@ class Harness:
         self.ansible_home.mkdir(parents=True, exist_ok=True)
         (work / "ansible.cfg").write_text("[defaults]\n")
 
+    def close(self) -> None:
+        """Stop ansible's ssh control masters (ControlPersist) before the lab deletes its users."""
+        control = self.work / "cp"
+        if not control.is_dir():
+            return
+        for sock in control.iterdir():
+            subprocess.run(
+                ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "lab"], capture_output=True, timeout=10, check=False
+            )
+
     # -------------------------------------------------------------------------------- environment
     def ansible_env(self, case_dir: Path) -> dict[str, str]:
         env = dict(os.environ)

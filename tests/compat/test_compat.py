@@ -49,8 +49,11 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
                 slots.put(slot)
 
         started = time.monotonic()
-        with ThreadPoolExecutor(workers) as pool:
-            results = {o.case: o for o in pool.map(one, chosen)}
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                results = {o.case: o for o in pool.map(one, chosen)}
+        finally:
+            harness.close()
         elapsed = time.monotonic() - started
         report = Path(os.environ.get("PROVISION_COMPAT_REPORT", base / "report.txt"))
         lines = [f"{len(chosen)} cases, {workers} workers, {elapsed:.1f} s"]
