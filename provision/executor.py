@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from . import templating
 from .commands import MASKER, Command
 from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
@@ -66,19 +67,23 @@ class InternalError:
     exc: BaseException
 
 
-def task_selected(task: Task, tags: set[str], skip_tags: set[str]) -> bool:
-    """Ansible's tag rules: ``always`` runs unless skipped by name, ``never`` only when asked for."""
-    if task.tags & skip_tags:
-        return False
-    if "always" in task.tags and "always" not in skip_tags:
-        return True
-    if not tags or "all" in tags:
-        return "never" not in task.tags
-    if "tagged" in tags and task.tags:
-        return True
-    if "untagged" in tags and not task.tags:
-        return True
-    return bool(task.tags & tags)
+def task_selected(task: Task, tags: set[str], skip_tags: set[str], task_tags: set[str] | None = None) -> bool:
+    """Ansible's tag rules (``Taggable.evaluate_tags``): ``always`` runs unless skipped, ``never`` only when asked
+    for by name, ``tagged``/``untagged``/``all`` as in Ansible. ``task_tags``: the task's tags rendered, when
+    they are templates."""
+    own = set(task.tags if task_tags is None else task_tags) or {"untagged"}
+    untagged = own == {"untagged"}
+    only = tags or {"all"}
+    if "always" in own or ("all" in only and "never" not in own) or own & only:
+        run = True
+    else:
+        run = "tagged" in only and not untagged and "never" not in own
+    if run and skip_tags:
+        if "all" in skip_tags:
+            run = "always" in own and "always" not in skip_tags
+        elif own & skip_tags or ("tagged" in skip_tags and not untagged):
+            run = False
+    return run
 
 
 class Executor:
@@ -95,6 +100,7 @@ class Executor:
         self._started = options.start_at_task is None
         self.internal_errors: list[InternalError] = []
         self._play_hosts: list[str] = []
+        self._handler_list: list[Task] = []
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
@@ -179,6 +185,7 @@ class Executor:
         return out
 
     def _play(self, play: Play) -> None:
+        self._handler_list = play.handlers
         hosts = self.play_hosts(play)
         self._play_hosts = hosts
         self.reporter.play_start(play.name, hosts)
@@ -186,9 +193,9 @@ class Executor:
         if not hosts:
             self.reporter.line("skipping: no hosts matched")
             return
-        for name in hosts:
-            self.summary.stat(name)
         for batch in self.batches(hosts, play.serial):
+            for name in batch:  # as Ansible's recap: the hosts a batch reached (not those an abort spared)
+                self.summary.stat(name)
             if self._batch(play, batch, hosts) or self.summary.aborted:
                 return
 
@@ -209,18 +216,28 @@ class Executor:
             self._each(batch, "Gathering Facts", runner.gather_facts)
         if play.handlers:
             self._load_pending(play, batch)
-        for task in play.tasks:
-            if not self._started:
-                if task.name != self.options.start_at_task:
-                    continue
+        for index, task in enumerate(play.tasks, 1):
+            if self._started or task.name == self.options.start_at_task:
                 self._started = True
-            if not task_selected(task, self.options.tags, self.options.skip_tags):
-                continue
-            self._each(batch, task.name, partial(runner.run, task), run_once=task.run_once, where=task.where)
-            if self._check_abort(play, batch):
-                return True
-        self._handlers(play, batch, runner)
+                hosts = self._selected(task, batch, runner)
+                if hosts:
+                    run_once = runner.run_once(task, self._active(hosts))
+                    title = runner.title(task, self._active(hosts))
+                    self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where)
+                    if self._check_abort(play, batch):
+                        return True
+            if index in play.flush_points:  # the end of pre_tasks, tasks, post_tasks
+                self._handlers(play, batch, runner)
+        if not play.tasks:
+            self._handlers(play, batch, runner)
         return False
+
+    def _selected(self, task: Task, batch: list[str], runner: TaskRunner) -> list[str]:
+        """The hosts of the batch that run ``task`` by the tags (templated tags are rendered per host)."""
+        opts = self.options
+        if not any(templating.is_template(t) for t in task.tags):
+            return batch if task_selected(task, opts.tags, opts.skip_tags) else []
+        return [h for h in batch if task_selected(task, opts.tags, opts.skip_tags, runner.tags(task, h))]
 
     def _active(self, hosts: list[str]) -> list[str]:
         return [h for h in hosts if self.host_state(h).active]
@@ -317,8 +334,10 @@ class Executor:
 
     # ------------------------------------------------------------------ handlers
     def _notify(self, host: str, names: list[str]) -> None:
+        """Notifications name a handler or a ``listen`` topic: each handler they reach is pending on the host."""
         state = self.host_state(host)
-        new = [n for n in names if n not in state.notified]
+        targets = [h.name for h in self._handler_list for n in names if n == h.name or n in h.listen]
+        new = [n for n in dict.fromkeys(targets) if n not in state.notified]
         if not new:
             return
         state.notified.extend(new)
@@ -343,25 +362,38 @@ class Executor:
             with contextlib.suppress(HostError, ValueError):
                 raw = self.connection(host).get(PENDING_HANDLERS)
                 if raw:
-                    for name in json.loads(raw):
-                        if isinstance(name, str) and name not in state.notified:
-                            state.notified.append(name)
+                    names = [n for n in json.loads(raw) if isinstance(n, str)]
+                    for handler in play.handlers:
+                        if (handler.name in names or set(handler.listen) & set(names)) and (
+                            handler.name not in state.notified
+                        ):
+                            state.notified.append(handler.name)
 
+        self._handler_list = play.handlers
         list(self._pool.map(load, self._active(batch)))
 
     def _handlers(self, play: Play, batch: list[str], runner: TaskRunner) -> None:
-        for handler in play.handlers:
-            keys = {handler.name, *handler.listen}
-            hosts = [h for h in self._active(batch) if keys & set(self.host_state(h).notified)]
-            if not hosts:
-                continue
-            results = self._each(hosts, handler.name, partial(runner.run, handler), handler=True, where=handler.where)
-            for result in results:
-                if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED):
-                    state = self.host_state(result.host)
-                    state.notified = [n for n in state.notified if n not in keys]
-                    if not self.options.check:
+        """Run the pending handlers, in the order they are defined; a handler notified by a handler runs in the
+        same flush (the list is walked again while any is pending, as Ansible does)."""
+        for _ in range(len(play.handlers) + 1):
+            ran = False
+            for handler in play.handlers:
+                hosts = [h for h in self._active(batch) if handler.name in self.host_state(h).notified]
+                if not hosts:
+                    continue
+                ran = True
+                for host in hosts:  # consumed before it runs: a handler may notify itself again
+                    state = self.host_state(host)
+                    state.notified = [n for n in state.notified if n != handler.name]
+                run = partial(runner.run, handler)
+                results = self._each(hosts, handler.name, run, handler=True, where=handler.where)
+                for result in results:
+                    if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED) and not self.options.check:
                         self._clear_pending(result.host)
+                    elif result.status is Status.FAILED:
+                        self.host_state(result.host).notified.append(handler.name)  # still pending on the host
+            if not ran:
+                return
 
     def _clear_pending(self, host: str) -> None:
         state = self.host_state(host)

@@ -21,12 +21,12 @@ from typing import Any
 from . import templating
 from .inventory import Inventory
 
-HOST_NAMES = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups")
+HOST_NAMES = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups", "omit")
 PLAY_NAMES = (
     "hostvars", "ansible_check_mode", "ansible_diff_mode", "playbook_dir", "ansible_play_hosts",
-    "ansible_play_batch", "play_hosts", "ansible_facts",
+    "ansible_play_batch", "play_hosts", "ansible_play_hosts_all", "ansible_facts",
 )  # fmt: skip
-OTHER_NAMES = ("omit", "item", "ansible_loop_var")
+OTHER_NAMES = ("item", "ansible_loop_var")
 NAMES = frozenset(HOST_NAMES + PLAY_NAMES + OTHER_NAMES)
 
 
@@ -40,7 +40,7 @@ class PlayMagic:
     playbook_dir: str
     play_hosts: list[str]
     active_hosts: list[str]  # the play's hosts that have not failed
-    batch: list[str]
+    batch: list[str]  # the batch's hosts that have not failed
     facts: Mapping[str, Any]
 
 
@@ -61,6 +61,7 @@ def magic_vars(
         "inventory_hostname_short": host.split(".")[0],
         "group_names": sorted(g for g in known.groups if g not in ("all", "ungrouped")) if known else [],
         "groups": inventory.groups_map() if groups is None else groups,
+        "omit": templating.OMIT,  # an argument rendered to it is left out (taskrun)
     }
     if play is not None:
         magic.update({
@@ -69,8 +70,9 @@ def magic_vars(
             "ansible_diff_mode": play.diff,
             "playbook_dir": play.playbook_dir,
             "ansible_play_hosts": list(play.active_hosts),
-            "ansible_play_batch": list(play.batch),
-            "play_hosts": list(play.play_hosts),
+            "ansible_play_batch": list(play.batch),  # the batch's hosts that have not failed, as in Ansible
+            "play_hosts": list(play.batch),  # Ansible's older name of ansible_play_batch
+            "ansible_play_hosts_all": list(play.play_hosts),
             "ansible_facts": play.facts,
         })  # fmt: skip
     return templating.inert(magic)

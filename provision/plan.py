@@ -24,6 +24,7 @@ from .modules.base import find_controller_file
 from .playbook import Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
+UNSUPPORTED_GLOBALS = {"lookup", "query", "q"}  # Ansible's Jinja2 globals for lookup plugins: refused by name
 
 
 def guarded_names(source: str) -> set[str]:
@@ -61,11 +62,14 @@ def _strings(value: Any) -> Iterable[str]:
 def task_names(task: Task) -> set[str]:
     """Free names a task needs, minus the guarded ones."""
     needed: set[str] = set()
-    for text in _strings([task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify]):
+    texts = [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
+    for text in _strings([*texts, task.run_once, task.check_mode, sorted(task.tags)]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)
-    expressions = [task.args.get(name) for name in task.module_class.expression_args]
-    for expr in (task.when, task.changed_when, task.failed_when, task.until, *expressions):
+    # debug's `var` shows an undefined name as such (as Ansible does): it is not needed
+    names = [n for n in task.module_class.expression_args if not (task.module == "debug" and n == "var")]
+    expressions = [task.args.get(name) for name in names]
+    for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
         for item in expr if isinstance(expr, list) else [expr]:
             if isinstance(item, str):
                 wrapped = f"{{{{ {item} }}}}"
@@ -117,12 +121,27 @@ def check_plan(
         check_recursion(play, hosts, extra_vars, defaults)
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
-            local = play_known | set(task.vars) | {task.loop_var}
+            local = play_known | set(task.vars) | {task.loop_var} | _loop_names(task) | _template_names(task)
             missing_common = needed - local
             if not missing_common:
                 continue
+            lookups = sorted(missing_common & UNSUPPORTED_GLOBALS)
+            if lookups:
+                raise TemplateError(
+                    f"{lookups[0]}(): lookup plugins are not supported (task {task.name!r})",
+                    file=task.file,
+                    line=task.line,
+                )
             for host in hosts:
                 missing = sorted(missing_common - set(host.vars))
+                facts = [m for m in missing if m.startswith("ansible_")]
+                if facts:
+                    raise TemplateError(
+                        f"{facts[0]!r} in task {task.name!r}: Ansible's gathered facts (ansible_* variables) are "
+                        "not provided; provision gathers its own (ansible_facts.os, .pythons, .disk, .gpus, ...)",
+                        file=task.file,
+                        line=task.line,
+                    )
                 if missing:
                     raise TemplateError(
                         f"undefined variable {missing[0]!r} in task {task.name!r} for host {host.name} "
@@ -130,6 +149,19 @@ def check_plan(
                         file=task.file,
                         line=task.line,
                     )
+
+
+def _loop_names(task: Task) -> set[str]:
+    if task.loop is None:
+        return set()
+    return {"ansible_loop_var", *([task.index_var] if task.index_var else []), *(["ansible_loop"] * task.extended)}
+
+
+def _template_names(task: Task) -> set[str]:
+    """What the template module defines for its file."""
+    if task.module != "template":
+        return set()
+    return {"ansible_managed", "template_path", "template_fullpath", "template_destpath"}
 
 
 def _templated(variables: dict[str, Any]) -> dict[str, Any]:

@@ -103,16 +103,23 @@ class Task:
     line: int
     when: Any = None
     loop: Any = None
+    loop_kind: str = "loop"  # "loop" or "with_items" (flattens one level, takes a bare string)
     loop_var: str = "item"
+    loop_label: Any = None
+    index_var: str | None = None
+    extended: bool = False
+    break_when: Any = None
+    pause: float = 0.0
     register: str | None = None
     notify: list[str] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
     changed_when: Any = None
     failed_when: Any = None
     ignore_errors: bool = False
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] | str = field(default_factory=dict)  # a str is one template giving a mapping
     become: bool | None = None
-    run_once: bool = False
+    become_user: str | None = None
+    run_once: bool | str = False  # a str is a template, rendered for the first host of the batch
     delegate_to: str | None = None
     retries: int | None = None
     delay: float = 5.0
@@ -121,7 +128,8 @@ class Task:
     no_log: bool = False
     timeout: float | None = None
     listen: list[str] = field(default_factory=list)
-    check_mode: bool | None = None
+    check_mode: bool | str | None = None  # a str is a template, rendered per host
+    diff: bool | None = None
 
     @property
     def where(self) -> str:
@@ -147,8 +155,10 @@ class Play:
     max_fail_percentage: float | None = None
     any_errors_fatal: bool = False
     become: bool = False
-    environment: dict[str, Any] = field(default_factory=dict)
+    become_user: str | None = None
+    environment: dict[str, Any] | str = field(default_factory=dict)
     tasks: list[Task] = field(default_factory=list)
+    flush_points: set[int] = field(default_factory=set)  # handlers flush after this many tasks (section ends)
     handlers: list[Task] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
     no_log: list[str] = field(default_factory=list)
@@ -172,6 +182,14 @@ def _tags(value: Any, node: Any, path: str) -> set[str]:
     raise _err("tags must be a string or a list of strings", node, path)
 
 
+def _optional_str(value: Any, key: str, node: Any, path: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _err(f"{key} must be a user name, got {_kind(value)}", node, path)
+    return value
+
+
 def _strlist(value: Any, key: str, node: Any, path: str) -> list[str]:
     if value is None:
         return []
@@ -188,6 +206,13 @@ def _bool(value: Any, key: str, node: Any, path: str) -> bool:
     if isinstance(value, str) and value.lower() in ("yes", "true", "no", "false"):
         return value.lower() in ("yes", "true")
     raise _err(f"{key} must be true or false, got {value!r}", node, path)
+
+
+def _flag(value: Any, key: str, node: Any, path: str) -> bool | str:
+    """A boolean key that may also be one template (rendered at run time, per host)."""
+    if templating.is_template(value):
+        return str(value)
+    return _bool(value, key, node, path)
 
 
 def _mapping(value: Any, key: str, node: Any, path: str) -> dict[str, Any]:
@@ -239,7 +264,9 @@ def _number(value: Any, key: str, kind: str, node: Any, path: str) -> float | No
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _environment(value: Any, node: Any, path: str) -> dict[str, Any]:
+def _environment(value: Any, node: Any, path: str) -> dict[str, Any] | str:
+    if templating.is_template(value):
+        return str(value)  # one template giving the mapping, rendered at run time
     env = _mapping(value, "environment", node, path)
     for name, item in env.items():
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
@@ -259,9 +286,11 @@ def _condition(value: Any, key: str, node: Any, path: str) -> Any:
 
 
 def _loop(value: Any, key: str, node: Any, path: str) -> Any:
-    """A literal list, or a template string checked at run time."""
+    """A literal list, or a template string checked at run time (``with_items`` also takes a bare string)."""
     if value is None or isinstance(value, list) or templating.is_template(value):
         return value
+    if key == "with_items" and isinstance(value, (str, int, float)):
+        return [value]
     raise _err(f"{key} must be a list or a template giving one, got {_kind(value)}", node, path)
 
 
@@ -289,19 +318,30 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         args = cls.validate_static(args, templating.is_template)
     except ArgError as exc:
         raise _err(str(exc), node, path) from None
-    name = str(node.get("name") or f"{module}")
+    name = str(node["name"]) if node.get("name") is not None else module
+    if "loop" in node and "with_items" in node:
+        raise _err("loop and with_items are mutually exclusive", node, path)
     loop_key = "loop" if "loop" in node else "with_items"
     loop = _loop(node.get(loop_key), loop_key, node, path)
     loop_control = _mapping(node.get("loop_control"), "loop_control", node, path)
+    unknown_lc = sorted(set(loop_control) - LOOP_CONTROL_KEYS)
+    if unknown_lc:
+        raise _err(
+            f"loop_control: {unknown_lc[0]!r} is not supported (supported: {', '.join(sorted(LOOP_CONTROL_KEYS))})",
+            node,
+            path,
+        )
     loop_var = loop_control.get("loop_var", "item")
-    if not isinstance(loop_var, str) or not loop_var.isidentifier():
-        raise _err(f"loop_control: loop_var {loop_var!r} is not a valid variable name", node, path)
+    index_var = loop_control.get("index_var")
+    for key, value in (("loop_var", loop_var), ("index_var", index_var)):
+        if value is not None and (not isinstance(value, str) or not value.isidentifier()):
+            raise _err(f"loop_control: {key} {value!r} is not a valid variable name", node, path)
+    _condition(loop_control.get("break_when"), "loop_control: break_when", node, path)
+    pause = _number(loop_control.get("pause"), "loop_control: pause", "seconds", node, path)
     retries = _number(node.get("retries"), "retries", "count", node, path)
     delay = _number(node.get("delay"), "delay", "seconds", node, path)
     for key in ("when", "changed_when", "failed_when", "until"):
         _condition(node.get(key), key, node, path)
-    if "diff" in node:
-        _bool(node["diff"], "diff", node, path)
     if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
         raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
     task = Task(
@@ -312,7 +352,13 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         line=getattr(node, "line", 0),
         when=node.get("when"),
         loop=loop,
+        loop_kind=loop_key,
         loop_var=loop_var,
+        loop_label=loop_control.get("label"),
+        index_var=index_var,
+        extended=_bool(loop_control.get("extended", False), "loop_control: extended", node, path),
+        break_when=loop_control.get("break_when"),
+        pause=pause or 0.0,
         register=node.get("register"),
         notify=_strlist(node.get("notify"), "notify", node, path),
         tags=_tags(node.get("tags"), node, path) | (inherited_tags or set()),
@@ -321,7 +367,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         ignore_errors=_bool(node.get("ignore_errors", False), "ignore_errors", node, path),
         environment=_environment(node.get("environment"), node, path),
         become=_bool(node["become"], "become", node, path) if "become" in node else None,
-        run_once=_bool(node.get("run_once", False), "run_once", node, path),
+        become_user=_optional_str(node.get("become_user"), "become_user", node, path),
+        run_once=_flag(node.get("run_once", False), "run_once", node, path),
         delegate_to=node.get("delegate_to"),
         retries=int(retries) if retries is not None else (3 if "until" in node else None),
         delay=5.0 if delay is None else delay,
@@ -330,7 +377,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         no_log=_bool(node.get("no_log", False), "no_log", node, path),
         timeout=_number(node.get("timeout"), "timeout", "timeout", node, path),
         listen=_strlist(node.get("listen"), "listen", node, path),
-        check_mode=_bool(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
+        check_mode=_flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
+        diff=_bool(node["diff"], "diff", node, path) if "diff" in node else None,
     )
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
@@ -338,6 +386,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     return task
 
 
+LOOP_CONTROL_KEYS = {"loop_var", "label", "index_var", "extended", "break_when", "pause"}
 IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
 
 
@@ -381,8 +430,11 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
     """Jinja2 syntax, and that every filter and test exists (names_used checks both)."""
     expressions = [task.args.get(name) for name in task.module_class.expression_args]
     try:
-        templating.names_used([task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify])
-        for expr in (task.when, task.changed_when, task.failed_when, task.until, *expressions):
+        templating.names_used(
+            [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
+        )
+        templating.names_used([task.run_once, task.check_mode, sorted(task.tags)])
+        for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
             for item in expr if isinstance(expr, list) else [expr]:
                 if isinstance(item, str):
                     templating.names_used(item, expression=True)
@@ -415,6 +467,12 @@ def parse_play(node: Any, path: str) -> Play:
         raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
     if "hosts" not in node:
         raise _err("play has no 'hosts'", node, path)
+    if node.get("strategy", "linear") != "linear":
+        raise _err(f"strategy {node['strategy']!r} is not supported (only linear)", node, path)
+    if node.get("connection", "ssh") not in ("ssh", "smart"):
+        raise _err(
+            f"play connection {node['connection']!r} is not supported (set ansible_connection per host)", node, path
+        )
     hosts = node["hosts"]
     if not (isinstance(hosts, str) and hosts.strip()) and not (
         isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
@@ -423,12 +481,14 @@ def parse_play(node: Any, path: str) -> Play:
     tags = _tags(node.get("tags"), node, path)
     sections = [node.get("pre_tasks"), node.get("tasks"), node.get("post_tasks")]
     tasks: list[Task] = []
+    flush_points: set[int] = set()
     for section in sections:
         if section is None:
             continue
         if not isinstance(section, list):
             raise _err("tasks must be a list", node, path)
         tasks += parse_tasks(section, path, tags)
+        flush_points.add(len(tasks))  # as Ansible, handlers flush at the end of pre_tasks, tasks and post_tasks
     raw_handlers = node.get("handlers") or []
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)
@@ -446,12 +506,17 @@ def parse_play(node: Any, path: str) -> Play:
         max_fail_percentage=_number(mfp, "max_fail_percentage", "percent", node, path),
         any_errors_fatal=_bool(node.get("any_errors_fatal", False), "any_errors_fatal", node, path),
         become=_bool(node.get("become", False), "become", node, path),
+        become_user=_optional_str(node.get("become_user"), "become_user", node, path),
         environment=_environment(node.get("environment"), node, path),
         tasks=tasks,
+        flush_points=flush_points,
         handlers=handlers,
         tags=tags,
         no_log=_strlist(node.get("no_log"), "no_log", node, path) if not isinstance(node.get("no_log"), bool) else [],
     )
+    if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
+        for task in tasks + handlers:
+            task.no_log = True
     names = {h.name for h in handlers} | {n for h in handlers for n in h.listen}
     for task in tasks + handlers:
         for target in task.notify:

@@ -26,6 +26,7 @@ class TaskResult:
     data: dict[str, Any] = field(default_factory=dict)
     diff: str | None = None
     ignored: bool = False  # failed but ignore_errors
+    changed_on_failure: bool = False  # failed, but changed something first (a command that ran): Ansible counts it
     item_results: list[TaskResult] = field(default_factory=list)
     duration: float = 0.0
     delegated_to: str | None = None
@@ -42,10 +43,10 @@ class TaskResult:
         """The value ``register:`` stores, shaped as Ansible's."""
         out: dict[str, Any] = dict(self.data)
         out.update(
-            changed=self.status is Status.CHANGED,
+            changed=self.status is Status.CHANGED or (self.status is Status.FAILED and self.changed_on_failure),
             failed=self.status in (Status.FAILED, Status.UNREACHABLE),
             skipped=self.status is Status.SKIPPED,
-            msg=self.msg,
+            msg=self.data.get("msg", self.msg),  # debug keeps its message's type there
         )
         if self.status is Status.UNREACHABLE:
             out["unreachable"] = True
@@ -87,6 +88,8 @@ class HostStats:
         elif result.ignored:
             self.ignored += 1
             self.ok += 1
+            if result.changed_on_failure:  # Ansible: an ignored failure that changed something counts changed
+                self.changed += 1
         else:
             self.failed += 1
 

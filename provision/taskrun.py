@@ -106,19 +106,20 @@ class TaskRunner:
             playbook_dir=self.playbook_dir,
             play_hosts=self.play_hosts,
             active_hosts=[h for h in self.play_hosts if self.host_state(h).active],
-            batch=self.batch,
+            batch=[h for h in self.batch if self.host_state(h).active],
             facts=state.facts,
         )
         base = inv.hosts[host].vars if host in inv.hosts else {}
         # the inventory's, the play's, the task's and -e text are templates; what hosts returned (register,
         # set_fact, facts), loop items and the magic vars are data, never rendered again
+        # Ansible's order: task vars lose to registered results and set_fact, loop items win over both
         variables = templating.Vars(
             self.options.defaults,  # the shipped defaults, under everything (trusted text: templates)
             base,
             self.play.vars,
+            task.vars if task else {},
             templating.inert(state.set_vars),
             templating.inert(self._pending.get(host, {})),
-            task.vars if task else {},
             templating.inert(extra or {}),
             self.options.extra_vars,
             magic_vars(inv, host, play=play),
@@ -168,17 +169,44 @@ class TaskRunner:
         result.duration = time.monotonic() - started
         if result.failed and task.ignore_errors:
             result.ignored = True
-        if task.no_log:
-            _censor(result)
         outcome = TaskOutcome(result, facts=dict(pending))
         if task.register and result.status is not Status.UNREACHABLE:
+            # registered before no_log censors the output: as in Ansible, later tasks can read the result
             outcome.register, outcome.registered = task.register, result.registered()
             # run_once: the one result is registered on every host of the batch, as Ansible does
             outcome.register_on = list(self.batch) if task.run_once else [host]
             pending[task.register] = outcome.registered  # the notify names below see it, as they see facts
         if result.changed and task.notify:
             outcome.notify = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
+        if task.no_log:
+            _censor(result)
         return outcome
+
+    # ------------------------------------------------------------------ templated task keys
+    def title(self, task: Task, hosts: list[str]) -> str:
+        """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered)."""
+        if not hosts or not templating.is_template(task.name):
+            return task.name
+        return templating.render_name(task.name, self.host_vars(hosts[0], task))
+
+    def run_once(self, task: Task, hosts: list[str]) -> bool:
+        """``run_once``, rendered with the first host's variables when it is a template."""
+        if not isinstance(task.run_once, str):
+            return task.run_once
+        if not hosts:
+            return False
+        value = templating.render(task.run_once, self.host_vars(hosts[0], task), f"run_once of {task.where}")
+        return templating.truthy(value)
+
+    def tags(self, task: Task, host: str) -> set[str]:
+        """The task's tags with templates rendered for ``host`` (a template may give a list or a string)."""
+        out: set[str] = set()
+        variables = self.host_vars(host, task)
+        for tag in task.tags:
+            value = templating.render(tag, variables, f"tags of {task.where}") if templating.is_template(tag) else tag
+            items = value if isinstance(value, list) else str(value).split(",")
+            out |= {str(t).strip() for t in items if str(t).strip()}
+        return out
 
     def _run(self, task: Task, host: str) -> TaskResult:
         variables = self.host_vars(host, task)
@@ -188,27 +216,53 @@ class TaskRunner:
             if unknown:
                 msg = f"skipped in check mode: needs {unknown!r}, which check mode did not really run"
                 return TaskResult(host, task.name, Status.SKIPPED, msg, {CHECK_SKIPPED: True})
-        if task.when is not None and not templating.condition(task.when, variables, where):
-            return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
         if task.loop is None:
+            if task.when is not None and not templating.condition(task.when, variables, where):
+                return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
             return self._call(task, host, variables, where)
-        items = templating.render(task.loop, variables, where)
-        if isinstance(items, str) or not isinstance(items, list):
-            raise TemplateError(f"loop must give a list, got {type(items).__name__} {str(items)[:60]!r}")
+        # a looped task's `when` is evaluated per item (it may test the item), as Ansible does
+        items = self._items(task, variables, where)
         results: list[TaskResult] = []
-        for item in items:
-            item_vars = self.host_vars(host, task, {task.loop_var: item})
+        for index, item in enumerate(items):
+            loop_vars: dict[str, Any] = {task.loop_var: item, "ansible_loop_var": task.loop_var}
+            if task.index_var:
+                loop_vars[task.index_var] = index
+                loop_vars["ansible_index_var"] = task.index_var
+            if task.extended:
+                loop_vars["ansible_loop"] = _loop_info(items, index)
+            item_vars = self.host_vars(host, task, loop_vars)
             if task.when is not None and not templating.condition(task.when, item_vars, where):
-                res = TaskResult(host, task.name, Status.SKIPPED)
+                res = TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
             else:
                 res = self._call(task, host, item_vars, where)
-            res.data[task.loop_var] = item
+            res.data.update(loop_vars)
+            label = item if task.loop_label is None else templating.render(task.loop_label, item_vars, where)
             # masked BEFORE it is cut: a secret cut in half would no longer match the masker
-            res.data["item_label"] = MASKER.mask(str(item))[:60]
+            res.data["item_label"] = MASKER.mask(str(label))[:60]
             results.append(res)
             if res.failed and not task.ignore_errors:
                 break
+            if task.break_when is not None and res.status is not Status.SKIPPED:
+                scope = item_vars.child(**({task.register: res.registered()} if task.register else {}))
+                if templating.condition(task.break_when, scope, where):
+                    break
+            if task.pause and index < len(items) - 1:
+                time.sleep(task.pause)
         return _combine(host, task.name, results)
+
+    @staticmethod
+    def _items(task: Task, variables: templating.Vars, where: str) -> list[Any]:
+        items = templating.render(task.loop, variables, where)
+        if task.loop_kind == "with_items":  # Ansible's with_items: a bare value is one item; flattens one level
+            if not isinstance(items, list):
+                items = [items]
+            flat: list[Any] = []
+            for item in items:
+                flat += item if isinstance(item, list) else [item]
+            return flat
+        if isinstance(items, str) or not isinstance(items, list):
+            raise TemplateError(f"loop must give a list, got {type(items).__name__} {str(items)[:60]!r}")
+        return items
 
     def _unproduced_inputs(self, task: Task, host: str) -> str | None:
         """In check mode, a task that reads the result of a task check mode skipped is skipped too (instead of
@@ -227,20 +281,30 @@ class TaskRunner:
         if task.delegate_to:
             target = str(templating.render(task.delegate_to, variables, where))
         conn = self.connection(target)
-        env = templating.render({**self.play.environment, **task.environment}, variables, where)
+        env: dict[str, Any] = {}
+        for layer in (self.play.environment, task.environment):
+            rendered = templating.render(layer, variables, where)
+            if not isinstance(rendered, dict):
+                raise TemplateError(f"environment must give a mapping, got {type(rendered).__name__}")
+            env.update(rendered)
         become = task.become if task.become is not None else self.play.become
-        check = self.options.check if task.check_mode is None else task.check_mode
+        check = self.options.check
+        if task.check_mode is not None:
+            check = templating.truthy(templating.render(task.check_mode, variables, where))
         return ModuleContext(
             host=host,
             conn=conn,
             variables=variables,
             check=check,
-            diff=self.options.diff,
+            diff=self.options.diff if task.diff is None else task.diff,
             become=bool(become),
+            become_user=task.become_user or self.play.become_user or "root",
+            verbosity=self.options.verbosity,
             environment={k: str(v) for k, v in env.items()},
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
             controller_dir=self.playbook_dir,
             render=lambda text: templating.render_text(text, variables, where),
+            render_file=lambda text, extra: templating.render_file(text, variables.child(**extra), where),
             evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),
             peer=self.connection,
             progress=None if task.no_log else (lambda msg: self.progress(host, msg)),
@@ -252,33 +316,39 @@ class TaskRunner:
         # rendered first: rendering would turn a registered value into an expression to evaluate
         expressions = {k: v for k, v in task.args.items() if k in cls.expression_args}
         rendered = templating.render({k: v for k, v in task.args.items() if k not in expressions}, variables, where)
+        rendered = templating.drop_omitted(rendered)
         for name, spec in cls.args.items():  # secret args are registered before coerce can quote them in an error
             if spec.secret and rendered.get(name):
                 MASKER.add(rendered[name])
         args = cls.coerce({**rendered, **expressions})
         ctx = self._context(task, host, variables, where)
-        attempts = (task.retries or 0) + 1 if task.until is not None else 1
+        # Ansible: `retries` more runs after the first (3 by default with `until`); without `until`, a task with
+        # `retries` is retried while it fails; `attempts` is in the result
+        attempts = (task.retries or 0) + 1
         result = TaskResult(host, task.name, Status.OK)
-        for attempt in range(attempts):
-            result = self._once(task, host, cls, args, ctx, variables, where)
-            if task.until is None or result.status is Status.UNREACHABLE:
+        for attempt in range(1, attempts + 1):
+            result = self._once(task, host, cls, args, ctx, variables, where, attempt if attempts > 1 else None)
+            if attempts == 1 or result.status in (Status.UNREACHABLE, Status.SKIPPED):
                 break
             until_vars = variables.child(**({task.register: result.registered()} if task.register else {}))
-            if templating.condition(task.until, until_vars, where) and not result.failed:
+            done = templating.condition(task.until, until_vars, where) if task.until is not None else not result.failed
+            if done:
                 break
-            if attempt < attempts - 1:
+            if attempt < attempts:
                 time.sleep(task.delay)
         else:
-            if task.until is not None:
-                result.status = Status.FAILED
-                result.msg = f"until condition still false after {attempts} attempts: {result.msg}".strip()
+            result.data["attempts"] = attempts - 1  # what Ansible reports when the attempts run out
+            if not result.failed:
+                result.changed_on_failure = result.changed
+            result.status = Status.FAILED
+            result.msg = f"until condition still false after {attempts} attempts: {result.msg}".strip()
         if task.delegate_to:
             result.delegated_to = ctx.conn.name
         return result
 
     def _once(
         self, task: Task, host: str, cls: Any, args: dict[str, Any], ctx: ModuleContext,
-        variables: templating.Vars, where: str,
+        variables: templating.Vars, where: str, attempt: int | None = None,
     ) -> TaskResult:  # fmt: skip
         try:
             mres: ModuleResult = cls().run(ctx, args)
@@ -293,6 +363,9 @@ class TaskRunner:
             Status.CHANGED if mres.changed else Status.OK
         )  # fmt: skip
         result = TaskResult(host, task.name, status, mres.msg, dict(mres.data), mres.diff)
+        result.changed_on_failure = mres.failed and mres.changed  # Ansible counts it: a failed command ran
+        if attempt is not None:
+            result.data["attempts"] = attempt
         if cls.show_msg:
             result.data["_show_msg"] = True
         if ctx.check and mres.skipped:
@@ -305,18 +378,22 @@ class TaskRunner:
         return result
 
     def _override(self, task: Task, result: TaskResult, variables: templating.Vars, where: str) -> None:
+        """changed_when, then failed_when (which sees the new ``changed``), as Ansible evaluates them."""
+        if result.status in (Status.SKIPPED, Status.UNREACHABLE):
+            return
         registered = result.registered()
         scope = variables.child(**({task.register: registered} if task.register else {}), **registered)
-        if task.changed_when is not None and result.status in (Status.OK, Status.CHANGED):
+        changed, failed = result.changed or result.changed_on_failure, result.failed
+        if task.changed_when is not None:
             changed = templating.condition(task.changed_when, scope, where)
-            result.status = Status.CHANGED if changed else Status.OK
-        if task.failed_when is not None and result.status is not Status.SKIPPED:
+            registered["changed"] = changed
+            scope = variables.child(**({task.register: registered} if task.register else {}), **registered)
+        if task.failed_when is not None:
             failed = templating.condition(task.failed_when, scope, where)
-            if failed:
-                result.status = Status.FAILED
+            if failed and not result.failed:
                 result.msg = result.msg or f"failed_when condition was true: {task.failed_when}"
-            elif result.status is Status.FAILED:
-                result.status = Status.OK
+        result.status = Status.FAILED if failed else Status.CHANGED if changed else Status.OK
+        result.changed_on_failure = failed and changed
 
 
 def _censor(result: TaskResult) -> None:
@@ -329,9 +406,24 @@ def _censor(result: TaskResult) -> None:
         item.data["item_label"] = NO_LOG_ITEM
 
 
+def _loop_info(items: list[Any], index: int) -> dict[str, Any]:
+    """``ansible_loop`` of ``loop_control: extended``."""
+    length = len(items)
+    info: dict[str, Any] = {
+        "allitems": items, "index": index + 1, "index0": index, "revindex": length - index,
+        "revindex0": length - index - 1, "first": index == 0, "last": index == length - 1, "length": length,
+    }  # fmt: skip
+    if index > 0:
+        info["previtem"] = items[index - 1]
+    if index < length - 1:
+        info["nextitem"] = items[index + 1]
+    return info
+
+
 def _combine(host: str, name: str, results: list[TaskResult]) -> TaskResult:
     if not results:
         return TaskResult(host, name, Status.SKIPPED, "no items in loop")
+    changed_items = any(r.changed or r.changed_on_failure for r in results)
     if any(r.status is Status.FAILED for r in results):
         status = Status.FAILED
         msg = next(r.msg for r in results if r.status is Status.FAILED)
@@ -342,5 +434,6 @@ def _combine(host: str, name: str, results: list[TaskResult]) -> TaskResult:
     else:
         status, msg = Status.OK, ""
     combined = TaskResult(host, name, status, msg, item_results=results)
+    combined.changed_on_failure = status is Status.FAILED and changed_items
     combined.diff = "\n".join(r.diff for r in results if r.diff) or None
     return combined

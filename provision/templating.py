@@ -23,8 +23,9 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from functools import lru_cache
+from types import GeneratorType
 from typing import Any
 
 import jinja2
@@ -37,7 +38,11 @@ from .commands import quote
 from .errors import TemplateError
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
+# a template that is exactly one expression keeps its type: text around it (even a newline) makes it a string
+_NATIVE_EXPR = re.compile(r"\A\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\Z", re.DOTALL)
 _RESULT = "provision_result_"
+OMIT = "__omit_place_holder__provision"  # the value of `omit`: an argument rendered to it is left out
+MANAGED = "Ansible managed"  # `ansible_managed` in template files, as ansible-core 2.19 defines it
 
 
 def is_template(value: Any) -> bool:
@@ -87,18 +92,85 @@ def _mandatory(value: Any) -> Any:
     return value
 
 
-def _make_env() -> jinja2.Environment:
+def _finalize(value: Any) -> Any:
+    """Ansible renders None as an empty string inside text."""
+    return "" if value is None else value
+
+
+class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
+    """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``)."""
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        result = super().call(__context, __obj, *args, **kwargs)
+        if isinstance(result, (KeysView, ValuesView, ItemsView)):
+            return list(result)
+        return result
+
+
+def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") -> dict[str, Any]:
+    """Ansible's ``combine``: later mappings win; ``recursive`` merges nested mappings."""
+    if list_merge != "replace":
+        raise TemplateError(f"combine: list_merge={list_merge!r} is not supported (only 'replace')")
+    items: list[Any] = []
+    for d in dicts:
+        items += d if isinstance(d, list) else [d]
+
+    def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(a)
+        for k, v in b.items():
+            if recursive and isinstance(out.get(k), Mapping) and isinstance(v, Mapping):
+                out[k] = merge(out[k], v)
+            else:
+                out[k] = v
+        return out
+
+    result: dict[str, Any] = {}
+    for d in items:
+        if not isinstance(d, Mapping):
+            raise TemplateError(f"combine expects mappings, got {type(d).__name__}")
+        result = merge(result, d)
+    return result
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists (the YAML dumper refuses the loader's line-numbered mappings)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _to_yaml(value: Any, **kw: Any) -> str:
+    """Ansible's ``to_yaml``: flow style for the innermost collections, keys sorted."""
+    kw.setdefault("default_flow_style", None)
+    return str(yaml.safe_dump(_plain(value), allow_unicode=True, **kw))
+
+
+def _to_nice_yaml(value: Any, indent: int = 4, **kw: Any) -> str:
+    return str(yaml.safe_dump(_plain(value), indent=indent, allow_unicode=True, default_flow_style=False, **kw))
+
+
+class _ShownUndefined(jinja2.Undefined):
+    """In a task name, an undefined name shows as ansible-core 2.19 shows it."""
+
+    def __str__(self) -> str:
+        return f"<< error 1 - {self._undefined_name!r} is undefined >>"
+
+
+def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
-    env = jinja2.sandbox.SandboxedEnvironment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
-    )
+    options.setdefault("undefined", jinja2.StrictUndefined)
+    env = _Sandbox(keep_trailing_newline=True, autoescape=False, finalize=_finalize, **options)
     env.filters.update(
         bool=_bool,
         to_json=lambda v, **kw: json.dumps(v, **kw),
         to_nice_json=lambda v, indent=4: json.dumps(v, indent=indent, sort_keys=True),
         from_json=json.loads,
-        to_yaml=lambda v: yaml.safe_dump(v, default_flow_style=False),
+        to_yaml=_to_yaml,
+        to_nice_yaml=_to_nice_yaml,
+        combine=_combine,
         from_yaml=yaml.safe_load,
         regex_replace=_regex_replace,
         regex_search=_regex_search,
@@ -126,11 +198,59 @@ def _make_env() -> jinja2.Environment:
 
 
 ENV = _make_env()
+# the template module's environment: Ansible's template defaults (trim_blocks=True, lstrip_blocks=False)
+FILE_ENV = _make_env(trim_blocks=True)
+NAME_ENV = _make_env(undefined=_ShownUndefined)  # task names: never fail, show what is undefined
 
 
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> jinja2.Template:
     return ENV.from_string(source)
+
+
+@lru_cache(maxsize=256)
+def _compile_file(source: str) -> jinja2.Template:
+    return FILE_ENV.from_string(source)
+
+
+def truthy(value: Any) -> bool:
+    """A rendered flag (``run_once``, ``check_mode``) read as Ansible reads booleans."""
+    return _bool(value) if isinstance(value, str) else bool(value)
+
+
+def drop_omitted(args: dict[str, Any]) -> dict[str, Any]:
+    """Arguments without those rendered to ``omit`` (also inside nested mappings and lists)."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if v != OMIT}
+        if isinstance(value, list):
+            return [clean(v) for v in value if v != OMIT]
+        return value
+
+    return {k: clean(v) for k, v in args.items() if v != OMIT}
+
+
+def escape_backslashes(source: str) -> str:
+    """Ansible's rule for playbook text: a backslash inside a string literal of a ``{{ }}`` expression is kept
+    as written (``regex_replace('(a)', '\\1')`` in YAML double quotes means the regex backreference ``\1``),
+    so it is doubled before Jinja2 reads the literal. Template files are not changed."""
+    if "\\" not in source or "{{" not in source:
+        return source
+    try:
+        tokens = list(ENV.lex(ENV.preprocess(source)))
+    except jinja2.TemplateSyntaxError:
+        return source  # the syntax error is reported when the text is compiled
+    out, in_var = [], False
+    for _, kind, text in tokens:
+        if kind == "variable_begin":
+            in_var = True
+        elif kind == "variable_end":
+            in_var = False
+        elif in_var and kind == "string":
+            text = text.replace("\\", "\\\\")
+        out.append(text)
+    return "".join(out)
 
 
 def _syntax_error(exc: jinja2.TemplateSyntaxError, source: str, where: str) -> TemplateError:
@@ -250,7 +370,8 @@ def render(value: Any, variables: Mapping[str, Any], where: str = "") -> Any:
     if isinstance(value, str):
         if not is_template(value):
             return value
-        match = _SINGLE_EXPR.match(value)
+        value = escape_backslashes(value)
+        match = _NATIVE_EXPR.match(value)
         if match:
             return evaluate(match.group("expr"), variables, where=where)
         return _render_text(value, variables, where)
@@ -266,9 +387,30 @@ def render_text(source: str, variables: Mapping[str, Any], where: str = "") -> s
     return _render_text(source, variables, where)
 
 
-def _render_text(source: str, variables: Mapping[str, Any], where: str) -> str:
+def render_name(name: str, variables: Mapping[str, Any]) -> str:
+    """A task name as Ansible 2.19 shows it: rendered with the host's vars, an undefined name shown inline;
+    the name as written when it cannot be rendered at all."""
+    if not is_template(name):
+        return name
     try:
-        template = _compile(source)
+        template = NAME_ENV.from_string(escape_backslashes(name))
+        ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
+        return str(NAME_ENV.concat(template.root_render_func(ctx)))
+    except Exception:  # a name is only shown: whatever goes wrong, show it as written
+        return name
+
+
+def render_file(source: str, variables: Mapping[str, Any], where: str = "") -> str:
+    """Render a template file (the ``template`` module) as Ansible does: ``trim_blocks``, and
+    ``ansible_managed`` defined."""
+    extra = {"ansible_managed": MANAGED}
+    scope = variables.child(**extra) if isinstance(variables, Vars) else {**variables, **extra}
+    return _render_text(source, scope, where, file=True)
+
+
+def _render_text(source: str, variables: Mapping[str, Any], where: str, *, file: bool = False) -> str:
+    try:
+        template = _compile_file(source) if file else _compile(source)
         ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
         return str(ENV.concat(template.root_render_func(ctx)))
     except jinja2.TemplateSyntaxError as exc:
@@ -292,6 +434,8 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
         result = getattr(module, _RESULT)
         if isinstance(result, jinja2.Undefined):
             str(result)  # StrictUndefined raises UndefinedError naming the variable
+        if isinstance(result, (GeneratorType, KeysView, ValuesView, ItemsView)):
+            result = list(result)  # `l | unique`, `d.keys()`: a list, as Ansible gives
         return result
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(

@@ -18,6 +18,8 @@ values just before ``run`` (``coerce``: types).
 
 from __future__ import annotations
 
+import codecs
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,10 +147,14 @@ class ModuleContext:
     check: bool = False
     diff: bool = False
     become: bool = False
+    become_user: str = "root"
+    verbosity: int = 0  # the run's -v count (debug's `verbosity` threshold)
     environment: Mapping[str, str] = field(default_factory=dict)
     timeout: float | None = 1800.0
     controller_dir: str = "."  # where relative `src` of copy/template is looked up (the playbook's dir)
-    render: Callable[[str], str] | None = None  # renders a template text with the host's vars (template module)
+    render: Callable[[str], str] | None = None  # renders a template text with the host's vars
+    # renders a template FILE (the template module: Ansible's trim_blocks, ansible_managed) with extra vars
+    render_file: Callable[[str, dict[str, Any]], str] | None = None
     progress: Callable[[str], None] | None = None  # for long-running modules: one line of progress
     evaluate: Callable[[str], Any] | None = None  # evaluates a Jinja2 expression (assert/debug var/when)
     peer: Callable[[str], Connection] | None = None  # the connection of another inventory host (transfers)
@@ -165,7 +171,7 @@ class ModuleContext:
         if self.environment:
             cmd = cmd.with_env(self.environment)
         if self.become and not cmd.become:
-            cmd = Command(cmd.argv, cmd.script, cmd.env, cmd.chdir, True, cmd.become_user)
+            cmd = Command(cmd.argv, cmd.script, cmd.env, cmd.chdir, True, self.become_user)
         result = self.conn.run(cmd, timeout=timeout or self.timeout, stdin=stdin, on_output=on_output)
         if check_rc and result.rc != 0:
             raise ModuleError(
@@ -369,30 +375,112 @@ def _coerce(value: Any, spec: Arg, name: str) -> Any:
     return value
 
 
+_SYMBOLIC = re.compile(r"^([ugoa]+)=([rwx]*)$")
+
+
 def parse_mode(value: Any) -> int:
-    """Ansible-style mode: '0644', '644', 0o644 (int as YAML gives it), 'u=rw,g=r,o=r' is not supported."""
+    """Ansible-style mode: '0644', '644', 0o644 (an int as YAML gives it), or a symbolic mode that sets every
+    class absolutely ('u=rw,g=r,o='); symbolic modes with + or - depend on the old mode and are refused."""
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    if not text or any(c not in "01234567" for c in text):
-        raise ArgError(f"mode {value!r} must be octal like '0644'")
-    return int(text, 8)
+    if text and all(c in "01234567" for c in text):
+        return int(text, 8)
+    if text and all(_SYMBOLIC.match(part) for part in text.split(",")):
+        mode, covered = 0, ""
+        for part in text.split(","):
+            m = _SYMBOLIC.match(part)
+            assert m is not None
+            who = m.group(1).replace("a", "ugo")
+            bits = sum({"r": 4, "w": 2, "x": 1}[c] for c in set(m.group(2)))
+            for cls in who:
+                shift = {"u": 6, "g": 3, "o": 0}[cls]
+                mode = (mode & ~(7 << shift)) | (bits << shift)
+            covered += who
+        if set(covered) >= {"u", "g", "o"}:
+            return mode
+    raise ArgError(f"mode {value!r} must be octal like '0644' or set u, g and o with '=' (like 'u=rw,g=r,o=')")
+
+
+_ESCAPES = re.compile(r"""(\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\N\{[^}]+\}|\\[\\'"abfnrtv])""")
+_JINJA_OPEN = {"{{": "}}", "{%": "%}", "{#": "#}"}
+
+
+def split_args(text: str) -> list[tuple[str, int, int]]:
+    """Ansible's ``split_args``: words separated by whitespace, where quoted text and Jinja2 blocks
+    (``{{ ... }}``, ``{% ... %}``) stay inside one word. Each word with its start and end offsets."""
+    words: list[tuple[str, int, int]] = []
+    start: int | None = None
+    quote: str | None = None
+    closers: list[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote is None and not closers and c.isspace():
+            if start is not None:
+                words.append((text[start:i], start, i))
+                start = None
+            i += 1
+            continue
+        if start is None:
+            start = i
+        two = text[i : i + 2]
+        if quote is not None:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif two in _JINJA_OPEN:
+            closers.append(_JINJA_OPEN[two])
+            i += 2
+            continue
+        elif closers and two == closers[-1]:
+            closers.pop()
+            i += 2
+            continue
+        elif c in "'\"" and not closers:
+            quote = c
+        i += 1
+    if quote is not None or closers:
+        raise ArgError(f"cannot parse arguments {text!r}: unbalanced {'quotes' if quote else 'Jinja2 braces'}")
+    if start is not None:
+        words.append((text[start:], start, len(text)))
+    return words
+
+
+def _decode_escapes(word: str) -> str:
+    return _ESCAPES.sub(lambda m: codecs.decode(m.group(0), "unicode-escape"), word)
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def split_kv(word: str) -> tuple[str, str] | None:
+    """``key=value`` of one word (the first ``=`` not escaped with a backslash), escapes decoded and the value
+    unquoted, as Ansible's ``parse_kv``; None for a word that is not ``key=value``."""
+    word = _decode_escapes(word)
+    pos = 0
+    while True:
+        pos = word.find("=", pos + 1)
+        if pos < 0:
+            return None
+        if word[pos - 1] != "\\":
+            return word[:pos].strip(), _unquote(word[pos + 1 :].strip())
 
 
 def parse_kv(text: str) -> dict[str, Any]:
-    """Parse Ansible's ``k=v k2='v 2'`` argument strings (ad hoc ``-a`` and string module args)."""
-    import shlex
-
+    """Parse Ansible's ``k=v k2='v 2' k3={{ a }}/{{ b }}`` argument strings (ad hoc ``-a`` and string module
+    args): Jinja2 blocks and quotes stay in one value, escapes (``\\n``) are decoded, values are strings."""
     out: dict[str, Any] = {}
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        raise ArgError(f"cannot parse arguments {text!r}: {exc}") from None
-    for word in words:
-        if "=" not in word:
+    for word, _, _ in split_args(text):
+        kv = split_kv(word)
+        if kv is None:
             raise ArgError(f"expected key=value, got {word!r}")
-        key, value = word.split("=", 1)
-        out[key] = value
+        out[kv[0]] = kv[1]
     return out
 
 

@@ -37,6 +37,11 @@ def truthy(value: Any) -> bool:
     return bool(value)
 
 
+def _undefined(var: str) -> str:
+    """What ansible-core 2.19 shows for ``debug: var=NAME`` of an undefined name."""
+    return f"<< error 1 - {var.strip()!r} is undefined >>" if var.strip().isidentifier() else UNDEFINED
+
+
 @register
 class Debug(Module):
     name = "debug"
@@ -50,17 +55,24 @@ class Debug(Module):
         if "msg" in args and "var" in args:
             raise ArgError("debug: msg and var are mutually exclusive")
 
+    @classmethod
+    def coerce(cls, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {**super().coerce(args), "_msg_given": "msg" in args}  # `msg: "{{ None }}"` is not absent
+
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["verbosity"] > ctx.verbosity:  # as Ansible: skipped below its -v threshold
+            return ModuleResult(skipped=True, msg="Verbosity threshold not met.")
         var = args["var"]
         if var is None:
-            msg = args["msg"] if args["msg"] is not None else "Hello world!"
-            return ModuleResult(msg=_text(msg), data={"verbosity": args["verbosity"]})
+            msg = args["msg"] if args.get("_msg_given") else "Hello world!"
+            # the message keeps its type in the result (a list stays a list), as in Ansible
+            return ModuleResult(msg=_text(msg), data={"msg": msg, "verbosity": args["verbosity"]})
         try:
             value = _evaluate(ctx, var)
             if isinstance(value, jinja2.Undefined):  # a bare undefined name evaluates lazily
-                value = UNDEFINED
+                value = _undefined(var)
         except TemplateError as exc:
-            value = UNDEFINED if "undefined" in str(exc).lower() else f"{UNDEFINED} ({exc})"
+            value = _undefined(var) if "undefined" in str(exc).lower() else f"{UNDEFINED} ({exc})"
         except Exception as exc:  # the evaluator is the executor's: keep its failures inside the task
             return ModuleResult(failed=True, msg=f"debug: cannot evaluate {var!r}: {exc}")
         return ModuleResult(msg=f"{var}: {_text(value)}", data={var: value, "verbosity": args["verbosity"]})

@@ -4,23 +4,32 @@
 user's shell text. Both report ``changed`` when they run, as Ansible does. ``creates``/``removes`` (globs,
 relative to ``chdir``) are checked first in one command and turn the task into a no-op. In check mode the
 program never runs: the task is skipped, or, with ``creates``/``removes``, reports whether it would run.
-Trailing ``creates=... removes=... chdir=...`` words of a free-form string are taken as arguments.
+``creates=... removes=... chdir=...`` (and the other argument names Ansible takes there) words of a free-form
+string are taken as arguments, wherever they stand, as Ansible's ``parse_kv`` does. ``command`` expands ``~``
+and ``$VAR`` in its arguments on the host (Ansible's ``expand_argument_vars``, on by default).
 """
 
 from __future__ import annotations
 
 import datetime
 import posixpath
-import re
 import shlex
 from typing import Any
 
 from ..commands import Command
 from ..transport import CommandResult
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register, split_args, split_kv
 from .files import remote_stat
 
-_TAIL_KV = re.compile(r"""\s+(\w+)=("[^"]*"|'[^']*'|\S+)\s*$""")
+# the key=value words Ansible takes out of a free-form command line (parse_kv with check_raw)
+RAW_KEYS = ("creates", "removes", "chdir", "executable", "stdin", "stdin_add_newline", "strip_empty_ends")
+# run on the host: expand ~ and $VAR in each argument (os.path.expanduser(os.path.expandvars(x))), then exec
+_EXPAND = (
+    "import os,sys\n"
+    "a=[os.path.expanduser(os.path.expandvars(x)) for x in sys.argv[1:]]\n"
+    "try:\n os.execvp(a[0],a)\n"
+    "except OSError as e:\n sys.stderr.write('%s: %s\\n'%(a[0],e.strerror)); sys.exit(127 if e.errno==2 else 126)\n"
+)
 GUARD_ARGS = {
     "chdir": Arg("path"),
     "creates": Arg("path"),
@@ -35,7 +44,6 @@ class _Runner(Module):
     """What command and shell share: free-form parsing, guards, check mode and reporting."""
 
     free_form = "cmd"
-    inline_args: tuple[str, ...] = ("chdir", "creates", "removes")
 
     @classmethod
     def normalize(cls, raw: Any) -> dict[str, Any]:
@@ -43,10 +51,12 @@ class _Runner(Module):
             return super().normalize(raw)
         found: dict[str, Any] = {}
         text = raw
-        while (m := _TAIL_KV.search(text)) and m.group(1) in cls.inline_args and m.group(1) not in found:
-            found[m.group(1)] = shlex.split(m.group(2))[0] if m.group(2)[0] in "\"'" else m.group(2)
-            text = text[: m.start()]
-        return {"cmd": text.strip(), **found}
+        for word, start, end in reversed(split_args(raw)):
+            kv = split_kv(word)
+            if kv is not None and kv[0] in RAW_KEYS and kv[0] in cls.args and kv[0] not in found:
+                found[kv[0]] = kv[1]
+                text = text[:start] + text[end:]
+        return {"cmd": text.strip() if found else raw.strip(), **found}
 
     def build(self, args: dict[str, Any]) -> Command:
         raise NotImplementedError
@@ -57,6 +67,8 @@ class _Runner(Module):
         except (ArgError, ValueError) as exc:
             return ModuleResult(failed=True, msg=f"{self.name}: {exc}")
         shown = cmd.display()
+        if args.get("expand_argument_vars") and cmd.argv and any(("~" in str(a) or "$" in str(a)) for a in cmd.argv):
+            cmd = Command.of(ctx.python(), "-c", _EXPAND, *cmd.argv, chdir=cmd.chdir)
         guarded = args["creates"] is not None or args["removes"] is not None
         if guarded:
             skip = self._guard(ctx, args)
@@ -114,7 +126,7 @@ class _Runner(Module):
 @register
 class CommandModule(_Runner):
     name = "command"
-    args = {"cmd": Arg("raw"), "argv": Arg("list"), **GUARD_ARGS}
+    args = {"cmd": Arg("raw"), "argv": Arg("list"), "expand_argument_vars": Arg("bool", default=True), **GUARD_ARGS}
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
@@ -134,7 +146,6 @@ class CommandModule(_Runner):
 @register
 class Shell(_Runner):
     name = "shell"
-    inline_args = ("chdir", "creates", "removes", "executable")
     args = {"cmd": Arg(required=True), "executable": Arg("path"), **GUARD_ARGS}
 
     def build(self, args: dict[str, Any]) -> Command:

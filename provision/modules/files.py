@@ -321,7 +321,12 @@ class Template(Module):
             return ModuleResult(failed=True, msg="template: no template renderer in this context")
         path, raw = read_controller_file(ctx, args["src"])
         try:
-            text = ctx.render(raw.decode("utf-8"))
+            source = raw.decode("utf-8")
+            if ctx.render_file is not None:
+                extra = {"template_path": str(path), "template_fullpath": str(path), "template_destpath": args["dest"]}
+                text = ctx.render_file(source, extra)
+            else:
+                text = ctx.render(source)
         except UnicodeDecodeError:
             return ModuleResult(failed=True, msg=f"template {path} is not UTF-8 text")
         except TemplateError as exc:

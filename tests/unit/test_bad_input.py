@@ -92,7 +92,7 @@ PLAYBOOK_CASES = {
     "loop_string": (task("loop: abc"), r"pb\.yml:4: loop must be a list or a template giving one, got 'abc'"),
     "loop_number": (task("loop: 3"), r"pb\.yml:4: loop must be a list .* got 3"),
     "loop_dict": (task("loop: {a: 1}"), r"pb\.yml:4: loop must be a list .* got a mapping"),
-    "with_items_string": (task("with_items: abc"), r"pb\.yml:4: with_items must be a list"),
+    "with_items_mapping": (task("with_items: {a: 1}"), r"pb\.yml:4: with_items must be a list"),
     "when_dict": (task("when: {a: 1}"), r"pb\.yml:4: when must be an expression, true/false, or a list of them"),
     "when_list_of_dict": (task("when: [true, {a: 1}]"), r"pb\.yml:4: when must be an expression"),
     "import_tasks_when_dict": (PLAY + "  tasks:\n    - import_tasks: other.yml\n      when: {a: 1}\n",

@@ -25,7 +25,10 @@ def test_host_and_play_layers(tmp_path: Path) -> None:
     play = PlayMagic({}, True, False, "/pb", ["a.example.org", "b"], ["b"], ["b"], {"os": "{{ 7 * 7 }}"})
     full = dict(templating.Vars(magic_vars(inv, "b", play=play)))
     assert set(full) == set(HOST_NAMES + PLAY_NAMES) <= NAMES
-    assert full["ansible_play_hosts"] == ["b"] and full["play_hosts"] == ["a.example.org", "b"]
+    # as Ansible: play_hosts is the batch's hosts that have not failed (ansible_play_batch), the play's all in
+    # ansible_play_hosts_all
+    assert full["ansible_play_hosts"] == ["b"] and full["play_hosts"] == ["b"] == full["ansible_play_batch"]
+    assert full["ansible_play_hosts_all"] == ["a.example.org", "b"]
     assert full["ansible_check_mode"] is True and full["playbook_dir"] == "/pb"
 
 

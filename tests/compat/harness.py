@@ -1,0 +1,385 @@
+"""The differential harness: one case playbook under ``ansible-playbook`` and under ``provision run``.
+
+A case is a folder ``cases/<name>/`` with ``playbook.yml`` and an optional ``case.yml``:
+
+    hosts: 2              # lab hosts the case runs on (1 or 2; inventory group ``lab``)
+    runs: 2               # runs per tool on the same remote dir (first run, converged rerun)
+    check: false          # true: first a ``--check --diff`` run on the fresh dir, compared too
+    args: []              # extra command line arguments for both tools (``-t``, ``-e``, ...)
+    host_vars: {}         # extra inventory vars for every host
+    accept:               # accepted differences: a difference line containing ``match`` is expected
+      - match: "run 1: exit code"
+        reason: why provision deliberately differs
+    source: {repo: ..., path: ..., commit: ..., edits: [...]}   # for playbooks taken from public repos
+
+Each tool gets its own remote working dir per case and host, ``~/compat/<case>/<tool>``, created empty before
+the first run and passed as the inventory var ``wd`` (the absolute path). Compared per run: the exit code,
+each host's ok/changed/failed/skipped/ignored/unreachable counts, the message of every ``debug`` task (by task
+name and order), with ``--check``/``--diff`` which copy/template tasks showed a diff; after the runs, the
+files left in ``wd`` on each host (type, mode, content; the tool's own name in paths and text is normalised).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CASES_DIR = Path(__file__).parent / "cases"
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = ("ansible", "provision")
+STAT_KEYS = ("ok", "changed", "failed", "skipped", "ignored", "unreachable")
+
+
+@dataclass
+class Case:
+    name: str
+    path: Path
+    hosts: int = 2
+    runs: int = 2
+    check: bool = False
+    args: list[str] = field(default_factory=list)
+    host_vars: dict[str, Any] = field(default_factory=dict)
+    accept: list[dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> Case:
+        meta_path = path / "case.yml"
+        meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
+        meta = meta or {}
+        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about"}
+        unknown = set(meta) - known
+        if unknown:
+            raise ValueError(f"{meta_path}: unknown keys {sorted(unknown)}")
+        for entry in meta.get("accept", []):
+            if not entry.get("match") or not entry.get("reason"):
+                raise ValueError(f"{meta_path}: every accepted difference needs a match and a reason")
+        return cls(
+            name=path.name,
+            path=path,
+            hosts=int(meta.get("hosts", 2)),
+            runs=int(meta.get("runs", 2)),
+            check=bool(meta.get("check", False)),
+            args=[str(a) for a in meta.get("args", [])],
+            host_vars=dict(meta.get("host_vars", {})),
+            accept=list(meta.get("accept", [])),
+        )
+
+
+def all_cases() -> list[Case]:
+    return [Case.load(p) for p in sorted(CASES_DIR.iterdir()) if (p / "playbook.yml").is_file()]
+
+
+@dataclass
+class RunRecord:
+    """One run of one tool: exit code, per-host stats, debug messages, diffed tasks, output tail."""
+
+    rc: int
+    stats: dict[str, dict[str, int]]
+    messages: list[tuple[str, str, Any]]  # (task name #n, host, msg)
+    diffs: set[tuple[str, str]]  # (task name #n, host) of copy/template tasks that showed a diff
+    output: str
+    seconds: float
+
+
+@dataclass
+class Outcome:
+    case: str
+    differences: list[str]
+    accepted: list[str]
+    unused_accepts: list[str]
+    records: dict[str, list[RunRecord]]
+    seconds: float
+
+
+class Harness:
+    """Runs cases on lab hosts; ``slot`` hosts (a list of LabHost) are used by one case at a time."""
+
+    def __init__(self, lab: Any, work: Path) -> None:
+        self.lab = lab
+        self.work = work
+        self.ansible_home = work / "ansible-home"
+        self.ansible_home.mkdir(parents=True, exist_ok=True)
+        (work / "ansible.cfg").write_text("[defaults]\n")
+
+    def close(self) -> None:
+        """Stop ansible's ssh control masters (ControlPersist) before the lab deletes its users."""
+        control = self.work / "cp"
+        if not control.is_dir():
+            return
+        for sock in control.iterdir():
+            subprocess.run(
+                ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "lab"], capture_output=True, timeout=10, check=False
+            )
+
+    # -------------------------------------------------------------------------------- environment
+    def ansible_env(self, case_dir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        control = self.work / "cp"
+        control.mkdir(exist_ok=True)
+        env.update(
+            ANSIBLE_CONFIG=str(self.work / "ansible.cfg"),
+            ANSIBLE_HOME=str(self.ansible_home),
+            ANSIBLE_LOCAL_TEMP=str(case_dir / "ansible-tmp"),
+            ANSIBLE_REMOTE_TMP="~/.ansible/tmp",
+            ANSIBLE_STDOUT_CALLBACK="compat_json",
+            ANSIBLE_CALLBACK_PLUGINS=str(Path(__file__).parent / "plugins"),
+            ANSIBLE_HOST_KEY_CHECKING="True",
+            ANSIBLE_PIPELINING="True",
+            ANSIBLE_SSH_ARGS=(
+                f"-F {self.lab.ssh_config_path} -o ControlMaster=auto -o ControlPersist=30s -o ControlPath={control}/%C"
+            ),
+            ANSIBLE_RETRY_FILES_ENABLED="False",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_DEPRECATION_WARNINGS="False",
+            ANSIBLE_SYSTEM_WARNINGS="False",
+            ANSIBLE_FORKS="5",
+            ANSIBLE_INVENTORY_ENABLED="yaml",  # no probing of the other inventory plugins: faster start
+            ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False",
+        )
+        return env
+
+    def provision_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PROVISION_SSH_CONFIG"] = str(self.lab.ssh_config_path)
+        env.pop("PROVISION_PLAYBOOKS", None)
+        return env
+
+    # -------------------------------------------------------------------------------- one case
+    def run_case(self, case: Case, slot: list[Any]) -> Outcome:
+        started = time.monotonic()
+        hosts = slot[: case.hosts]
+        local = self.work / "cases" / case.name
+        if local.exists():
+            shutil.rmtree(local)
+        records: dict[str, list[RunRecord]] = {}
+        for tool in TOOLS:
+            tool_dir = local / tool
+            shutil.copytree(case.path, tool_dir)
+            inventory = self._inventory(case, hosts, tool, tool_dir)
+            for h in hosts:
+                wd = self.wd(h, case, tool)
+                self._as_user(h, ["rm", "-rf", str(wd), ".provision/pending_handlers.json"])
+                self._as_user(h, ["mkdir", "-p", str(wd)])
+            runs: list[RunRecord] = []
+            if case.check:
+                runs.append(self._run(tool, tool_dir, inventory, [*case.args, "--check", "--diff"]))
+            for _ in range(case.runs):
+                runs.append(self._run(tool, tool_dir, inventory, case.args))
+            records[tool] = runs
+        differences = self._compare(case, hosts, records)
+        accepted, unexplained, used = [], [], set()
+        for diff in differences:
+            hit = next((a for a in case.accept if a["match"] in diff), None)
+            if hit is None:
+                unexplained.append(diff)
+            else:
+                accepted.append(f"{diff}  [accepted: {hit['reason']}]")
+                used.add(hit["match"])
+        unused = [a["match"] for a in case.accept if a["match"] not in used]
+        return Outcome(case.name, unexplained, accepted, unused, records, time.monotonic() - started)
+
+    def wd(self, host: Any, case: Case, tool: str) -> Path:
+        return Path(host.home) / "compat" / case.name / tool
+
+    def _as_user(self, host: Any, argv: list[str]) -> None:
+        idx = self.lab.hosts.index(host)
+        self.lab.run_as(idx, argv)
+
+    def _inventory(self, case: Case, hosts: list[Any], tool: str, tool_dir: Path) -> Path:
+        extra = {
+            h.name: {
+                "wd": str(self.wd(h, case, tool)),
+                "ansible_python_interpreter": "/usr/bin/python3",
+                **case.host_vars,
+            }
+            for h in hosts
+        }
+        return self.lab.write_inventory(tool_dir / "inventory.yml", [h.name for h in hosts], extra_host_vars=extra)
+
+    def _run(self, tool: str, tool_dir: Path, inventory: Path, args: list[str]) -> RunRecord:
+        if tool == "ansible":
+            argv = ["ansible-playbook", "-i", str(inventory), "playbook.yml", *args]
+            env = self.ansible_env(tool_dir)
+        else:
+            argv = [sys.executable, "-m", "provision", "run", "playbook.yml", "-i", str(inventory), "--json", *args]
+            env = self.provision_env()
+        started = time.monotonic()
+        proc = subprocess.run(argv, cwd=tool_dir, env=env, capture_output=True, text=True, timeout=300, check=False)
+        seconds = time.monotonic() - started
+        output = f"$ {' '.join(argv)}\n[rc={proc.returncode}]\n{proc.stdout[-6000:]}\n{proc.stderr[-4000:]}"
+        start = re.search(r"^\{$", proc.stdout, re.MULTILINE)  # -v lines may come before the document
+        try:
+            doc = json.loads(proc.stdout[start.start() :]) if start else {}
+        except json.JSONDecodeError:
+            doc = {}
+        return RunRecord(proc.returncode, _stats(doc), *_messages(doc), output, seconds)
+
+    # -------------------------------------------------------------------------------- comparison
+    def _compare(self, case: Case, hosts: list[Any], records: dict[str, list[RunRecord]]) -> list[str]:
+        out: list[str] = []
+        labels = (["check"] if case.check else []) + [f"run {i + 1}" for i in range(case.runs)]
+        names = {h.name for h in hosts}
+        for label, a, p in zip(labels, records["ansible"], records["provision"], strict=True):
+            if a.rc != p.rc:
+                out.append(f"{label}: exit code ansible={a.rc} provision={p.rc}")
+            for host in sorted(names):
+                sa, sp = a.stats.get(host), p.stats.get(host)
+                if sa != sp:
+                    out.append(f"{label}: stats {host}: ansible={_fmt(sa)} provision={_fmt(sp)}")
+            ma = {(t, h): m for t, h, m in a.messages}
+            mp = {(t, h): m for t, h, m in p.messages}
+            for key in sorted(ma):
+                if key not in mp:
+                    out.append(f"{label}: debug {key[0]!r} on {key[1]}: ansible={ma[key]!r} provision=<none>")
+                elif _norm(ma[key]) != _norm(mp[key]):
+                    out.append(f"{label}: debug {key[0]!r} on {key[1]}: ansible={ma[key]!r} provision={mp[key]!r}")
+            if "--diff" in label or label == "check":
+                for key in sorted(a.diffs ^ p.diffs):
+                    who = "ansible" if key in a.diffs else "provision"
+                    out.append(f"{label}: diff shown for {key[0]!r} on {key[1]} only by {who}")
+        for h in hosts:
+            ta = _tree(self.wd(h, case, "ansible"), "ansible")
+            tp = _tree(self.wd(h, case, "provision"), "provision")
+            for rel in sorted(ta.keys() | tp.keys()):
+                if ta.get(rel) != tp.get(rel):
+                    out.append(f"files {h.name}:{rel}: ansible={_short(ta.get(rel))} provision={_short(tp.get(rel))}")
+        return out
+
+
+# ------------------------------------------------------------------------------------ parsing results
+def _stats(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out = {}
+    for host, st in (doc.get("stats") or {}).items():
+        st = dict(st)
+        if "failures" in st:
+            st["failed"] = st.pop("failures")
+        out[host] = {k: int(st.get(k, 0)) for k in STAT_KEYS}
+    return out
+
+
+def _messages(doc: dict[str, Any]) -> tuple[list[tuple[str, str, Any]], set[tuple[str, str]]]:
+    messages: list[tuple[str, str, Any]] = []
+    diffs: set[tuple[str, str]] = set()
+    seen: dict[str, int] = {}
+    for play in doc.get("plays") or []:
+        for task in play.get("tasks") or []:
+            name = str(task.get("task", {}).get("name", ""))
+            seen[name] = seen.get(name, 0) + 1
+            label = name if seen[name] == 1 else f"{name} #{seen[name]}"
+            for host, res in (task.get("hosts") or {}).items():
+                if not isinstance(res, dict):
+                    continue
+                items = res.get("results")
+                if _failed(res) and not res.get("ignored"):
+                    messages.append((label, host, "<failed>"))  # where a host failed matters, for any task
+                elif _is_debug(res):
+                    if isinstance(items, list):
+                        msg: Any = [_debug_value(r) for r in items if isinstance(r, dict) and not r.get("skipped")]
+                        if msg:  # an empty loop: nothing to compare (provision's result has no items to mark it)
+                            messages.append((label, host, msg))
+                    elif not res.get("skipped"):  # skipped tasks are compared by the counts
+                        messages.append((label, host, _debug_value(res)))
+                if res.get("diff") and _shows_diff(res):
+                    diffs.add((label, host))
+    return messages, diffs
+
+
+def _failed(res: dict[str, Any]) -> bool:
+    return bool(res.get("failed") or "exception" in res)
+
+
+def _is_debug(res: dict[str, Any]) -> bool:
+    if res.get("action") in ("debug", "ansible.builtin.debug"):
+        return True
+    if res.get("_show_msg"):  # provision marks debug-style results
+        return True
+    items = res.get("results")
+    return isinstance(items, list) and any(isinstance(r, dict) and r.get("_show_msg") for r in items)
+
+
+_META = {
+    "msg",
+    "changed",
+    "failed",
+    "skipped",
+    "verbosity",
+    "action",
+    "item",
+    "item_label",
+    "ansible_loop_var",
+    "ansible_index_var",
+    "ansible_loop",
+    "skip_reason",
+    "false_condition",
+    "invocation",
+    "warnings",
+    "deprecations",
+    "ignored",
+}
+
+
+def _debug_value(res: dict[str, Any]) -> Any:
+    """A debug result's message, or ``{var: value}`` for ``debug: var=``; ``<failed>`` for a failed one."""
+    if _failed(res):
+        return "<failed>"
+    loop_keys = {res.get("ansible_loop_var"), res.get("ansible_index_var")}
+    extra = {k: v for k, v in res.items() if k not in _META and not k.startswith("_") and k not in loop_keys}
+    return extra if extra else res.get("msg")
+
+
+def _shows_diff(res: dict[str, Any]) -> bool:
+    diff = res["diff"]
+    if isinstance(diff, str):
+        return bool(diff.strip())
+    parts = diff if isinstance(diff, list) else [diff]
+    return any(
+        isinstance(d, dict) and ("before" in d or "after" in d) and d.get("before") != d.get("after") for d in parts
+    )
+
+
+def _norm(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _fmt(st: dict[str, int] | None) -> str:
+    if st is None:
+        return "<none>"
+    return " ".join(f"{k}={st[k]}" for k in STAT_KEYS)
+
+
+def _short(entry: tuple[str, str, str] | None) -> str:
+    if entry is None:
+        return "<missing>"
+    kind, mode, body = entry
+    return f"{kind} {mode} {body[:120]!r}"
+
+
+def _tree(root: Path, tool: str) -> dict[str, tuple[str, str, str]]:
+    """Relative path -> (kind, mode, content) of everything under root (the tool's name normalised)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    if not root.exists():
+        return out
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        st = path.lstat()
+        mode = oct(stat.S_IMODE(st.st_mode))
+        if stat.S_ISLNK(st.st_mode):
+            out[rel] = ("link", "", os.readlink(path).replace(f"/{tool}", "/TOOL"))
+        elif stat.S_ISDIR(st.st_mode):
+            out[rel] = ("dir", mode, "")
+        else:
+            data = path.read_bytes().decode("utf-8", "replace").replace(f"/{tool}", "/TOOL")
+            out[rel] = ("file", mode, data)
+    return out

@@ -1,0 +1,78 @@
+"""Differential tests: every case under ``tests/compat/cases`` runs under ansible-core and under provision on
+real lab hosts (see ``harness.py``); any difference a case does not list as accepted fails it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.compat.harness import Harness, Outcome, all_cases
+from tests.lab import Lab
+
+pytestmark = pytest.mark.lab
+
+CASES = all_cases()
+WORKERS = int(os.environ.get("PROVISION_COMPAT_WORKERS", "4"))
+ONLY = os.environ.get("PROVISION_COMPAT_ONLY")  # comma-separated case names, to run a few by hand
+
+
+def selected() -> list[str]:
+    names = [c.name for c in CASES]
+    if ONLY:
+        names = [n for n in names if n in ONLY.split(",")]
+    return names
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
+    """Run every selected case, WORKERS at a time, each worker on its own two lab hosts."""
+    base = tmp_path_factory.mktemp("compat")
+    chosen = [c for c in CASES if c.name in selected()]
+    workers = max(1, min(WORKERS, len(chosen)))
+    with Lab(2 * workers, base / "lab", prefix="cmp") as lab:
+        harness = Harness(lab, base / "work")
+        slots: queue.Queue[list[object]] = queue.Queue()
+        for i in range(workers):
+            slots.put([lab.host(2 * i), lab.host(2 * i + 1)])
+
+        def one(case):  # type: ignore[no-untyped-def]
+            slot = slots.get()
+            try:
+                return harness.run_case(case, slot)
+            finally:
+                slots.put(slot)
+
+        started = time.monotonic()
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                results = {o.case: o for o in pool.map(one, chosen)}
+        finally:
+            harness.close()
+        elapsed = time.monotonic() - started
+        report = Path(os.environ.get("PROVISION_COMPAT_REPORT", base / "report.txt"))
+        lines = [f"{len(chosen)} cases, {workers} workers, {elapsed:.1f} s"]
+        for o in results.values():
+            lines.append(f"== {o.case} ({o.seconds:.1f} s)")
+            lines += [f"  DIFF {d}" for d in o.differences]
+            lines += [f"  ACCEPTED {d}" for d in o.accepted]
+            lines += [f"  UNUSED ACCEPT {m}" for m in o.unused_accepts]
+        report.write_text("\n".join(lines) + "\n")
+        print("\n".join(lines[:1]))
+        yield results
+
+
+@pytest.mark.parametrize("name", selected())
+def test_case(name: str, outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[name]
+    detail = "\n".join(outcome.differences)
+    if outcome.differences:
+        for tool, runs in outcome.records.items():
+            detail += f"\n--- {tool}\n" + "\n".join(r.output[-3000:] for r in runs)
+    assert not outcome.differences, f"{name}: unexplained differences:\n{detail}"
+    assert not outcome.unused_accepts, f"{name}: accepted differences that no longer occur: {outcome.unused_accepts}"
