@@ -33,6 +33,17 @@ if TYPE_CHECKING:
 
 GATHER_SCRIPT = "gather_facts.sh"
 ANSIBLE_SCRIPT = "ansible_facts.py"
+# Ansible's fact names that remote/ansible_facts.py gives (a host may lack some: no default route, no python3);
+# each is also a top-level ``ansible_<name>`` variable after a play gathered facts, as in Ansible
+ANSIBLE_FACT_NAMES = frozenset({
+    "all_ipv4_addresses", "architecture", "default_ipv4", "distribution", "distribution_file_variety",
+    "distribution_major_version", "distribution_minor_version", "distribution_release", "distribution_version",
+    "domain", "effective_group_id", "effective_user_id", "env", "fqdn", "hostname", "kernel", "kernel_version",
+    "machine", "machine_id", "memfree_mb", "memtotal_mb", "nodename", "os_family", "pkg_mgr", "processor_cores",
+    "processor_count", "processor_nproc", "processor_threads_per_core", "processor_vcpus", "python",
+    "python_version", "real_group_id", "real_user_id", "service_mgr", "swapfree_mb", "swaptotal_mb", "system",
+    "user_dir", "user_gecos", "user_gid", "user_id", "user_shell", "user_uid", "userspace_bits",
+})  # fmt: skip
 
 _SECTION_RE = re.compile(r"^=====PROVISION:([A-Za-z0-9_.-]+)=====$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import templating
+from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Inventory
 
 HOST_NAMES = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups", "omit")
@@ -75,4 +76,6 @@ def magic_vars(
             "ansible_play_hosts_all": list(play.play_hosts),
             "ansible_facts": play.facts,
         })  # fmt: skip
+        # Ansible's fact names also as top-level variables (ansible_os_family), as Ansible injects them
+        magic.update({f"ansible_{k}": v for k, v in play.facts.items() if k in ANSIBLE_FACT_NAMES})
     return templating.inert(magic)

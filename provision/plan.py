@@ -18,12 +18,14 @@ import jinja2.nodes
 
 from . import templating
 from .errors import InputError, PlaybookError, TemplateError
+from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
 from .modules.base import find_controller_file
 from .playbook import Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
+FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once a play gathered facts
 UNSUPPORTED_GLOBALS = {"lookup", "query", "q"}  # Ansible's Jinja2 globals for lookup plugins: refused by name
 
 
@@ -112,9 +114,13 @@ def check_plan(
                 produced.add(task.register)
             if task.module == "set_fact":
                 produced |= set(task.args)
+    gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
     for play in plays:
         hosts = inventory.select(play.hosts)
+        gathered = gathered or play.gather_facts
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
+        if gathered:
+            play_known |= FACT_VARS
         for text in _strings(play.vars):
             if templating.is_template(text):
                 templating.names_used(text)
@@ -137,8 +143,9 @@ def check_plan(
                 facts = [m for m in missing if m.startswith("ansible_")]
                 if facts:
                     raise TemplateError(
-                        f"{facts[0]!r} in task {task.name!r}: Ansible's gathered facts (ansible_* variables) are "
-                        "not provided; provision gathers its own (ansible_facts.os, .pythons, .disk, .gpus, ...)",
+                        f"{facts[0]!r} in task {task.name!r}: not one of the Ansible facts provision gathers "
+                        f"({', '.join(sorted(FACT_VARS)[:6])}, ...: docs/facts.md), or the play does not gather "
+                        "facts (gather_facts: false)",
                         file=task.file,
                         line=task.line,
                     )
