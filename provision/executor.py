@@ -220,12 +220,18 @@ class Executor:
             if self._started or task.name == self.options.start_at_task:
                 self._started = True
                 hosts = self._selected(task, batch, runner)
+                if task.blocks:
+                    hosts = [h for h in hosts if self._in_flow(h, task)]
                 if hosts:
-                    run_once = runner.run_once(task, self._active(hosts))
-                    title = runner.title(task, self._active(hosts))
-                    self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where)
-                    if self._check_abort(play, batch):
-                        return True
+                    live = self._live(hosts, task)
+                    run_once = runner.run_once(task, live)
+                    title = runner.title(task, live)
+                    self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where, task=task)
+                for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
+                    for h in batch:
+                        self.host_state(h).always_due.discard(block)
+                if self._check_abort(play, batch):
+                    return True
             if index in play.flush_points:  # the end of pre_tasks, tasks, post_tasks
                 self._handlers(play, batch, runner)
         if not play.tasks:
@@ -242,6 +248,55 @@ class Executor:
     def _active(self, hosts: list[str]) -> list[str]:
         return [h for h in hosts if self.host_state(h).active]
 
+    # ------------------------------------------------------------------ blocks
+    def _in_flow(self, host: str, task: Task) -> bool:
+        """Whether ``host`` reaches ``task`` by the blocks it is in: a host that failed in a block skips the
+        rest of the block's tasks; its ``rescue`` runs only on the hosts that failed in it (and were caught);
+        ``always`` runs on every host that entered the block, a failed one too."""
+        state = self.host_state(host)
+        refs = task.blocks
+        for i, ref in enumerate(refs):
+            mark = state.blocks.get(ref.id)
+            # the always of an inner block the host failed inside still runs (before this block's rescue)
+            owed = any(r.section == "always" and r.id in state.blocks for r in refs[i + 1 :])
+            if ref.section == "block" and mark is not None and not owed:
+                return False
+            if ref.section == "rescue" and mark != "rescuing" and not owed:
+                return False
+        if state.active:
+            return True
+        return not state.unreachable and any(r.section == "always" and r.id in state.always_due for r in task.blocks)
+
+    def _live(self, hosts: list[str], task: Task | None) -> list[str]:
+        """The hosts of ``hosts`` that run ``task``: the active ones, and failed ones an ``always`` still owes."""
+        if task is None or not task.blocks:
+            return self._active(hosts)
+        return [h for h in hosts if self._in_flow(h, task)]
+
+    def _caught(self, result: TaskResult, task: Task | None) -> bool:
+        """A failure in a block: mark the host's blocks and say whether a ``rescue`` catches it. Caught: the host
+        stays active, its rescue runs with ``ansible_failed_task``/``ansible_failed_result``; not caught: the
+        host fails, and still runs the ``always`` of every block it is in."""
+        if task is None or not task.blocks or result.status is not Status.FAILED or result.ignored:
+            return False
+        state = self.host_state(result.host)
+        catch = next(
+            (r for r in reversed(task.blocks) if r.section == "block" and r.has_rescue and r.id not in state.blocks),
+            None,
+        )
+        for ref in reversed(task.blocks):
+            if ref is catch:
+                state.blocks[ref.id] = "rescuing"
+                break
+            if ref.section in ("block", "rescue"):
+                state.blocks[ref.id] = "failed"
+        if catch is None:
+            state.always_due |= {r.id for r in task.blocks if r.has_always and r.section != "always"}
+            return False
+        failed_task = {"name": task.given_name, "action": task.module, "args": task.args, "path": task.where}
+        state.set_vars.update(ansible_failed_task=failed_task, ansible_failed_result=result.registered())
+        return True
+
     def _each(
         self,
         hosts: list[str],
@@ -251,8 +306,9 @@ class Executor:
         run_once: bool = False,
         handler: bool = False,
         where: str = "",
+        task: Task | None = None,
     ) -> list[TaskResult]:
-        active = self._active(hosts)
+        active = self._live(hosts, task)
         if not active:
             return []
         if run_once:
@@ -275,7 +331,7 @@ class Executor:
             if result is None:
                 continue
             results.append(result)
-            self._record(result)
+            self._record(result, rescued=self._caught(result, task))
         return results
 
     def _run_and_apply(self, fn: Callable[[str], TaskOutcome | None], host: str) -> TaskResult | None:
@@ -303,8 +359,12 @@ class Executor:
         if outcome.notify:
             self._notify(host, outcome.notify)
 
-    def _record(self, result: TaskResult) -> None:
+    def _record(self, result: TaskResult, *, rescued: bool = False) -> None:
         state = self.host_state(result.host)
+        if rescued:  # a block's rescue caught it: counted as rescued, the host goes on
+            self.summary.stat(result.host).rescued += 1
+            self.reporter.task_result(result)
+            return
         self.summary.stat(result.host).count(result)
         if result.status is Status.UNREACHABLE:
             state.unreachable = True
@@ -327,7 +387,7 @@ class Executor:
                     f"{len(bad)} of {len(batch)} hosts in the batch failed ({percent:.0f}%)"
                 )
                 return True
-        if len(bad) == len(batch):
+        if len(bad) == len(batch) and not any(self.host_state(h).always_due for h in bad):
             self.reporter.line("\nNO MORE HOSTS LEFT: every host of the batch failed or was unreachable")
             return True
         return False

@@ -128,6 +128,8 @@ def check_plan(
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
             local = play_known | set(task.vars) | {task.loop_var} | _loop_names(task) | _template_names(task)
+            if any(ref.section != "block" for ref in task.blocks):  # what a rescue sees of the failure
+                local |= {"ansible_failed_task", "ansible_failed_result"}
             missing_common = needed - local
             if not missing_common:
                 continue

@@ -8,6 +8,7 @@ inventory is known.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -94,6 +95,17 @@ def text_line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
 
+@dataclass(frozen=True)
+class BlockRef:
+    """Where a task sits in a ``block``: which block (an id unique in the playbook), which of its sections, and
+    whether the block has a ``rescue`` (a failure in its ``block`` section is caught) and an ``always``."""
+
+    id: int
+    section: str  # "block" | "rescue" | "always"
+    has_rescue: bool
+    has_always: bool
+
+
 @dataclass
 class Task:
     name: str
@@ -130,6 +142,9 @@ class Task:
     listen: list[str] = field(default_factory=list)
     check_mode: bool | str | None = None  # a str is a template, rendered per host
     diff: bool | None = None
+    given_name: str = ""  # the name the playbook gave (Ansible's ansible_failed_task.name: "" when none)
+    blocks: tuple[BlockRef, ...] = ()  # the blocks this task is in, outermost first (see BlockRef)
+    ends_blocks: tuple[int, ...] = ()  # the blocks whose last task (of block, rescue and always) this is
 
     @property
     def where(self) -> str:
@@ -298,8 +313,13 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     if not isinstance(node, dict):
         raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
     candidates = [k for k in node if k not in TASK_KEYS]
-    if "block" in node or "include_tasks" in node:
-        raise _err("block/include_tasks are not supported (use import_tasks or import_playbook)", node, path)
+    if "block" in node:
+        raise _err("a block is not allowed here (handlers cannot be blocks)", node, path)
+    for key in ("rescue", "always"):
+        if key in node:
+            raise _err(f"{key} is a key of a block, and this task has no block", node, path)
+    if "include_tasks" in node or "ansible.builtin.include_tasks" in node:
+        raise _err("include_tasks is not supported (use import_tasks: the file is read before the run)", node, path)
     if not candidates:
         raise _err("task has no module (one of its keys must name a module)", node, path)
     if len(candidates) > 1:
@@ -318,7 +338,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         args = cls.validate_static(args, templating.is_template)
     except ArgError as exc:
         raise _err(str(exc), node, path) from None
-    name = str(node["name"]) if node.get("name") is not None else module
+    given = str(node["name"]) if node.get("name") is not None else ""
+    name = given or module
     if "loop" in node and "with_items" in node:
         raise _err("loop and with_items are mutually exclusive", node, path)
     loop_key = "loop" if "loop" in node else "with_items"
@@ -379,6 +400,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         listen=_strlist(node.get("listen"), "listen", node, path),
         check_mode=_flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
         diff=_bool(node["diff"], "diff", node, path) if "diff" in node else None,
+        given_name=given,
     )
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
@@ -387,6 +409,67 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
 
 
 LOOP_CONTROL_KEYS = {"loop_var", "label", "index_var", "extended", "break_when", "pause"}
+BLOCK_KEYS = {
+    "block", "rescue", "always", "name", "when", "tags", "vars", "become", "become_user", "environment",
+    "ignore_errors", "no_log", "check_mode",
+}  # fmt: skip
+_block_ids = itertools.count(1)
+
+
+def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) -> list[Task]:
+    """A ``block`` (with ``rescue``/``always``) flattened into its tasks, in order: the block's, the rescue's,
+    the always's. Each task carries where it sits (:class:`BlockRef`) and inherits what the block sets, as in
+    Ansible: its ``when`` (before the task's own), ``tags``, ``vars`` (under the task's), and ``become``,
+    ``become_user``, ``environment``, ``check_mode``, ``ignore_errors`` and ``no_log`` unless the task sets its
+    own. The executor runs ``rescue`` on the hosts that failed in ``block`` and ``always`` on every host that
+    entered it (docs/architecture.md, "Blocks")."""
+    unknown = [k for k in node if k not in BLOCK_KEYS]
+    if unknown:
+        raise _err(f"block: {unknown[0]!r} is not supported on a block (supported: {', '.join(sorted(BLOCK_KEYS))})",
+                   node, path)  # fmt: skip
+    _condition(node.get("when"), "when", node, path)
+    sections = {}
+    for key in ("block", "rescue", "always"):
+        value = node.get(key)
+        if value is None:
+            value = []
+        if not isinstance(value, list):
+            raise _err(f"block: {key} must be a list of tasks, got {_kind(value)}", node, path)
+        sections[key] = value
+    ref_id = next(_block_ids)
+    has_rescue, has_always = bool(sections["rescue"]), bool(sections["always"])
+    block_tags = tags | _tags(node.get("tags"), node, path)
+    block_vars = _mapping(node.get("vars"), "vars", node, path)
+    env = _environment(node.get("environment"), node, path) if node.get("environment") is not None else None
+    flags = {key: _bool(node[key], key, node, path) for key in ("become", "ignore_errors", "no_log") if key in node}
+    check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
+    become_user = _optional_str(node.get("become_user"), "become_user", node, path)
+    out: list[Task] = []
+    for section, nodes in sections.items():
+        ref = BlockRef(ref_id, section, has_rescue, has_always)
+        for task in parse_tasks(nodes, path, block_tags, seen):
+            if node.get("when") is not None:
+                conditions = node["when"] if isinstance(node["when"], list) else [node["when"]]
+                own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
+                task.when = [*conditions, *own]
+            task.vars = {**block_vars, **task.vars}
+            if task.become is None and "become" in flags:
+                task.become = flags["become"]
+            if task.become_user is None and become_user is not None:
+                task.become_user = become_user
+            if not task.environment and env:
+                task.environment = env
+            if task.check_mode is None and check_mode is not None:
+                task.check_mode = check_mode
+            task.ignore_errors = task.ignore_errors or flags.get("ignore_errors", False)
+            task.no_log = task.no_log or flags.get("no_log", False)
+            task.blocks = (ref, *task.blocks)
+            out.append(task)
+    if out:
+        out[-1].ends_blocks = (*out[-1].ends_blocks, ref_id)
+    return out
+
+
 IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
 
 
@@ -396,6 +479,9 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
     each imported task)."""
     out: list[Task] = []
     for node in nodes:
+        if isinstance(node, dict) and "block" in node:
+            out += _parse_block(node, path, tags, _seen)
+            continue
         if not (isinstance(node, dict) and "import_tasks" in node):
             out.append(parse_task(node, path, inherited_tags=tags))
             continue

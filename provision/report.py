@@ -149,7 +149,7 @@ class Reporter:
             self.line(
                 f"{self._paint(host.ljust(width), worst)} : ok={st.ok:<4} changed={st.changed:<4} "
                 f"unreachable={st.unreachable:<4} failed={st.failed:<4} skipped={st.skipped:<4} "
-                f"ignored={st.ignored}"
+                f"rescued={st.rescued:<4} ignored={st.ignored}"
             )
         if summary.aborted:
             self.line(f"\nRun stopped early: {summary.aborted}")

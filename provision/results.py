@@ -74,6 +74,7 @@ class HostStats:
     unreachable: int = 0
     skipped: int = 0
     ignored: int = 0
+    rescued: int = 0  # failures a block's rescue caught (counted neither ok nor failed, as in Ansible)
 
     def count(self, result: TaskResult) -> None:
         if result.status is Status.CHANGED:
@@ -96,7 +97,7 @@ class HostStats:
     def to_json(self) -> dict[str, int]:
         return {
             "ok": self.ok, "changed": self.changed, "failed": self.failed, "unreachable": self.unreachable,
-            "skipped": self.skipped, "ignored": self.ignored,
+            "skipped": self.skipped, "rescued": self.rescued, "ignored": self.ignored,
         }  # fmt: skip
 
 

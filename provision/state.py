@@ -41,6 +41,9 @@ class HostState:
     notified: list[str] = field(default_factory=list)
     pending_loaded: bool = False
     provision_dir_ready: bool = False
+    # blocks (provision.playbook.BlockRef ids) this host failed in: "rescuing" (its rescue runs) or "failed"
+    blocks: dict[int, str] = field(default_factory=dict)
+    always_due: set[int] = field(default_factory=set)  # blocks whose always this failed host still runs
 
     @property
     def active(self) -> bool:

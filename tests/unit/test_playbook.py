@@ -46,3 +46,64 @@ def test_import_playbook_chain(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text("- hosts: all\n  tasks:\n    - debug: {msg: a}\n")
     (tmp_path / "site.yml").write_text("- import_playbook: a.yml\n- hosts: all\n  tasks:\n    - debug: {msg: b}\n")
     assert len(load_playbook(tmp_path / "site.yml")) == 2
+
+
+BLOCKS = """\
+- hosts: all
+  tasks:
+    - name: outer
+      block:
+        - {name: one, command: "true", become: false}
+        - block:
+            - {name: two, command: "true"}
+          rescue:
+            - {name: three, debug: {msg: "{{ ansible_failed_task.name }}"}}
+      rescue:
+        - {name: four, debug: {msg: x}, vars: {v: task}}
+      always:
+        - {name: five, debug: {msg: y}}
+      when: go
+      vars: {v: block, w: block}
+      tags: [t]
+      become: true
+      ignore_errors: true
+    - {name: six, debug: {msg: z}}
+"""
+
+
+def test_a_block_is_flattened_with_its_place_and_what_it_passes_down(tmp_path: Path) -> None:
+    (tmp_path / "pb.yml").write_text(BLOCKS)
+    tasks = load_playbook(tmp_path / "pb.yml")[0].tasks
+    assert [t.name for t in tasks] == ["one", "two", "three", "four", "five", "six"]
+    outer = tasks[0].blocks[0]
+    assert [[(r.id == outer.id, r.section) for r in t.blocks] for t in tasks] == [
+        [(True, "block")],
+        [(True, "block"), (False, "block")],
+        [(True, "block"), (False, "rescue")],
+        [(True, "rescue")],
+        [(True, "always")],
+        [],
+    ]
+    assert outer.has_rescue and outer.has_always and not tasks[1].blocks[1].has_always
+    assert tasks[2].ends_blocks == (tasks[1].blocks[1].id,) and tasks[4].ends_blocks == (outer.id,)
+    assert all(t.when == ["go"] for t in tasks[:5]) and tasks[5].when is None
+    assert tasks[3].vars == {"v": "task", "w": "block"} and tasks[0].vars == {"v": "block", "w": "block"}
+    assert all("t" in t.tags for t in tasks[:5]) and "t" not in tasks[5].tags
+    assert tasks[0].become is False and tasks[1].become is True  # a task's own setting wins
+    assert all(t.ignore_errors for t in tasks[:5]) and not tasks[5].ignore_errors
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("- block: [{debug: {msg: x}}]\n      loop: [1]", "'loop' is not supported on a block"),
+        ("- {debug: {msg: x}, rescue: [{debug: {msg: y}}]}", "rescue is a key of a block"),
+        ("- block: {debug: {msg: x}}", "block must be a list of tasks"),
+        ("- include_tasks: other.yml", "include_tasks is not supported"),
+    ],
+)
+def test_what_a_block_cannot_carry_is_refused_with_its_line(tmp_path: Path, task: str, message: str) -> None:
+    (tmp_path / "pb.yml").write_text(f"- hosts: all\n  tasks:\n    {task}\n")
+    with pytest.raises(PlaybookError, match=message) as err:
+        load_playbook(tmp_path / "pb.yml")
+    assert err.value.line == 3
