@@ -83,7 +83,7 @@ def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
     src = task.args.get("src")
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
-    path = find_controller_file(playbook_dir, src)
+    path = find_controller_file(task.role_path or playbook_dir, src)
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
     try:
@@ -127,7 +127,8 @@ def check_plan(
         check_recursion(play, hosts, extra_vars, defaults)
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
-            local = play_known | set(task.vars) | {task.loop_var} | _loop_names(task) | _template_names(task)
+            local = play_known | set(task.vars) | set(task.role_defaults) | {task.loop_var} | _loop_names(task)
+            local |= _template_names(task)
             if any(ref.section != "block" for ref in task.blocks):  # what a rescue sees of the failure
                 local |= {"ansible_failed_task", "ansible_failed_result"}
             missing_common = needed - local

@@ -8,8 +8,10 @@ inventory is known.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +28,7 @@ from .modules.base import Module
 PLAY_KEYS = {
     "name", "hosts", "vars", "vars_files", "gather_facts", "serial", "max_fail_percentage", "any_errors_fatal",
     "become", "become_user", "environment", "tasks", "handlers", "tags", "pre_tasks", "post_tasks",
-    "no_log", "strategy", "connection",
+    "no_log", "strategy", "connection", "roles",
 }  # fmt: skip
 TASK_KEYS = {
     "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
@@ -145,6 +147,8 @@ class Task:
     given_name: str = ""  # the name the playbook gave (Ansible's ansible_failed_task.name: "" when none)
     blocks: tuple[BlockRef, ...] = ()  # the blocks this task is in, outermost first (see BlockRef)
     ends_blocks: tuple[int, ...] = ()  # the blocks whose last task (of block, rescue and always) this is
+    role_path: str | None = None  # the role this task comes from (its files and templates are looked up there)
+    role_defaults: dict[str, Any] = field(default_factory=dict)  # the role's defaults/: under the inventory
 
     @property
     def where(self) -> str:
@@ -318,6 +322,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     for key in ("rescue", "always"):
         if key in node:
             raise _err(f"{key} is a key of a block, and this task has no block", node, path)
+    if "include_role" in node or "ansible.builtin.include_role" in node:
+        raise _err("include_role is not supported (use import_role or roles:, read before the run)", node, path)
     if "include_tasks" in node or "ansible.builtin.include_tasks" in node:
         raise _err("include_tasks is not supported (use import_tasks: the file is read before the run)", node, path)
     if not candidates:
@@ -409,6 +415,151 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
 
 
 LOOP_CONTROL_KEYS = {"loop_var", "label", "index_var", "extended", "break_when", "pause"}
+# ---------------------------------------------------------------------------------------------------- roles
+# Ansible's role layout: tasks/ handlers/ defaults/ vars/ meta/ (dependencies) templates/ files/, each main.yml
+ROLE_KEYS = {"role", "name", "tags", "when", "vars", "become", "become_user", "environment",
+             "tasks_from", "vars_from", "defaults_from", "handlers_from"}  # fmt: skip
+_ROLE_HANDLERS: contextvars.ContextVar[list[Task]] = contextvars.ContextVar("role_handlers")
+_ROLES_SEEN: contextvars.ContextVar[set[str]] = contextvars.ContextVar("roles_seen")
+
+
+def roles_path(playbook: str) -> list[Path]:
+    """Where roles are looked up, as Ansible: the playbook's ``roles/`` and its own directory, then
+    ``$ANSIBLE_ROLES_PATH`` (or ``$PROVISION_ROLES_PATH``), ``~/.ansible/roles``, ``/usr/share/ansible/roles``,
+    ``/etc/ansible/roles``."""
+    base = Path(playbook).parent
+    env = os.environ.get("PROVISION_ROLES_PATH") or os.environ.get("ANSIBLE_ROLES_PATH") or ""
+    extra = [Path(os.path.expanduser(p)) for p in env.split(os.pathsep) if p]
+    defaults = [Path("~/.ansible/roles").expanduser(), Path("/usr/share/ansible/roles"), Path("/etc/ansible/roles")]
+    return [base / "roles", base, *extra, *defaults]
+
+
+def _role_dir(name: str, node: Any, path: str) -> Path:
+    """``path``: the playbook (roles are found from its directory and the roles path)."""
+    if "/" in name:
+        found = Path(path).parent / os.path.expanduser(name)
+        if found.is_dir():
+            return found.resolve()
+    else:
+        for where in roles_path(path):
+            if (where / name).is_dir():
+                return (where / name).resolve()
+    searched = ", ".join(str(p) for p in roles_path(path))
+    raise _err(f"role {name!r} not found (looked in {searched})", node, path)
+
+
+def _role_file(role: Path, folder: str, stem: str) -> Path | None:
+    for suffix in ("", ".yml", ".yaml"):
+        candidate = role / folder / f"{stem}{suffix}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _role_mapping(role: Path, folder: str, stem: str) -> dict[str, Any]:
+    found = _role_file(role, folder, stem)
+    if found is None:
+        return {}
+    data = load_yaml(found)
+    if data is None:
+        return {}
+    return _mapping(data, f"{folder}/{found.name}", data, str(found))
+
+
+def _role(
+    entry: Any, path: str, tags: set[str], chain: tuple[str, ...], node: Any = None, playbook: str | None = None
+) -> list[Task]:
+    """One ``roles:`` entry (a name, or a mapping with ``role``/``name`` and its options and parameters),
+    its ``meta/main.yml`` dependencies first, flattened into tasks; its handlers join the play's."""
+    where = node if node is not None else entry
+    spec = {"role": entry} if isinstance(entry, str) else entry
+    if not isinstance(spec, dict) or not isinstance(spec.get("role", spec.get("name")), str):
+        raise _err("a role must be a name or a mapping with role: NAME", where, path)
+    name = str(spec.get("role", spec.get("name")))
+    loose = [k for k in spec if k not in ROLE_KEYS]
+    if loose:  # ansible-core 2.19 does not pass them on either: the role would fail on an undefined variable
+        raise _err(f"role {name!r}: {loose[0]!r} is not a role keyword (pass role parameters under vars:)",
+                   where, path)  # fmt: skip
+    params: dict[str, Any] = {}
+    directory = _role_dir(name, where, playbook or path)
+    key = f"{directory}|{sorted(params.items(), key=str)}|{spec.get('tasks_from')}"
+    if str(directory) in chain:
+        raise _err(f"role {name!r} depends on itself ({' -> '.join([*chain, str(directory)])})", where, path)
+    seen = _ROLES_SEEN.get()
+    if key in seen:  # as Ansible: a role runs once per play unless its parameters differ
+        return []
+    seen.add(key)
+    meta = _role_mapping(directory, "meta", "main")
+    out: list[Task] = []
+    for dep in meta.get("dependencies") or []:  # looked up from the playbook, as the role itself
+        out += _role(
+            dep, str(directory / "meta" / "main.yml"), tags, (*chain, str(directory)), playbook=playbook or path
+        )
+    defaults = _role_mapping(directory, "defaults", str(spec.get("defaults_from") or "main"))
+    role_vars = _role_mapping(directory, "vars", str(spec.get("vars_from") or "main"))
+    role_vars.update(_mapping(spec.get("vars"), "vars", where, path))
+    own_tags = tags | _tags(spec.get("tags"), where, path)
+    tasks_file = _role_file(directory, "tasks", str(spec.get("tasks_from") or "main"))
+    tasks: list[Task] = []
+    if tasks_file is not None:
+        data = load_yaml(tasks_file) or []
+        if not isinstance(data, list):
+            raise PlaybookError("a task file must be a list of tasks", file=str(tasks_file), line=1)
+        tasks = parse_tasks(data, str(tasks_file), own_tags)
+    handlers_file = _role_file(directory, "handlers", str(spec.get("handlers_from") or "main"))
+    if handlers_file is not None:
+        data = load_yaml(handlers_file) or []
+        if not isinstance(data, list):
+            raise PlaybookError("a handlers file must be a list of tasks", file=str(handlers_file), line=1)
+        for handler in (parse_task(h, str(handlers_file), handler=True) for h in data):
+            _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path)
+            _ROLE_HANDLERS.get().append(handler)
+    for task in tasks:
+        _adopt(task, directory, name, defaults, role_vars, params, spec, where, path)
+    return out + tasks
+
+
+def _adopt(
+    task: Task, directory: Path, name: str, defaults: dict[str, Any], role_vars: dict[str, Any],
+    params: dict[str, Any], spec: dict[str, Any], where: Any, path: str,
+) -> None:  # fmt: skip
+    """A role's task: its files and templates come from the role; its defaults are under the inventory; the
+    role's vars under the task's, its parameters over them (Ansible's order); the entry's when/become apply."""
+    task.role_path = str(directory)
+    task.role_defaults = {**defaults, **task.role_defaults}
+    task.vars = {**role_vars, **task.vars, **params, "role_path": str(directory), "role_name": name}
+    if spec.get("when") is not None:
+        conditions = spec["when"] if isinstance(spec["when"], list) else [spec["when"]]
+        own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
+        task.when = [*conditions, *own]
+    if task.become is None and "become" in spec:
+        task.become = _bool(spec["become"], "become", where, path)
+    if task.become_user is None and spec.get("become_user") is not None:
+        task.become_user = str(spec["become_user"])
+    if not task.environment and spec.get("environment") is not None:
+        task.environment = _environment(spec["environment"], where, path)
+
+
+def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str, ...]) -> list[Task]:
+    """``import_role: {name: R, tasks_from: ...}`` (static, read now), with the task's when/tags/vars."""
+    allowed = {key, "name", "tags", "when", "vars"}
+    unknown = [k for k in node if k not in allowed]
+    if unknown:
+        raise _err(f"import_role: {unknown[0]!r} is not supported here (allowed: {', '.join(sorted(allowed))})",
+                   node, path)  # fmt: skip
+    options = node[key]
+    if not isinstance(options, dict) or not isinstance(options.get("name", options.get("role")), str):
+        raise _err("import_role needs name: ROLE", node, path)
+    spec = {**options, "tags": node.get("tags"), "when": node.get("when")}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    if node.get("vars") is not None:
+        spec["vars"] = {
+            **_mapping(options.get("vars"), "vars", node, path),
+            **_mapping(node["vars"], "vars", node, path),
+        }
+    return _role(spec, path, tags, (), node)
+
+
 BLOCK_KEYS = {
     "block", "rescue", "always", "name", "when", "tags", "vars", "become", "become_user", "environment",
     "ignore_errors", "no_log", "check_mode",
@@ -481,6 +632,12 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
     for node in nodes:
         if isinstance(node, dict) and "block" in node:
             out += _parse_block(node, path, tags, _seen)
+            continue
+        role_key = next(
+            (k for k in ("import_role", "ansible.builtin.import_role") if isinstance(node, dict) and k in node), None
+        )
+        if role_key is not None:
+            out += _import_role(node, role_key, path, tags, _seen)
             continue
         if not (isinstance(node, dict) and "import_tasks" in node):
             out.append(parse_task(node, path, inherited_tags=tags))
@@ -565,10 +722,20 @@ def parse_play(node: Any, path: str) -> Play:
     ):
         raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
     tags = _tags(node.get("tags"), node, path)
-    sections = [node.get("pre_tasks"), node.get("tasks"), node.get("post_tasks")]
     tasks: list[Task] = []
     flush_points: set[int] = set()
-    for section in sections:
+    _ROLE_HANDLERS.set([])
+    _ROLES_SEEN.set(set())
+    for key in ("pre_tasks", "tasks", "post_tasks"):
+        section = node.get(key)
+        if key == "tasks" and node.get("roles") is not None:  # roles run before the play's own tasks
+            roles = node["roles"]
+            if not isinstance(roles, list):
+                raise _err(f"roles must be a list, got {_kind(roles)}", node, path)
+            for entry in roles:
+                tasks += _role(entry, path, tags, ())
+            if section is None:
+                flush_points.add(len(tasks))
         if section is None:
             continue
         if not isinstance(section, list):
@@ -578,7 +745,7 @@ def parse_play(node: Any, path: str) -> Play:
     raw_handlers = node.get("handlers") or []
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)
-    handlers = [parse_task(t, path, handler=True) for t in raw_handlers]
+    handlers = [*_ROLE_HANDLERS.get(), *(parse_task(t, path, handler=True) for t in raw_handlers)]
     mfp = node.get("max_fail_percentage")
     play = Play(
         name=str(node.get("name") or node["hosts"]),

@@ -115,6 +115,7 @@ class TaskRunner:
         # Ansible's order: task vars lose to registered results and set_fact, loop items win over both
         variables = templating.Vars(
             self.options.defaults,  # the shipped defaults, under everything (trusted text: templates)
+            task.role_defaults if task else {},  # a role's defaults/: under the inventory, as in Ansible
             base,
             self.play.vars,
             task.vars if task else {},
@@ -302,7 +303,7 @@ class TaskRunner:
             verbosity=self.options.verbosity,
             environment={k: str(v) for k, v in env.items()},
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
-            controller_dir=self.playbook_dir,
+            controller_dir=task.role_path or self.playbook_dir,
             render=lambda text: templating.render_text(text, variables, where),
             render_file=lambda text, extra: templating.render_file(text, variables.child(**extra), where),
             evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),

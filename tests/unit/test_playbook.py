@@ -107,3 +107,45 @@ def test_what_a_block_cannot_carry_is_refused_with_its_line(tmp_path: Path, task
     with pytest.raises(PlaybookError, match=message) as err:
         load_playbook(tmp_path / "pb.yml")
     assert err.value.line == 3
+
+
+def _role(root: Path, name: str, tasks: str, meta: str = "") -> None:
+    (root / "roles" / name / "tasks").mkdir(parents=True)
+    (root / "roles" / name / "tasks" / "main.yml").write_text(tasks)
+    if meta:
+        (root / "roles" / name / "meta").mkdir()
+        (root / "roles" / name / "meta" / "main.yml").write_text(meta)
+
+
+def test_roles_come_before_tasks_with_their_dependencies_once_and_their_defaults_apart(tmp_path: Path) -> None:
+    _role(tmp_path, "base", "- {name: b, debug: {msg: b}}\n")
+    _role(tmp_path, "a", "- {name: a, debug: {msg: '{{ x }}'}}\n", "dependencies: [base]\n")
+    (tmp_path / "roles" / "a" / "defaults").mkdir()
+    (tmp_path / "roles" / "a" / "defaults" / "main.yml").write_text("x: 1\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  roles: [a, {role: base, tags: [t]}]\n  pre_tasks: [{name: p, debug: {msg: p}}]\n"
+        "  tasks: [{name: t, debug: {msg: t}}, {import_role: {name: base}}]\n"
+    )
+    play = load_playbook(tmp_path / "pb.yml")[0]
+    assert [t.name for t in play.tasks] == ["p", "b", "a", "t"]  # base once: a role runs once per play
+    assert play.flush_points == {1, 4}  # handlers flush after pre_tasks, and after roles + tasks
+    a = play.tasks[2]
+    assert a.role_defaults == {"x": 1} and "x" not in a.vars and a.vars["role_name"] == "a"
+    assert a.role_path == str((tmp_path / "roles" / "a").resolve())
+
+
+@pytest.mark.parametrize(
+    ("roles", "message"),
+    [
+        ("[nope]", "role 'nope' not found \\(looked in "),
+        ("[{role: a, port: 1}]", "'port' is not a role keyword"),
+        ("[loop]", "role 'loop' depends on itself"),
+        ("[{include_role: {name: a}}]", "a role must be a name"),
+    ],
+)
+def test_role_mistakes_are_refused_before_the_run(tmp_path: Path, roles: str, message: str) -> None:
+    _role(tmp_path, "a", "- {debug: {msg: a}}\n")
+    _role(tmp_path, "loop", "- {debug: {msg: l}}\n", "dependencies: [loop]\n")
+    (tmp_path / "pb.yml").write_text(f"- hosts: all\n  roles: {roles}\n")
+    with pytest.raises(PlaybookError, match=message):
+        load_playbook(tmp_path / "pb.yml")
