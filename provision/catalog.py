@@ -19,6 +19,7 @@ MODULES: dict[str, str] = {
     "debug": "provision.modules.builtin",
     "fail": "provision.modules.builtin",
     "set_fact": "provision.modules.builtin",
+    "meta": "provision.modules.builtin",
     "command": "provision.modules.commands_mod",
     "shell": "provision.modules.commands_mod",
     "copy": "provision.modules.files",

@@ -100,6 +100,7 @@ class Executor:
         self._started = options.start_at_task is None
         self.internal_errors: list[InternalError] = []
         self._play_hosts: list[str] = []
+        self._ended_play = False  # meta: end_play
         self._handler_list: list[Task] = []
         register_inventory_secrets(inventory, options.extra_vars)
 
@@ -193,10 +194,13 @@ class Executor:
         if not hosts:
             self.reporter.line("skipping: no hosts matched")
             return
+        self._ended_play = False
+        for name in hosts:
+            self.host_state(name).ended = False  # meta: end_host lasts one play
         for batch in self.batches(hosts, play.serial):
             for name in batch:  # as Ansible's recap: the hosts a batch reached (not those an abort spared)
                 self.summary.stat(name)
-            if self._batch(play, batch, hosts) or self.summary.aborted:
+            if self._batch(play, batch, hosts) or self.summary.aborted or self._ended_play:
                 return
 
     def _batch(self, play: Play, batch: list[str], play_hosts: list[str]) -> bool:
@@ -222,7 +226,11 @@ class Executor:
                 hosts = self._selected(task, batch, runner)
                 if task.blocks:
                     hosts = [h for h in hosts if self._in_flow(h, task)]
-                if hosts:
+                if task.module == "meta":
+                    stop = self._meta(play, task, self._live(hosts, task), batch, runner)
+                    if stop:
+                        return stop == "play"
+                elif hosts:
                     live = self._live(hosts, task)
                     run_once = runner.run_once(task, live)
                     title = runner.title(task, live)
@@ -247,6 +255,33 @@ class Executor:
 
     def _active(self, hosts: list[str]) -> list[str]:
         return [h for h in hosts if self.host_state(h).active]
+
+    # ------------------------------------------------------------------ meta
+    def _meta(self, play: Play, task: Task, hosts: list[str], batch: list[str], runner: TaskRunner) -> str | None:
+        """``meta: ACTION`` on the hosts that reach it (its ``when`` is evaluated per host, quietly: as in
+        Ansible, a meta task adds nothing to the recap). Returns "play"/"batch" when the play/batch ends."""
+        action = task.args["_raw_params"]
+        if task.when is not None and action != "flush_handlers":
+            hosts = [h for h in hosts if runner.condition(task, h)]
+        if action == "flush_handlers":
+            self._handlers(play, batch, runner)
+        elif action == "end_play" and hosts:
+            self._ended_play = True
+            return "play"
+        elif action == "end_batch" and hosts:
+            return "batch"
+        elif action == "end_host":
+            for h in hosts:
+                self.host_state(h).ended = True
+        elif action == "clear_facts":
+            for h in hosts:
+                self.host_state(h).facts = {}
+        elif action == "clear_host_errors":
+            for h in batch:
+                state = self.host_state(h)
+                if state.failed and not state.unreachable:
+                    state.failed = False
+        return None
 
     # ------------------------------------------------------------------ blocks
     def _in_flow(self, host: str, task: Task) -> bool:
@@ -373,7 +408,7 @@ class Executor:
         self.reporter.task_result(result)
 
     def _check_abort(self, play: Play, batch: list[str]) -> bool:
-        bad = [h for h in batch if not self.host_state(h).active]
+        bad = [h for h in batch if self.host_state(h).failed or self.host_state(h).unreachable]
         if not bad:
             return False
         if play.any_errors_fatal and any(self.host_state(h).failed for h in bad):

@@ -44,7 +44,8 @@ class HostState:
     # blocks (provision.playbook.BlockRef ids) this host failed in: "rescuing" (its rescue runs) or "failed"
     blocks: dict[int, str] = field(default_factory=dict)
     always_due: set[int] = field(default_factory=set)  # blocks whose always this failed host still runs
+    ended: bool = False  # meta: end_host: no more tasks for this host in this play (not a failure)
 
     @property
     def active(self) -> bool:
-        return not (self.failed or self.unreachable)
+        return not (self.failed or self.unreachable or self.ended)

@@ -184,6 +184,12 @@ class TaskRunner:
         return outcome
 
     # ------------------------------------------------------------------ templated task keys
+    def condition(self, task: Task, host: str) -> bool:
+        """The task's ``when`` for ``host`` (true without one): for the tasks the executor acts on itself."""
+        if task.when is None:
+            return True
+        return templating.condition(task.when, self.host_vars(host, task), task.where)
+
     def title(self, task: Task, hosts: list[str]) -> str:
         """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered)."""
         if not hosts or not templating.is_template(task.name):

@@ -146,3 +146,20 @@ class Assert(Module):
                 return ModuleResult(failed=True, msg=msg, data={"assertion": expr, "evaluated_to": False})
         msg = "" if args["quiet"] else _text(args["success_msg"])
         return ModuleResult(msg=msg, data={"evaluated_to": True})
+
+
+META_ACTIONS = ("flush_handlers", "noop", "end_play", "end_host", "end_batch", "clear_facts", "clear_host_errors")
+
+
+@register
+class Meta(Module):
+    """``meta: ACTION``: the executor acts on it (:meth:`provision.executor.Executor._meta`); nothing runs on a
+    host. ``refresh_inventory`` and ``reset_connection`` are outside the subset (refused by the choices)."""
+
+    name = "meta"
+    free_form = "_raw_params"
+    controller_only = True
+    args = {"_raw_params": Arg("str", required=True, choices=META_ACTIONS)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return ModuleResult()
