@@ -20,6 +20,7 @@ MODULES: dict[str, str] = {
     "fail": "provision.modules.builtin",
     "set_fact": "provision.modules.builtin",
     "meta": "provision.modules.builtin",
+    "include_tasks": "provision.modules.builtin",
     "command": "provision.modules.commands_mod",
     "shell": "provision.modules.commands_mod",
     "copy": "provision.modules.files",

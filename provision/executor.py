@@ -31,13 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from . import templating
 from .commands import MASKER, Command
 from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
-from .playbook import Play, Task
+from .playbook import Play, Task, include_path, load_yaml, parse_tasks
 from .report import Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
@@ -223,27 +224,87 @@ class Executor:
         for index, task in enumerate(play.tasks, 1):
             if self._started or task.name == self.options.start_at_task:
                 self._started = True
-                hosts = self._selected(task, batch, runner)
-                if task.blocks:
-                    hosts = [h for h in hosts if self._in_flow(h, task)]
-                if task.module == "meta":
-                    stop = self._meta(play, task, self._live(hosts, task), batch, runner)
-                    if stop:
-                        return stop == "play"
-                elif hosts:
-                    live = self._live(hosts, task)
-                    run_once = runner.run_once(task, live)
-                    title = runner.title(task, live)
-                    self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where, task=task)
-                for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
-                    for h in batch:
-                        self.host_state(h).always_due.discard(block)
-                if self._check_abort(play, batch):
-                    return True
+                stop = self._task(play, task, batch, runner)
+                if stop is not None:
+                    return stop
             if index in play.flush_points:  # the end of pre_tasks, tasks, post_tasks
                 self._handlers(play, batch, runner)
         if not play.tasks:
             self._handlers(play, batch, runner)
+        return False
+
+    def _task(
+        self, play: Play, task: Task, batch: list[str], runner: TaskRunner, only: set[str] | None = None
+    ) -> bool | None:
+        """One task over the batch (``only``: the hosts an include gave it to); True/False when the batch must
+        stop (True: the play too), None to go on."""
+        hosts = self._selected(task, batch, runner)
+        if only is not None:
+            hosts = [h for h in hosts if h in only]
+        if task.blocks:
+            hosts = [h for h in hosts if self._in_flow(h, task)]
+        if task.module == "meta":
+            stop = self._meta(play, task, self._live(hosts, task), batch, runner)
+            if stop:
+                return stop == "play"
+        elif task.module == "include_tasks":
+            if self._include(play, task, self._live(hosts, task), batch, runner):
+                return True
+        elif hosts:
+            live = self._live(hosts, task)
+            run_once = runner.run_once(task, live)
+            title = runner.title(task, live)
+            self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where, task=task)
+        for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
+            for h in batch:
+                self.host_state(h).always_due.discard(block)
+        if self._check_abort(play, batch):
+            return True
+        return None
+
+    def _include(self, play: Play, task: Task, hosts: list[str], batch: list[str], runner: TaskRunner) -> bool:
+        """``include_tasks``: per host and loop item, the file its ``when`` and template give; the hosts that
+        got the same file with the same item run its tasks together (each "included" counts ok, as in
+        Ansible); the include's vars and item reach every included task, and its place in blocks too."""
+        if not hosts:
+            return False
+        groups: dict[tuple[str, str], tuple[list[str], dict[str, Any]]] = {}
+        results: list[TaskResult] = []
+        self.reporter.task_start(task.name)
+        for host in hosts:
+            try:
+                found = runner.include_items(task, host)
+            except ProvisionError as exc:
+                results.append(TaskResult(host, task.name, Status.FAILED, f"{exc} ({task.where})"))
+                continue
+            if not found:
+                results.append(TaskResult(host, task.name, Status.SKIPPED))
+            for extra, file in found:
+                target = include_path(file, task.file)
+                if target is None:
+                    results.append(TaskResult(host, task.name, Status.FAILED, f"include_tasks: {file} not found"))
+                    continue
+                label = f" => (item={extra[task.loop_var]})" if extra else ""
+                results.append(TaskResult(host, task.name, Status.OK, f"included: {target}{label}"))
+                key = (str(target), json.dumps(extra, sort_keys=True, default=str))
+                groups.setdefault(key, ([], extra))[0].append(host)
+        for result in results:
+            self._record(result, rescued=self._caught(result, task))
+        for (path, _), (members, extra) in groups.items():
+            try:
+                data = load_yaml(path)
+                tasks = parse_tasks(data if isinstance(data, list) else [], path, set(play.tags))
+            except ProvisionError as exc:
+                for host in members:
+                    self._record(TaskResult(host, task.name, Status.FAILED, str(exc)))
+                continue
+            for included in tasks:
+                included.vars = {**included.vars, **task.vars}  # the include's vars win, as Ansible's params
+                included.inert_vars = {**included.inert_vars, **extra}
+                included.blocks = (*task.blocks, *included.blocks)
+                stop = self._task(play, included, batch, runner, only=set(members))
+                if stop:
+                    return True
         return False
 
     def _selected(self, task: Task, batch: list[str], runner: TaskRunner) -> list[str]:

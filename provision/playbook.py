@@ -149,6 +149,7 @@ class Task:
     ends_blocks: tuple[int, ...] = ()  # the blocks whose last task (of block, rescue and always) this is
     role_path: str | None = None  # the role this task comes from (its files and templates are looked up there)
     role_defaults: dict[str, Any] = field(default_factory=dict)  # the role's defaults/: under the inventory
+    inert_vars: dict[str, Any] = field(default_factory=dict)  # an include's loop item: data, never rendered
 
     @property
     def where(self) -> str:
@@ -324,8 +325,6 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
             raise _err(f"{key} is a key of a block, and this task has no block", node, path)
     if "include_role" in node or "ansible.builtin.include_role" in node:
         raise _err("include_role is not supported (use import_role or roles:, read before the run)", node, path)
-    if "include_tasks" in node or "ansible.builtin.include_tasks" in node:
-        raise _err("include_tasks is not supported (use import_tasks: the file is read before the run)", node, path)
     if not candidates:
         raise _err("task has no module (one of its keys must name a module)", node, path)
     if len(candidates) > 1:
@@ -411,7 +410,34 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
     _check_templates(task, node, path)
+    if task.module == "include_tasks":
+        _check_include(task, node, path)
     return task
+
+
+def _check_include(task: Task, node: Any, path: str) -> None:
+    """An ``include_tasks`` whose file is not a template is read now: a missing file or a bad task in it is
+    refused before the run, like everything else; a templated one is read when it runs."""
+    file = task.args.get("file")
+    if not isinstance(file, str) or templating.is_template(file):
+        return
+    target = include_path(file, task.file)
+    if target is None:
+        raise _err(f"include_tasks: {file} does not exist (relative to {Path(task.file).parent})", node, path)
+    data = load_yaml(target)
+    if not isinstance(data, list):
+        raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+    parse_tasks(data, str(target), set())
+
+
+def include_path(file: str, task_file: str) -> Path | None:
+    """Where an included task file is: relative to the file of the task that includes it (a role's tasks/),
+    then to the current directory, as Ansible looks."""
+    for base in (Path(task_file).parent, Path.cwd()):
+        candidate = base / os.path.expanduser(file)
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 LOOP_CONTROL_KEYS = {"loop_var", "label", "index_var", "extended", "break_when", "pause"}

@@ -119,6 +119,7 @@ class TaskRunner:
             base,
             self.play.vars,
             task.vars if task else {},
+            templating.inert(task.inert_vars if task else {}),  # an include's loop item
             templating.inert(state.set_vars),
             templating.inert(self._pending.get(host, {})),
             templating.inert(extra or {}),
@@ -184,6 +185,20 @@ class TaskRunner:
         return outcome
 
     # ------------------------------------------------------------------ templated task keys
+    def include_items(self, task: Task, host: str) -> list[tuple[dict[str, Any], str]]:
+        """An ``include_tasks`` on ``host``: (the loop item's vars, the file as rendered) for each item its
+        ``when`` lets through ([{}] without a loop)."""
+        variables = self.host_vars(host, task)
+        items = self._items(task, variables, task.where) if task.loop is not None else [None]
+        out = []
+        for item in items:
+            extra = {} if task.loop is None else {task.loop_var: item}
+            scope = variables.child(**extra) if extra else variables
+            if task.when is not None and not templating.condition(task.when, scope, task.where):
+                continue
+            out.append((extra, str(templating.render(task.args["file"], scope, task.where))))
+        return out
+
     def condition(self, task: Task, host: str) -> bool:
         """The task's ``when`` for ``host`` (true without one): for the tasks the executor acts on itself."""
         if task.when is None:

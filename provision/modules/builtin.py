@@ -163,3 +163,17 @@ class Meta(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         return ModuleResult()
+
+
+@register
+class IncludeTasks(Module):
+    """``include_tasks: FILE`` (dynamic): the executor reads FILE when the task runs, per host and loop item
+    (:meth:`provision.executor.Executor._include`); ``apply`` is outside the subset."""
+
+    name = "include_tasks"
+    free_form = "file"
+    controller_only = True
+    args = {"file": Arg("str", required=True)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return ModuleResult()
