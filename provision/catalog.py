@@ -25,6 +25,7 @@ FILES = (
     "provision.sglang.modules",
     "provision.pd.process",
     "provision.pd.modules",
+    "provision.pd.rollout_modules",
 )
 
 
@@ -33,7 +34,7 @@ def load_all() -> None:
     from .modules import builtin, commands_mod, files, net, pip_mod  # noqa: F401
     from .nixl import modules as nixl_modules  # noqa: F401
     from .pd import modules as pd_modules  # noqa: F401
-    from .pd import process  # noqa: F401
+    from .pd import process, rollout_modules  # noqa: F401
     from .sglang import modules as sglang_modules  # noqa: F401
     from .stack import host  # noqa: F401
     from .stack import modules as stack_modules  # noqa: F401

@@ -9,6 +9,8 @@
   healthy, 2 when one is not, 4 when a host is unreachable.
 * ``logs``: the tail of each process's log (``--role``, ``-n``).
 * ``verify``: one real generation through each router: text, latency, TTFT.
+* ``rollout``: a rolling update of the changed servers, batch by batch, drained through the routers, verified,
+  rolled back on failure (:mod:`provision.pd.rollout` does the work; this prints it).
 
 Registered in the main group by ``cli.add_command(pd)`` (:mod:`.app`). Imports :mod:`.common` and the
 engine, never :mod:`.app`.
@@ -33,6 +35,7 @@ from ..inventory import Inventory
 from ..magic import magic_vars
 from ..modules.base import to_bool
 from ..pd import PlanError, build, pd_host_names, validate_pd
+from ..pd.rollout import RolloutOptions, RunTasks, Step, render, render_batch, rollout
 from ..pd.status import all_up, table
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
@@ -255,3 +258,47 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
     if any(r.status is Status.UNREACHABLE for r in results):
         return EXIT_UNREACHABLE
     return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK
+
+
+def task_runner(inventory: Inventory, options: RunOptions) -> RunTasks:
+    """``run(hosts, tasks)`` for :func:`provision.pd.rollout.rollout`: one quiet play of the task dicts."""
+
+    def run(hosts: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
+        play = Play(name="pd rollout", hosts=":".join(hosts), file="<pd rollout>", line=0, gather_facts=False,
+                    tasks=[parse_task(t, "<pd rollout>") for t in tasks])  # fmt: skip
+        out: dict[str, list[Step]] = {}
+        for r in _run_quiet([play], inventory, options):
+            ok = r.ignored or r.status not in (Status.FAILED, Status.UNREACHABLE)
+            out.setdefault(r.host, []).append(Step(r.host, r.task, ok, r.changed, r.status is Status.SKIPPED,
+                                                   r.msg, dict(r.data), r.duration))  # fmt: skip
+        return out
+
+    return run
+
+
+@pd.command("rollout")
+@common_options
+@click.option("--batch", default="1", show_default=True, help="servers per batch after the canary: N or N%")
+@click.option("--canary", type=click.IntRange(0, 1000), default=1, show_default=True, help="servers in batch 1")
+@click.option("--allow-downtime", is_flag=True, help="roll a role that has a single server (it stops serving)")
+@click.option("--drain-timeout", type=Seconds(), default=120.0, show_default=True,
+              help="seconds to wait for a server's requests to finish before it is restarted")  # fmt: skip
+def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: float, **kw: Any) -> int:
+    """Rolling update of the changed servers: drain, restart, verify, re-admit; roll back a failed batch."""
+    inventory, extra, options = _setup(kw)
+    check_layout(inventory, extra)
+    hosts = inventory_pd_vars(inventory, extra)
+    opts = RolloutOptions(batch=batch, canary=canary, allow_downtime=allow_downtime, drain_timeout=drain_timeout)
+    for name, key in (("server_timeout", "pd_server_timeout"), ("verify_timeout", "pd_verify_timeout")):
+        if extra.get(key) is not None:
+            setattr(opts, name, float(extra[key]))
+    json_mode = kw["json_mode"]
+    progress = None if json_mode else (lambda b: click.echo(MASKER.mask(render_batch(b))))
+    result = rollout(hosts, task_runner(inventory, options), opts, progress=progress)
+    if json_mode:
+        click.echo(json.dumps(MASKER.mask_obj(result.to_dict()), indent=2, default=str))
+    else:
+        summary = render(result).splitlines()
+        batch_lines = {line for b in result.batches for line in render_batch(b).splitlines()}
+        click.echo(MASKER.mask("\n".join(line for line in summary if line not in batch_lines)))
+    return result.code
