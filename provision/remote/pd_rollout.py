@@ -21,8 +21,8 @@ background, so each action polls ``GET /workers`` until it is done):
 Server actions:
 
 * ``drain`` ``{"url", "timeout", "interval", "settle"}`` → polls the server's ``/v1/loads`` until it has no
-  running and no waiting request for ``settle`` seconds in a row; ``drained``, ``seconds``, ``last`` (the last
-  load seen), ``max_seen``.
+  running, waiting or (prefill) in-flight KV-sending request for ``settle`` seconds in a row; ``drained``,
+  ``seconds``, ``last`` (the last load seen), ``max_seen``.
 * ``pinned`` ``{"prefill", "decode", "bootstrap_host", "bootstrap_port", "prompt", "max_new_tokens",
   "timeout"}`` → the same ``/generate`` sent to one prefill and one decode with the bootstrap fields that
   pair them (what the router does): the decode's answer must carry tokens; ``text``, ``latency``.
@@ -148,11 +148,17 @@ def router_metrics(req):
 
 
 def load_of(url):
-    """Running + waiting requests on every DP rank (None when the server did not answer)."""
-    status, doc, _ = http("GET", norm(url) + "/v1/loads?include=core,queues", timeout=5)
+    """Requests on the server, every DP rank: running + waiting (the prefill's bootstrap queue and the decode's
+    prealloc and transfer queues are counted there) + the prefill's in-flight KV sends (None: no answer)."""
+    status, doc, _ = http("GET", norm(url) + "/v1/loads?include=core,disagg", timeout=5)
     if status != 200 or not isinstance(doc, dict):
         return None
-    return sum(int(d.get("num_running_reqs", 0)) + int(d.get("num_waiting_reqs", 0)) for d in doc.get("loads", []))
+    total = 0
+    for d in doc.get("loads", []):
+        disagg = d.get("disaggregation") or {}
+        total += int(d.get("num_running_reqs", 0)) + int(d.get("num_waiting_reqs", 0))
+        total += int(disagg.get("prefill_inflight_queue_reqs", 0))
+    return total
 
 
 def drain(req):
