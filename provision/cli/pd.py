@@ -35,7 +35,18 @@ from ..inventory import Inventory
 from ..magic import magic_vars
 from ..modules.base import to_bool
 from ..pd import PlanError, build, pd_host_names, validate_pd
-from ..pd.rollout import RolloutOptions, RunTasks, Step, render, render_batch, rollout
+from ..pd.rollout import (
+    BatchReport,
+    RolloutOptions,
+    RolloutResult,
+    RunTasks,
+    Step,
+    render,
+    render_batch,
+    render_end,
+    render_plan,
+    rollout,
+)
 from ..pd.status import all_up, table
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
@@ -293,12 +304,17 @@ def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: fl
         if extra.get(key) is not None:
             setattr(opts, name, float(extra[key]))
     json_mode = kw["json_mode"]
-    progress = None if json_mode else (lambda b: click.echo(MASKER.mask(render_batch(b))))
-    result = rollout(hosts, task_runner(inventory, options), opts, progress=progress)
+
+    def progress(result: RolloutResult, batch: BatchReport | None) -> None:
+        text = render_plan(result) if batch is None else render_batch(batch)
+        if text:
+            click.echo(MASKER.mask(text))
+
+    result = rollout(hosts, task_runner(inventory, options), opts, progress=None if json_mode else progress)
     if json_mode:
         click.echo(json.dumps(MASKER.mask_obj(result.to_dict()), indent=2, default=str))
+    elif not result.batches and not result.changes and not result.ok:
+        click.echo(MASKER.mask(render(result)))  # it stopped before the plan: nothing was printed yet
     else:
-        summary = render(result).splitlines()
-        batch_lines = {line for b in result.batches for line in render_batch(b).splitlines()}
-        click.echo(MASKER.mask("\n".join(line for line in summary if line not in batch_lines)))
+        click.echo(MASKER.mask(render_end(result)))
     return result.code

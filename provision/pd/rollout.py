@@ -111,6 +111,9 @@ class RolloutResult:
         return {**asdict(self), "code": self.code}
 
 
+Progress = Callable[[RolloutResult, "BatchReport | None"], None]
+
+
 class BatchFailed(Exception):
     def __init__(self, host: str, reason: str) -> None:
         super().__init__(f"{host}: {reason}")
@@ -379,10 +382,12 @@ class Rollout:
 
 
 def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: RolloutOptions | None = None,
-            progress: Callable[[BatchReport], None] | None = None) -> RolloutResult:  # fmt: skip
+            progress: Progress | None = None) -> RolloutResult:  # fmt: skip
     """Roll the changed servers of the deployment that ``hosts`` (every PD host's vars) describes, batch by
-    batch. Raises :class:`~provision.errors.InputError` (exit 5) before touching anything when the plan is
-    invalid or the topology cannot keep serving; returns the result otherwise (``code`` 0 or 2)."""
+    batch. ``progress(result, None)`` is called once the plan is known, ``progress(result, batch)`` after each
+    batch (the CLI prints them as they come). Raises :class:`~provision.errors.InputError` (exit 5) before
+    touching anything when the plan is invalid or the topology cannot keep serving; returns the result
+    otherwise (``code`` 0 or 2)."""
     options = options or RolloutOptions()
     started = time.monotonic()
     try:
@@ -398,11 +403,13 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
     result = RolloutResult(True, changes, unchanged, routers)
     engine = Rollout(deployment, run, options)
     batches = plan_batches(deployment, changes, options)
+    if progress is not None:
+        progress(result, None)
     for number, batch in enumerate(batches, 1):
         report = engine.batch(number, batch)
         result.batches.append(report)
         if progress is not None:
-            progress(report)
+            progress(result, report)
         if not report.ok:
             result.ok, result.failed_host, result.reason = False, report.failed_host, report.reason
             break
@@ -446,7 +453,7 @@ def render_batch(b: BatchReport) -> str:
     return "\n".join(lines)
 
 
-def render(result: RolloutResult) -> str:
+def render_plan(result: RolloutResult) -> str:
     lines = []
     if not result.changes and result.ok:
         lines.append("nothing to roll: every server runs its current launch script and env")
@@ -457,10 +464,17 @@ def render(result: RolloutResult) -> str:
     if result.router_changes:
         lines.append(f"router script changed, NOT restarted by the rollout (run `provision pd up`): "
                      f"{', '.join(result.router_changes)}")  # fmt: skip
-    lines += [render_batch(b) for b in result.batches]
+    return "\n".join(lines)
+
+
+def render_end(result: RolloutResult) -> str:
     if result.ok:
         n, m = len(result.changes), len(result.batches)
-        lines.append(f"rollout ok: {n} servers in {m} batches, {_secs(result.seconds)}")
-    else:
-        lines.append(f"rollout FAILED on {result.failed_host}: {result.reason}")
-    return "\n".join(lines)
+        return f"rollout ok: {n} servers in {m} batches, {_secs(result.seconds)}"
+    return f"rollout FAILED on {result.failed_host}: {result.reason}"
+
+
+def render(result: RolloutResult) -> str:
+    """The whole report: the plan, each batch's timeline, the outcome."""
+    parts = [render_plan(result), *(render_batch(b) for b in result.batches), render_end(result)]
+    return "\n".join(p for p in parts if p)
