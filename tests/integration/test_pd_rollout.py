@@ -38,7 +38,8 @@ FAILING_CMD = ["/bin/sh", "-c", "echo 'boom: the new server cannot start' >&2; e
 
 @dataclass
 class Client:
-    """Requests through the router, back to back on two threads, each checked for a completion."""
+    """Requests through the router, back to back on two threads (short ones, long ones), each checked for a
+    completion."""
 
     url: str
     served: int = 0
@@ -48,16 +49,16 @@ class Client:
     lock: threading.Lock = field(default_factory=threading.Lock)
     threads: list[threading.Thread] = field(default_factory=list)
 
-    def one(self, n: int) -> None:
-        body = {"text": f"request {n}", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    def one(self, n: int, tokens: int) -> None:
+        body = {"text": f"request {n}", "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
         req = urllib.request.Request(f"{self.url}/generate", json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})  # fmt: skip
         started = time.monotonic()
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
                 doc = json.loads(resp.read())
-            tokens = (doc.get("meta_info") or {}).get("completion_tokens") or len(doc.get("output_ids") or [])
-            error = None if resp.status == 200 and tokens else f"no completion: {str(doc)[:300]}"
+            got = (doc.get("meta_info") or {}).get("completion_tokens") or len(doc.get("output_ids") or [])
+            error = None if resp.status == 200 and got else f"no completion: {str(doc)[:300]}"
         except urllib.error.HTTPError as exc:
             error = f"HTTP {exc.code}: {exc.read()[:300]!r}"
         except (OSError, ValueError) as exc:
@@ -72,7 +73,7 @@ class Client:
     def loop(self, k: int) -> None:
         n = k
         while not self.stop.is_set():
-            self.one(n)
+            self.one(n, 4 if k == 0 else 64)  # short ones, and long ones that a drain has to wait for
             n += 2
             time.sleep(0.1)
 
@@ -231,7 +232,7 @@ def test_a_failing_new_command_rolls_the_canary_back(deployment: Deployment) -> 
     canary = report["batches"][0]
     assert canary["hosts"] == ["lab0"] and not canary["ok"]
     assert report["failed_host"] == "lab0" and canary["failed_host"] == "lab0"
-    assert "exited while starting" in report["reason"] and "boom: the new server cannot start" in report["reason"]
+    assert "lab0-prefill exited" in report["reason"] and "boom: the new server cannot start" in report["reason"]
     assert canary["rolled_back"] and canary["rollback"]["ok"], canary["rollback"]
     assert canary["rollback"]["verify"]["lab0"]["tokens"] >= 1
     after = deployment.pids()
