@@ -300,6 +300,9 @@ def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: fl
     check_layout(inventory, extra)
     hosts = inventory_pd_vars(inventory, extra)
     opts = RolloutOptions(batch=batch, canary=canary, allow_downtime=allow_downtime, drain_timeout=drain_timeout)
+    if options.limit:  # -l picks the servers to roll; the plan, the routers and the peers are the whole inventory
+        opts.only = frozenset(h.name for h in inventory.select(options.limit))
+        options.limit = None
     for name, key in (("server_timeout", "pd_server_timeout"), ("verify_timeout", "pd_verify_timeout")):
         if extra.get(key) is not None:
             setattr(opts, name, float(extra[key]))

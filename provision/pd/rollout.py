@@ -61,6 +61,7 @@ class RolloutOptions:
     verify_timeout: float = 180.0
     router_timeout: float = 120.0
     poll_interval: float = 0.25
+    only: frozenset[str] | None = None  # roll only these hosts' servers (``-l``); the others are left as they are
 
 
 @dataclass
@@ -400,6 +401,9 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
         changes, unchanged, routers = detect(deployment, run)
     except BatchFailed as exc:
         return RolloutResult(False, [], [], [], failed_host=exc.host, reason=exc.reason)
+    if options.only is not None:
+        unchanged += [c.name for c in changes if c.host not in options.only]
+        changes = [c for c in changes if c.host in options.only]
     result = RolloutResult(True, changes, unchanged, routers)
     engine = Rollout(deployment, run, options)
     batches = plan_batches(deployment, changes, options)

@@ -4,13 +4,22 @@ batch, and the rollback of a failed one. The lab test (tests/integration/test_pd
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from provision.cli import cli
+from provision.cli.pd import pd
 from provision.errors import InputError
 from provision.pd import build
 from provision.pd.rollout import RolloutOptions, ServerChange, Step, batch_size, plan_batches, render, rollout
+from tests.helpers import run_cli
+from tests.unit.test_pd_cli import inventory
+
+if "pd" not in cli.commands:  # provision/cli/app.py registers it
+    cli.add_command(pd)
 
 
 def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
@@ -130,3 +139,20 @@ def test_a_failed_batch_is_rolled_back_and_stops_the_rollout() -> None:
     assert run.actions("p0")[-2:] == ["pd_config", "files"]
     assert "router_add" in run.actions("p0")
     assert "FAILED on p0" in render(result)
+
+
+def test_only_rolls_the_limited_hosts() -> None:
+    run = Hosts(changed={"p0", "d0", "d1"})
+    result = rollout(hosts(2, 2), run, RolloutOptions(only=frozenset({"d1"})))
+    assert result.ok and [c.host for c in result.changes] == ["d1"]
+    assert {"p0-prefill", "d0-decode"} <= set(result.unchanged)
+    assert [h for h, _, a in run.calls if a == "process"] == ["d1"]
+
+
+def test_cli_refuses_an_invalid_layout_and_a_bad_batch(tmp_path: Path) -> None:
+    bad = run_cli(["pd", "rollout", "-i", str(inventory(tmp_path, router_port=30000))])
+    assert bad.code == 5 and "the PD deployment is not valid" in bad.err
+    unreachable = run_cli(["pd", "rollout", "-i", str(inventory(tmp_path)), "--connect-timeout", "1", "--json"])
+    assert unreachable.code == 2  # the state of the servers cannot be read: nothing is touched
+    doc = json.loads(unreachable.out)
+    assert doc["batches"] == [] and doc["failed_host"] in ("p1", "d1") and "cannot read its state" in doc["reason"]
