@@ -137,7 +137,13 @@ DETECT_TASKS: list[dict[str, Any]] = [
     {"name": "router script", "template": {"src": "router.sh.j2", "dest": "{{ pd.router.script }}", "mode": "0700"},
      "check_mode": True, "when": "pd.router is not none"},
     {"name": "status", "pd_status": None},
+    {"name": "stack", "pd_rollout_step": {"action": "stack", "request": {
+        "python": "{{ pd.python }}", "pidfile": "{{ pd.pid_dir }}/{{ pd.server.name }}.json"}},
+     "when": "pd.server is not none"},
 ]  # fmt: skip
+# the launch files a batch keeps for a rollback, and the venv link (see remote/pd_rollout.py ``files``)
+KEPT = {"paths": ["{{ pd.server.script }}", "{{ pd.env_file }}"], "python": "{{ pd.python }}",
+        "pidfile": "{{ pd.pid_dir }}/{{ pd.server.name }}.json"}  # fmt: skip
 
 
 def _by_task(steps: list[Step]) -> dict[str, Step]:
@@ -156,6 +162,8 @@ def detect(deployment: Deployment, run: RunTasks) -> tuple[list[ServerChange], l
             failed = next((s for s in results.get(proc.host, []) if not s.ok), None)
             raise BatchFailed(proc.host, f"cannot read its state: {failed.msg if failed else 'no answer'}")
         reasons = [what for what in ("env", "script") if steps[what].changed]
+        if "stack" in steps and steps["stack"].data.get("changed"):
+            reasons.append("stack")  # it runs another venv than the one venv_path points at now
         row: dict[str, Any] = next((r for r in status.data.get("procs", []) if r.get("role") == proc.role), {})
         if not row.get("running"):
             reasons.append("down")
@@ -284,7 +292,7 @@ class Rollout:
             report.drain[host] = {k: step.data.get(k) for k in ("seconds", "drained", "max_seen", "last")}
 
     def apply(self, batch: list[Proc], report: BatchReport, restore: bool = False) -> None:
-        files = {"op": "restore" if restore else "backup", "paths": ["{{ pd.server.script }}", "{{ pd.env_file }}"]}
+        files = {"op": "restore" if restore else "backup", **KEPT}
         tasks: list[dict[str, Any]] = [{"name": "pd", "pd_config": None, "register": "pd"},
                                        _step("files", files, 60)]  # fmt: skip
         if not restore:
@@ -339,9 +347,8 @@ class Rollout:
             }
 
     def files(self, hosts: list[str], op: str) -> None:
-        paths = ["{{ pd.server.script }}", "{{ pd.env_file }}"]
         self.run(hosts, [{"name": "pd", "pd_config": None, "register": "pd"},
-                         _step("files", {"op": op, "paths": paths}, 60)])  # fmt: skip
+                         _step("files", {"op": op, **KEPT}, 60)])  # fmt: skip
 
     def batch(self, number: int, changes: list[ServerChange]) -> BatchReport:
         procs = [self.procs[c.host] for c in changes]

@@ -26,8 +26,13 @@ Server actions:
 * ``pinned`` ``{"prefill", "decode", "bootstrap_host", "bootstrap_port", "prompt", "max_new_tokens",
   "timeout"}`` → the same ``/generate`` sent to one prefill and one decode with the bootstrap fields that
   pair them (what the router does): the decode's answer must carry tokens; ``text``, ``latency``.
-* ``files`` ``{"op": "backup"|"restore"|"discard", "paths"}`` → keeps ``PATH.rollout-prev`` copies of the
-  launch script and env file (mode kept), puts them back, or removes them; ``done``.
+* ``stack`` ``{"pidfile", "python"}`` → ``changed`` when the running server has mapped the site-packages of
+  another venv than the one ``python`` (``VENV/bin/python``) resolves to now (``/proc/PID/maps`` shows real
+  paths): an install switched the ``VENV -> VENV.envs/ID`` link under it. ``venv``, ``loaded``.
+* ``files`` ``{"op": "backup"|"restore"|"discard", "paths", "python"?, "pidfile"?}`` → keeps ``PATH.rollout-prev``
+  copies of the launch script and env file (mode kept), puts them back, or removes them; ``done``. With
+  ``python``, the venv link too: ``backup`` records the env the running server loaded when the link now points
+  elsewhere (``VENV.rollout-prev``), ``restore`` points the link back at it (atomically).
 """
 
 import json
@@ -228,7 +233,7 @@ def pinned(req):
     meta = doc.get("meta_info") or {}
     tokens = meta.get("completion_tokens") or len(doc.get("output_ids") or [])
     if not tokens:
-        return {"ok": False, "msg": "decode %s answered without tokens: %r" % (req["decode"], doc)[:500]}
+        return {"ok": False, "msg": ("decode %s answered without tokens: %r" % (req["decode"], doc))[:500]}
     return {
         "ok": True,
         "text": doc.get("text", ""),
@@ -238,8 +243,74 @@ def pinned(req):
     }
 
 
+def venv_of(python):
+    """The venv a ``VENV/bin/python`` belongs to (as written, ``~`` expanded)."""
+    return os.path.dirname(os.path.dirname(os.path.expanduser(python)))
+
+
+def loaded_venvs(pidfile):
+    """The venv directories whose site-packages the process of ``pidfile`` has mapped (real paths: the kernel
+    resolves symlinks), or None when it is not running."""
+    try:
+        with open(os.path.expanduser(pidfile)) as f:
+            pid = int(json.load(f)["pid"])
+        with open("/proc/%d/maps" % pid) as f:
+            lines = f.read().splitlines()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    found = set()
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and "/site-packages/" in parts[5]:
+            found.add(parts[5].split("/lib/python", 1)[0])
+    return sorted(found)
+
+
+def stack(req):
+    """Does the server run the venv ``python`` points at now? (``changed``: it runs another one, e.g. the
+    previous env of ``<venv>.envs`` after an install switched the link.)"""
+    real = os.path.realpath(venv_of(req["python"]))
+    loaded = loaded_venvs(req["pidfile"])
+    changed = bool(loaded) and real not in loaded
+    return {"ok": True, "venv": real, "loaded": loaded, "changed": changed}
+
+
+def keep_venv(req, op):
+    """The venv link's previous target, kept beside it: recorded (the env the running server loaded, when the
+    link now points elsewhere), put back (the link re-pointed atomically), or removed."""
+    if not req.get("python"):
+        return None
+    venv = venv_of(req["python"])
+    prev = venv.rstrip("/") + PREV
+    if op == "backup" and os.path.islink(venv):
+        loaded = loaded_venvs(req.get("pidfile") or "") or []
+        real = os.path.realpath(venv)
+        old = [d for d in loaded if d != real]
+        if old:
+            with open(prev, "w") as f:
+                f.write(old[0])
+            return venv
+    elif op == "restore" and os.path.exists(prev):
+        with open(prev) as f:
+            target = f.read().strip()
+        if os.path.isdir(target):
+            tmp = venv.rstrip("/") + ".rollout-link"
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(target, tmp)
+            os.replace(tmp, venv)
+            return venv
+    elif op == "discard" and os.path.exists(prev):
+        os.unlink(prev)
+        return venv
+    return None
+
+
 def files(req):
     op, done = req["op"], []
+    venv = keep_venv(req, op)
+    if venv:
+        done.append(venv)
     for path in (os.path.expanduser(p) for p in req["paths"]):
         prev = path + PREV
         if op == "backup" and os.path.exists(path):
@@ -264,6 +335,7 @@ ACTIONS = {
     "drain": drain,
     "pinned": pinned,
     "files": files,
+    "stack": stack,
 }
 
 

@@ -35,8 +35,9 @@ def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
 class Hosts:
     """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls."""
 
-    def __init__(self, changed: set[str], fail: dict[tuple[str, str], str] | None = None) -> None:
-        self.changed, self.fail = changed, fail or {}
+    def __init__(self, changed: set[str], fail: dict[tuple[str, str], str] | None = None,
+                 stacked: frozenset[str] = frozenset()) -> None:  # fmt: skip
+        self.changed, self.fail, self.stacked = changed, fail or {}, stacked
         self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
 
     def __call__(self, names: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
@@ -61,6 +62,8 @@ class Hosts:
             return Step(host, task, True, changed=host in self.changed and action == "template")
         if task == "status":
             data = {"procs": [{"role": r, "running": True, "script_changed": False} for r in ("prefill", "decode")]}
+        elif action == "stack":
+            data = {"changed": host in self.stacked}
         elif action == "drain":
             data = {"seconds": 0.5, "drained": True, "max_seen": 1, "last": 0}
         elif action == "pinned":
@@ -108,7 +111,7 @@ def test_refused_before_any_change() -> None:
     run = Hosts(changed={"p0"})
     with pytest.raises(InputError):
         rollout(hosts(1, 1), run)
-    assert set(run.actions()) <= {"pd_config", "template", "pd_status"}  # only the check-mode detection ran
+    assert set(run.actions()) <= {"pd_config", "template", "pd_status", "stack"}  # only the read-only detection
 
 
 def test_the_order_of_a_batch() -> None:
@@ -117,7 +120,7 @@ def test_the_order_of_a_batch() -> None:
     assert result.ok and result.code == 0
     assert [c.host for c in result.changes] == ["d1"] and sorted(result.unchanged) == ["d0-decode", "p0-prefill",
                                                                                       "p1-prefill"]  # fmt: skip
-    order = [a for a in run.actions() if a not in ("pd_config", "pd_status", "template", "router_metrics")]
+    order = [a for a in run.actions() if a not in ("pd_config", "pd_status", "template", "router_metrics", "stack")]
     assert order == ["router_remove", "drain", "files", "process", "pd_wait", "pinned", "router_add", "files"]
     assert [h for h, _, a in run.calls if a == "process"] == ["d1"]  # only the changed server restarts
     assert [h for h, _, a in run.calls if a.startswith("router_") and a != "router_metrics"] == ["p0", "p0"]
@@ -156,3 +159,10 @@ def test_cli_refuses_an_invalid_layout_and_a_bad_batch(tmp_path: Path) -> None:
     assert unreachable.code == 2  # the state of the servers cannot be read: nothing is touched
     doc = json.loads(unreachable.out)
     assert doc["batches"] == [] and doc["failed_host"] in ("p1", "d1") and "cannot read its state" in doc["reason"]
+
+
+def test_a_server_running_another_venv_is_a_change() -> None:
+    run = Hosts(changed=set(), stacked=frozenset({"p1"}))
+    result = rollout(hosts(2, 2), run)
+    assert result.ok and [(c.host, c.reasons) for c in result.changes] == [("p1", ["stack"])]
+    assert [h for h, _, a in run.calls if a == "process"] == ["p1"]
