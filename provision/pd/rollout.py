@@ -356,7 +356,13 @@ class Rollout:
         started = time.monotonic()
         before = self.served()
         t = time.monotonic()
-        self.routers("router_remove", {"urls": [p.url for p in procs]})
+        try:
+            self.routers("router_remove", {"urls": [p.url for p in procs]})
+        except BatchFailed as exc:  # nothing was restarted: put back whatever left the routers, and stop
+            report.failed_host, report.reason = exc.host, f"could not take the batch out of the routers: {exc.reason}"
+            self.readmit(procs, report)
+            report.seconds = round(time.monotonic() - started, 3)
+            return report
         report.removed_seconds = round(time.monotonic() - t, 3)
         try:
             self.drain(procs, report)
@@ -368,13 +374,23 @@ class Rollout:
         else:
             report.ok = True
         if report.ok or report.rollback.get("ok"):
-            t = time.monotonic()
-            self.routers("router_add", {"workers": [_worker(p) for p in procs]})
-            report.readmit_seconds = round(time.monotonic() - t, 3)
+            self.readmit(procs, report)
         after = self.served()
         report.served = after - before if before is not None and after is not None else None
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def readmit(self, procs: list[Proc], report: BatchReport) -> None:
+        """Back into every router; a router that will not take them fails the batch (they serve no traffic)."""
+        t = time.monotonic()
+        try:
+            self.routers("router_add", {"workers": [_worker(p) for p in procs]})
+        except BatchFailed as exc:
+            report.ok = False
+            report.failed_host = report.failed_host or exc.host
+            report.reason = (report.reason + "; " if report.reason else "") + f"re-admission: {exc.reason}"
+            return
+        report.readmit_seconds = round(time.monotonic() - t, 3)
 
     def roll_back(self, procs: list[Proc], report: BatchReport) -> None:
         report.rolled_back = True

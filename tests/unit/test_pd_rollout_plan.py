@@ -166,3 +166,18 @@ def test_a_server_running_another_venv_is_a_change() -> None:
     result = rollout(hosts(2, 2), run)
     assert result.ok and [(c.host, c.reasons) for c in result.changes] == [("p1", ["stack"])]
     assert [h for h, _, a in run.calls if a == "process"] == ["p1"]
+
+
+def test_a_router_that_will_not_let_go_stops_before_any_restart() -> None:
+    run = Hosts(changed={"p0", "p1", "d0", "d1"}, fail={("p0", "router_remove"): "router_remove: HTTP 500"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.code == 2 and "could not take the batch out of the routers" in (result.reason or "")
+    assert "process" not in run.actions()  # nothing was restarted
+    assert "router_add" in run.actions("p0")  # whatever left the router is put back
+
+
+def test_a_router_that_will_not_take_them_back_fails_the_batch() -> None:
+    run = Hosts(changed={"d1"}, fail={("p0", "router_add"): "router_add: the router does not list it"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and "re-admission: router_add" in (result.reason or "")
+    assert result.failed_host == "p0"
