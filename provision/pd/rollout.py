@@ -100,6 +100,7 @@ class RolloutResult:
     unchanged: list[str]
     router_changes: list[str]
     batches: list[BatchReport] = field(default_factory=list)
+    routers: list[dict[str, Any]] = field(default_factory=list)  # the routers restarted after the servers
     failed_host: str | None = None
     reason: str | None = None
     seconds: float = 0.0
@@ -174,8 +175,10 @@ def detect(deployment: Deployment, run: RunTasks) -> tuple[list[ServerChange], l
         else:
             unchanged.append(proc.name)
     for proc in deployment.routers:
-        step = _by_task(results.get(proc.host, [])).get("router script")
-        if step is not None and step.changed:
+        steps = _by_task(results.get(proc.host, []))
+        step, status = steps.get("router script"), steps.get("status")
+        row = next((r for r in (status.data.get("procs", []) if status else []) if r.get("role") == "router"), {})
+        if (step is not None and step.changed) or not row.get("running") or row.get("script_changed"):
             routers.append(proc.name)
     return changes, unchanged, routers
 
@@ -392,6 +395,40 @@ class Rollout:
             return
         report.readmit_seconds = round(time.monotonic() - t, 3)
 
+    def restart_router(self, router: Proc) -> dict[str, Any]:
+        """A changed router: new script, restart, ready, a generation through it; the previous script back on
+        failure. Requests sent to it while it restarts fail (said up front): it is the routers' own change."""
+        report: dict[str, Any] = {"host": router.host, "name": router.name, "ok": False}
+        kept = {"paths": ["{{ pd.router.script }}"]}
+        tasks: list[dict[str, Any]] = [
+            {"name": "pd", "pd_config": None, "register": "pd"},
+            _step("files", {"op": "backup", **kept}, 60),
+            {"name": "script", "template": {"src": "router.sh.j2", "dest": "{{ pd.router.script }}", "mode": "0700"}},
+            {"name": "restart", "process": {"name": "{{ pd.router.name }}", "script": "{{ pd.router.script }}",
+                                            "log": "{{ pd.router.log }}", "pidfile_dir": "{{ pd.pid_dir }}",
+                                            "state": "restarted"}},
+            {"name": "ready", "pd_wait": {"role": "router", "timeout": self.o.router_timeout,
+                                          "interval": self.o.poll_interval}},
+            {"name": "verify", "pd_verify": {"timeout": self.o.verify_timeout, "stream": False}},
+        ]  # fmt: skip
+        try:
+            steps = self._ok([router.host], tasks)[router.host]
+        except BatchFailed as exc:
+            report["reason"] = exc.reason
+            restore = [tasks[0], _step("files", {"op": "restore", **kept}, 60), *tasks[3:]]
+            try:
+                self._ok([router.host], restore)
+                report["rolled_back"] = True
+            except BatchFailed as again:
+                report["rollback_reason"] = again.reason
+            self.run([router.host], [tasks[0], _step("files", {"op": "discard", **kept}, 60)])
+            return report
+        self.run([router.host], [tasks[0], _step("files", {"op": "discard", **kept}, 60)])
+        report.update(ok=True, restart_seconds=round(steps["restart"].seconds, 3),
+                      ready_seconds=round(steps["ready"].seconds, 3),
+                      verify_latency=steps["verify"].data.get("latency"))  # fmt: skip
+        return report
+
     def roll_back(self, procs: list[Proc], report: BatchReport) -> None:
         report.rolled_back = True
         scratch = BatchReport(report.number, report.canary, report.hosts)
@@ -440,6 +477,14 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
         if not report.ok:
             result.ok, result.failed_host, result.reason = False, report.failed_host, report.reason
             break
+    if result.ok:  # the routers last, one at a time: only those whose own script changed
+        for router in [r for r in deployment.routers if r.name in routers]:
+            done = engine.restart_router(router)
+            result.routers.append(done)
+            if not done["ok"]:
+                result.ok, result.failed_host = False, router.host
+                result.reason = f"the router {router.name} did not come back with its new script: {done['reason']}"
+                break
     touched = [host for b in result.batches for host in b.hosts]
     if touched:  # the previous files are kept until the rollout ends (a rolled-back host runs them again)
         engine.files(touched, "discard")
@@ -489,12 +534,24 @@ def render_plan(result: RolloutResult) -> str:
     if result.unchanged:
         lines.append(f"unchanged (not restarted): {', '.join(result.unchanged)}")
     if result.router_changes:
-        lines.append(f"router script changed, NOT restarted by the rollout (run `provision pd up`): "
-                     f"{', '.join(result.router_changes)}")  # fmt: skip
+        lines.append(f"router changed: {', '.join(result.router_changes)} restarts after the servers (requests sent "
+                     "to it while it restarts fail: seconds)")  # fmt: skip
     return "\n".join(lines)
 
 
 def render_end(result: RolloutResult) -> str:
+    lines = []
+    for r in result.routers:
+        if r["ok"]:
+            lines.append(f"router {r['name']}: restarted {_secs(r['restart_seconds'])}, "
+                         f"ready {_secs(r['ready_seconds'])}, verified {_secs(r['verify_latency'])}")  # fmt: skip
+        else:
+            back = "previous script restored" if r.get("rolled_back") else f"NOT restored: {r.get('rollback_reason')}"
+            lines.append(f"router {r['name']}: FAILED ({back})")
+    return "\n".join([*lines, _outcome(result)])
+
+
+def _outcome(result: RolloutResult) -> str:
     if result.ok:
         n, m = len(result.changes), len(result.batches)
         return f"rollout ok: {n} servers in {m} batches, {_secs(result.seconds)}"

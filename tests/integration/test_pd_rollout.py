@@ -254,3 +254,20 @@ def test_nothing_changed_nothing_restarted(deployment: Deployment) -> None:
     assert deployment.pids() == before
     human = deployment.provision("pd", "rollout")
     assert human.code == 0 and "nothing to roll" in human.out
+
+
+def test_a_router_only_change_restarts_only_the_router(deployment: Deployment) -> None:
+    before = deployment.pids()
+    deployment.set_vars(router_health_check_interval=4)
+    result, report = deployment.rollout()
+    print(f"\nrouter-only rollout: exit {report['code']} in {report['seconds']}s; router {report['routers']}")
+    assert result.code == 0, json.dumps(report, indent=1)[-4000:]
+    assert report["changes"] == [] and report["batches"] == [] and report["router_changes"] == ["lab0-router"]
+    router = report["routers"][0]
+    assert router["ok"] and router["name"] == "lab0-router" and router["verify_latency"] > 0
+    after = deployment.pids()
+    assert after["lab0-router"] != before["lab0-router"]
+    assert {k: v for k, v in after.items() if k != "lab0-router"} == {
+        k: v for k, v in before.items() if k != "lab0-router"}  # fmt: skip
+    argv = deployment.cmdline("lab0", after["lab0-router"])
+    assert argv[argv.index("--health-check-interval-secs") + 1] == "4"

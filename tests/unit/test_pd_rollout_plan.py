@@ -58,10 +58,13 @@ class Hosts:
         if msg is not None:
             return Step(host, task, False, msg=msg)
         data: dict[str, Any] = {}
-        if task in ("env", "script"):
-            return Step(host, task, True, changed=host in self.changed and action == "template")
+        if task in ("env", "script") and action == "template":
+            return Step(host, task, True, changed=host in self.changed)
+        if task == "router script":
+            return Step(host, task, True, changed="router" in self.changed)
         if task == "status":
-            data = {"procs": [{"role": r, "running": True, "script_changed": False} for r in ("prefill", "decode")]}
+            roles = ("prefill", "decode", "router")
+            data = {"procs": [{"role": r, "running": True, "script_changed": False} for r in roles]}
         elif action == "stack":
             data = {"changed": host in self.stacked}
         elif action == "drain":
@@ -181,3 +184,21 @@ def test_a_router_that_will_not_take_them_back_fails_the_batch() -> None:
     result = rollout(hosts(2, 2), run)
     assert not result.ok and "re-admission: router_add" in (result.reason or "")
     assert result.failed_host == "p0"
+
+
+def test_a_changed_router_restarts_after_the_servers_alone() -> None:
+    run = Hosts(changed={"router"})
+    result = rollout(hosts(2, 2), run)
+    assert result.ok and result.changes == [] and result.router_changes == ["p0-router"]
+    assert [h for h, _, a in run.calls if a == "process"] == ["p0"]  # the router only, once
+    assert [a for a in run.actions("p0") if a in ("files", "process", "pd_wait", "pd_verify")] == [
+        "files", "process", "pd_wait", "pd_verify", "files"]  # fmt: skip
+    assert result.routers[0]["ok"] and "router p0-router: restarted" in render(result)
+
+
+def test_a_router_that_does_not_come_back_gets_its_previous_script() -> None:
+    run = Hosts(changed={"router"}, fail={("p0", "ready"): "p0-router did not answer /readiness"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.failed_host == "p0" and "did not answer /readiness" in (result.reason or "")
+    assert result.routers[0]["rolled_back"] is True
+    assert [t for h, t, a in run.calls if a == "files"][-3:] == ["files", "files", "files"]  # backup, restore, discard
