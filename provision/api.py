@@ -36,7 +36,6 @@ Imports the engine; never the command line (:mod:`provision.cli` is built on thi
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import shlex
@@ -89,6 +88,9 @@ from .magic import magic_vars
 from .masking import register_inventory_secrets
 from .modules.base import to_bool
 from .pd import PlanError, build, pd_host_names, validate_pd
+from .pd.rollout import Progress as RolloutProgress
+from .pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
+from .pd.rollout import Step as RolloutStep
 from .pd.status import all_up
 from .plan import check_plan
 from .playbook import Play, Task, load_playbook, parse_task
@@ -814,13 +816,45 @@ def pd_verify(
     return PdVerify(results)
 
 
-ROLLOUT_MODULE = "provision.pd.rollout"
+def rollout_runner(fleet: Fleet, opts: Options) -> RunTasks:
+    """``run(hosts, tasks)`` for :func:`provision.pd.rollout.rollout`: one play of the task dicts, run with the
+    executor (a run lock per host, like any run); each host's results in task order."""
+    options = run_options(fleet, opts)
+    options.limit = None  # the rollout picks its hosts itself (``only``)
+    path = playbook_path("pd-up.yml")  # templates resolve as in pd-up.yml
+
+    def run(hosts: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[RolloutStep]]:
+        play = Play(name="pd rollout", hosts=":".join(hosts), file="<pd rollout>", line=0, gather_facts=False,
+                    tasks=[parse_task(t, "<pd rollout>") for t in tasks])  # fmt: skip
+        out: dict[str, list[RolloutStep]] = {}
+        for r in execute([play], fleet.inventory, options, str(path), str(path.parent), opts.get("on_event")).results:
+            ok = r.ignored or r.status not in (Status.FAILED, Status.UNREACHABLE)
+            out.setdefault(r.host, []).append(RolloutStep(r.host, r.task, ok, r.changed, r.status is Status.SKIPPED,
+                                                          r.msg, dict(r.data), r.duration))  # fmt: skip
+        return out
+
+    return run
 
 
-def pd_rollout(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> RunResult:
-    """HOOK, not implemented here: a change applied to a SERVING deployment batch by batch (``provision pd
-    rollout``). Its engine, :mod:`provision.pd.rollout`, is being built separately; once it exists, wire it in
-    here (same shape as :func:`pd_up`: a ``RunResult``). Until then: :class:`UsageError`."""
-    if importlib.util.find_spec(ROLLOUT_MODULE) is None:
-        raise UsageError("pd_rollout: this build has no provision.pd.rollout yet")
-    raise NotImplementedError("pd_rollout: provision.pd.rollout exists; wire it into provision.api.pd_rollout")
+def pd_rollout(
+    hosts: Fleet | PathLike | Sequence[PathLike],
+    *,
+    rollout_options: RolloutOptions | None = None,
+    progress: RolloutProgress | None = None,
+    **opts: Unpack[Options],
+) -> RolloutResult:
+    """A change applied to a SERVING deployment batch by batch (``provision pd rollout``; docs/pd.md): the
+    layout checked first (:class:`InputError`), then :func:`provision.pd.rollout.rollout`. ``limit`` picks
+    the servers to roll; the plan, the routers and the peers stay the whole inventory. Prints nothing."""
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    extra = {**fleet.extra_vars, **_extra(opts.get("extra_vars"))}
+    check_layout(fleet.inventory, extra)
+    options = rollout_options or RolloutOptions()
+    limit = opts.get("limit", fleet.limit)
+    if limit:
+        options.only = frozenset(h.name for h in fleet.inventory.select(limit))
+    for name, key in (("server_timeout", "pd_server_timeout"), ("verify_timeout", "pd_verify_timeout")):
+        if extra.get(key) is not None:
+            setattr(options, name, float(extra[key]))
+    pd_vars = inventory_pd_vars(fleet.inventory, extra)
+    return rollout(pd_vars, rollout_runner(fleet, opts), options, progress=progress)

@@ -9,6 +9,8 @@
   healthy, 2 when one is not, 4 when a host is unreachable.
 * ``logs``: the tail of each process's log (``--role``, ``-n``).
 * ``verify``: one real generation through each router: text, latency, TTFT.
+* ``rollout``: a rolling update of the changed servers, batch by batch, drained through the routers, verified,
+  rolled back on failure (:func:`provision.api.pd_rollout` → :mod:`provision.pd.rollout`; this prints it).
 
 Each command calls its verb in :mod:`provision.api` (``pd_up`` is ``plan_pd_up`` + ``stop_run`` here, so
 that the recap comes between the run and the clean-up) and prints the result. Registered in the main group by
@@ -28,6 +30,7 @@ from ..api import check_layout as check_layout  # the PD layout check lives in t
 from ..api import inventory_pd_vars as inventory_pd_vars
 from ..commands import MASKER
 from ..errors import EXIT_OK, InputError
+from ..pd.rollout import BatchReport, RolloutOptions, RolloutResult, render, render_batch, render_end, render_plan
 from ..pd.status import table
 from .common import Seconds, api_options, common_options, execute, load_fleet, parse_extra_vars, quiet_listener
 
@@ -135,3 +138,31 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
         for r in verified.results:
             click.echo(MASKER.mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
     return verified.exit_code
+
+
+@pd.command("rollout")
+@common_options
+@click.option("--batch", default="1", show_default=True, help="servers per batch after the canary: N or N%")
+@click.option("--canary", type=click.IntRange(0, 1000), default=1, show_default=True, help="servers in batch 1")
+@click.option("--allow-downtime", is_flag=True, help="roll a role that has a single server (it stops serving)")
+@click.option("--drain-timeout", type=Seconds(), default=120.0, show_default=True,
+              help="seconds to wait for a server's requests to finish before it is restarted")  # fmt: skip
+def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: float, **kw: Any) -> int:
+    """Rolling update of the changed servers: drain, restart, verify, re-admit; roll back a failed batch."""
+    fleet, opts = _setup(kw, query=True)  # its many small plays are shown only with -v
+    json_mode = kw["json_mode"]
+
+    def progress(result: RolloutResult, batch: BatchReport | None) -> None:
+        text = render_plan(result) if batch is None else render_batch(batch)
+        if text:
+            click.echo(MASKER.mask(text))
+
+    options = RolloutOptions(batch=batch, canary=canary, allow_downtime=allow_downtime, drain_timeout=drain_timeout)
+    result = api.pd_rollout(fleet, rollout_options=options, progress=None if json_mode else progress, **opts)
+    if json_mode:
+        click.echo(json.dumps(MASKER.mask_obj(result.to_dict()), indent=2, default=str))
+    elif not result.batches and not result.changes and not result.ok:
+        click.echo(MASKER.mask(render(result)))  # it stopped before the plan: nothing was printed yet
+    else:
+        click.echo(MASKER.mask(render_end(result)))
+    return result.code

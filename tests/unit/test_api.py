@@ -3,7 +3,6 @@ output is built from them), the Fabric hosts → inventory mapping, and the laye
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -122,13 +121,12 @@ def test_event_stream_fans_out_in_order_and_masks_progress() -> None:
     assert isinstance(seen[6], TaskFinished) and seen[6].host == "a" and seen[8] == Message("x")
 
 
-def test_pd_rollout_is_a_named_hook(inv: Path) -> None:
-    if importlib.util.find_spec(api.ROLLOUT_MODULE) is None:
-        with pytest.raises(api.UsageError, match=r"provision\.pd\.rollout"):
-            api.pd_rollout(inv)
-    else:
-        with pytest.raises(NotImplementedError, match=r"wire it into provision\.api\.pd_rollout"):
-            api.pd_rollout(inv)
+def test_pd_rollout_checks_the_layout_first(tmp_path: Path) -> None:
+    """The rollout verb (its engine: provision.pd.rollout, tested in test_pd_rollout_plan.py and on the lab)."""
+    bad = tmp_path / "pd.yml"
+    bad.write_text("all:\n  children:\n    prefill:\n      hosts:\n        p1: {ansible_connection: local}\n")
+    with pytest.raises(api.InputError, match="the PD deployment is not valid"):
+        api.pd_rollout(bad)
 
 
 def test_the_api_and_the_fabric_tasks_do_not_load_click() -> None:

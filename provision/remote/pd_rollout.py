@@ -1,0 +1,359 @@
+"""The host side of ``provision pd rollout``: router worker control, drain, a pinned PD generation, and the
+previous launch files kept for a rollback.
+
+Usage: ``python3 - ACTION`` with a JSON request on stdin; prints ONE JSON line ``{"ok": bool, ...}`` (``msg``
+when not ok); exits 0 when it could answer, 2 on a bad request. Stdlib only (Python 3.6+). Every network wait
+is bounded by the request's ``timeout``.
+
+Router actions talk to the SGLang router's worker API (sglang-router 0.3.x: ``GET /workers`` lists
+``{"workers": [{"id", "url", "worker_type", "is_healthy", "load", ...}]}``; ``POST /workers`` with
+``{"url", "worker_type", "bootstrap_port"}`` and ``DELETE /workers/{id}`` answer 202 and do the work in the
+background, so each action polls ``GET /workers`` until it is done):
+
+* ``router_list`` ``{"router"}`` → ``workers``.
+* ``router_remove`` ``{"router", "urls", "timeout"}`` → removes each URL, waits until none is listed;
+  ``removed`` (the URLs that were there), ``seconds``.
+* ``router_add`` ``{"router", "workers": [{"url", "worker_type", "bootstrap_port"?}], "timeout"}`` → adds
+  those not listed, waits until each is listed and healthy; ``added``, ``seconds``.
+* ``router_metrics`` ``{"metrics_url"}`` → ``requests``: the router's count of ``/generate``-type requests
+  served (its Prometheus counters), ``counters`` the raw values summed.
+
+Server actions:
+
+* ``drain`` ``{"url", "timeout", "interval", "settle"}`` → polls the server's ``/v1/loads`` until it has no
+  running, waiting or (prefill) in-flight KV-sending request for ``settle`` seconds in a row; ``drained``,
+  ``seconds``, ``last`` (the last load seen), ``max_seen``.
+* ``pinned`` ``{"prefill", "decode", "bootstrap_host", "bootstrap_port", "prompt", "max_new_tokens",
+  "timeout"}`` → the same ``/generate`` sent to one prefill and one decode with the bootstrap fields that
+  pair them (what the router does): the decode's answer must carry tokens; ``text``, ``latency``.
+* ``stack`` ``{"pidfile", "python"}`` → ``changed`` when the running server has mapped the site-packages of
+  another venv than the one ``python`` (``VENV/bin/python``) resolves to now (``/proc/PID/maps`` shows real
+  paths): an install switched the ``VENV -> VENV.envs/ID`` link under it. ``venv``, ``loaded``.
+* ``files`` ``{"op": "backup"|"restore"|"discard", "paths", "python"?, "pidfile"?}`` → keeps ``PATH.rollout-prev``
+  copies of the launch script and env file (mode kept), puts them back, or removes them; ``done``. With
+  ``python``, the venv link too: ``backup`` records the env the running server loaded when the link now points
+  elsewhere (``VENV.rollout-prev``), ``restore`` points the link back at it (atomically).
+"""
+
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+PREV = ".rollout-prev"
+REQUEST_COUNTERS = ("smg_router_requests_total", "sgl_router_requests_total", "smg_http_requests_total")
+
+
+def http(method, url, body=None, timeout=10.0):
+    """(status or None, parsed JSON or text or None, error)."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw, status = resp.read(), resp.getcode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, None, exc.read().decode("utf-8", "replace")[:1000]
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, None, str(getattr(exc, "reason", exc))
+    text = raw.decode("utf-8", "replace")
+    try:
+        return status, json.loads(text), ""
+    except ValueError:
+        return status, text, ""
+
+
+def norm(url):
+    return url.rstrip("/")
+
+
+def list_workers(router):
+    status, doc, err = http("GET", norm(router) + "/workers")
+    if status != 200 or not isinstance(doc, dict):
+        raise RuntimeError("GET %s/workers: HTTP %s %s" % (norm(router), status, err))
+    return doc.get("workers") or []
+
+
+def router_list(req):
+    return {"ok": True, "workers": list_workers(req["router"])}
+
+
+def router_remove(req):
+    router, urls, started = req["router"], [norm(u) for u in req["urls"]], time.monotonic()
+    deadline = started + float(req.get("timeout", 60))
+    removed = []
+    for worker in list_workers(router):
+        if norm(worker.get("url", "")) in urls:
+            status, _, err = http("DELETE", "%s/workers/%s" % (norm(router), worker["id"]))
+            if status not in (200, 202, 204, 404):
+                return {
+                    "ok": False,
+                    "msg": "DELETE /workers/%s (%s): HTTP %s %s" % (worker["id"], worker["url"], status, err),
+                }
+            removed.append(norm(worker["url"]))
+    while True:
+        left = [w["url"] for w in list_workers(router) if norm(w.get("url", "")) in urls]
+        if not left:
+            return {"ok": True, "removed": removed, "seconds": round(time.monotonic() - started, 3)}
+        if time.monotonic() > deadline:
+            return {"ok": False, "msg": "the router still lists %s after %ss" % (", ".join(left), req.get("timeout"))}
+        time.sleep(0.2)
+
+
+def router_add(req):
+    router, started = req["router"], time.monotonic()
+    deadline = started + float(req.get("timeout", 120))
+    listed = {norm(w.get("url", "")) for w in list_workers(router)}
+    added = []
+    for worker in req["workers"]:
+        if norm(worker["url"]) in listed:
+            continue
+        body = {"url": norm(worker["url"]), "worker_type": worker["worker_type"]}
+        if worker.get("bootstrap_port") is not None:
+            body["bootstrap_port"] = int(worker["bootstrap_port"])
+        status, _, err = http("POST", norm(router) + "/workers", body)
+        if status not in (200, 201, 202):
+            return {"ok": False, "msg": "POST /workers %s: HTTP %s %s" % (body["url"], status, err)}
+        added.append(body["url"])
+    want = {norm(w["url"]) for w in req["workers"]}
+    while True:
+        healthy = {norm(w.get("url", "")) for w in list_workers(router) if w.get("is_healthy")}
+        if want <= healthy:
+            return {"ok": True, "added": added, "seconds": round(time.monotonic() - started, 3)}
+        if time.monotonic() > deadline:
+            missing = sorted(want - healthy)
+            return {
+                "ok": False,
+                "msg": "the router does not list %s as healthy after %ss" % (", ".join(missing), req.get("timeout")),
+            }
+        time.sleep(0.2)
+
+
+def router_metrics(req):
+    status, text, err = http("GET", req["metrics_url"], timeout=5)
+    if status != 200 or not isinstance(text, str):
+        return {"ok": False, "msg": "GET %s: HTTP %s %s" % (req["metrics_url"], status, err)}
+    counters = {}  # type: dict
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in REQUEST_COUNTERS and ("generate" in line or "completions" in line):
+            try:
+                counters[name] = counters.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    requests = max(counters.values()) if counters else None
+    return {"ok": True, "requests": requests, "counters": counters}
+
+
+def load_of(url):
+    """Requests on the server, every DP rank: running + waiting (the prefill's bootstrap queue and the decode's
+    prealloc and transfer queues are counted there) + the prefill's in-flight KV sends (None: no answer)."""
+    status, doc, _ = http("GET", norm(url) + "/v1/loads?include=core,disagg", timeout=5)
+    if status != 200 or not isinstance(doc, dict):
+        return None
+    total = 0
+    for d in doc.get("loads", []):
+        disagg = d.get("disaggregation") or {}
+        total += int(d.get("num_running_reqs", 0)) + int(d.get("num_waiting_reqs", 0))
+        total += int(disagg.get("prefill_inflight_queue_reqs", 0))
+    return total
+
+
+def drain(req):
+    started = time.monotonic()
+    deadline = started + float(req.get("timeout", 60))
+    interval, settle = float(req.get("interval", 0.25)), float(req.get("settle", 1.0))
+    idle_since, last, max_seen = None, None, 0
+    while True:
+        last = load_of(req["url"])
+        now = time.monotonic()
+        if last is not None:
+            max_seen = max(max_seen, last)
+        if last == 0:
+            idle_since = now if idle_since is None else idle_since
+            if now - idle_since >= settle:
+                return {
+                    "ok": True,
+                    "drained": True,
+                    "seconds": round(now - started, 3),
+                    "last": last,
+                    "max_seen": max_seen,
+                }
+        else:
+            idle_since = None
+        if now > deadline:
+            return {
+                "ok": True,
+                "drained": False,
+                "seconds": round(now - started, 3),
+                "last": last,
+                "max_seen": max_seen,
+            }
+        time.sleep(interval)
+
+
+def pinned(req):
+    """One PD request pinned to a prefill and a decode (both are sent the same body, as the router does)."""
+    timeout = float(req.get("timeout", 60))
+    body = {
+        "text": req.get("prompt", "Hello world"),
+        "sampling_params": {"max_new_tokens": int(req.get("max_new_tokens", 8)), "temperature": 0},
+        "bootstrap_host": req["bootstrap_host"],
+        "bootstrap_port": int(req["bootstrap_port"]),
+        "bootstrap_room": random.randint(0, 2**63 - 1),
+    }
+    answers = {}
+
+    def send(role, url):
+        answers[role] = http("POST", norm(url) + "/generate", body, timeout=timeout)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=send, args=(r, req[r]), daemon=True) for r in ("prefill", "decode")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 5)
+    latency = round(time.monotonic() - started, 3)
+    status, doc, err = answers.get("decode", (None, None, "no answer within %ss" % timeout))
+    p_status, _, p_err = answers.get("prefill", (None, None, "no answer within %ss" % timeout))
+    if status != 200 or not isinstance(doc, dict):
+        return {
+            "ok": False,
+            "msg": "decode %s: HTTP %s %s (prefill %s: HTTP %s %s)"
+            % (req["decode"], status, err, req["prefill"], p_status, p_err),
+            "latency": latency,
+        }
+    meta = doc.get("meta_info") or {}
+    tokens = meta.get("completion_tokens") or len(doc.get("output_ids") or [])
+    if not tokens:
+        return {"ok": False, "msg": ("decode %s answered without tokens: %r" % (req["decode"], doc))[:500]}
+    return {
+        "ok": True,
+        "text": doc.get("text", ""),
+        "completion_tokens": tokens,
+        "latency": latency,
+        "prefill_status": p_status,
+    }
+
+
+def venv_of(python):
+    """The venv a ``VENV/bin/python`` belongs to (as written, ``~`` expanded)."""
+    return os.path.dirname(os.path.dirname(os.path.expanduser(python)))
+
+
+def loaded_venvs(pidfile):
+    """The venv directories whose site-packages the process of ``pidfile`` has mapped (real paths: the kernel
+    resolves symlinks), or None when it is not running."""
+    try:
+        with open(os.path.expanduser(pidfile)) as f:
+            pid = int(json.load(f)["pid"])
+        with open("/proc/%d/maps" % pid) as f:
+            lines = f.read().splitlines()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    found = set()
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and "/site-packages/" in parts[5]:
+            found.add(parts[5].split("/lib/python", 1)[0])
+    return sorted(found)
+
+
+def stack(req):
+    """Does the server run the venv ``python`` points at now? (``changed``: it runs another one, e.g. the
+    previous env of ``<venv>.envs`` after an install switched the link.)"""
+    real = os.path.realpath(venv_of(req["python"]))
+    loaded = loaded_venvs(req["pidfile"])
+    changed = bool(loaded) and real not in loaded
+    return {"ok": True, "venv": real, "loaded": loaded, "changed": changed}
+
+
+def keep_venv(req, op):
+    """The venv link's previous target, kept beside it: recorded (the env the running server loaded, when the
+    link now points elsewhere), put back (the link re-pointed atomically), or removed."""
+    if not req.get("python"):
+        return None
+    venv = venv_of(req["python"])
+    prev = venv.rstrip("/") + PREV
+    if op == "backup" and os.path.islink(venv):
+        loaded = loaded_venvs(req.get("pidfile") or "") or []
+        real = os.path.realpath(venv)
+        old = [d for d in loaded if d != real]
+        if old:
+            with open(prev, "w") as f:
+                f.write(old[0])
+            return venv
+    elif op == "restore" and os.path.exists(prev):
+        with open(prev) as f:
+            target = f.read().strip()
+        if os.path.isdir(target):
+            tmp = venv.rstrip("/") + ".rollout-link"
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(target, tmp)
+            os.replace(tmp, venv)
+            return venv
+    elif op == "discard" and os.path.exists(prev):
+        os.unlink(prev)
+        return venv
+    return None
+
+
+def files(req):
+    op, done = req["op"], []
+    venv = keep_venv(req, op)
+    if venv:
+        done.append(venv)
+    for path in (os.path.expanduser(p) for p in req["paths"]):
+        prev = path + PREV
+        if op == "backup" and os.path.exists(path):
+            shutil.copy2(path, prev)
+            done.append(path)
+        elif op == "restore" and os.path.exists(prev):
+            tmp = path + ".rollout-tmp"
+            shutil.copy2(prev, tmp)
+            os.replace(tmp, path)
+            done.append(path)
+        elif op == "discard" and os.path.exists(prev):
+            os.unlink(prev)
+            done.append(path)
+    return {"ok": True, "done": done}
+
+
+ACTIONS = {
+    "router_list": router_list,
+    "router_remove": router_remove,
+    "router_add": router_add,
+    "router_metrics": router_metrics,
+    "drain": drain,
+    "pinned": pinned,
+    "files": files,
+    "stack": stack,
+}
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
+        print(json.dumps({"ok": False, "msg": "usage: pd_rollout.py %s" % "|".join(sorted(ACTIONS))}))
+        return 2
+    try:
+        req = json.loads(sys.stdin.read() or "{}")
+        answer = ACTIONS[sys.argv[1]](req)
+    except (KeyError, TypeError, ValueError) as exc:
+        print(json.dumps({"ok": False, "msg": "bad request: %s" % exc}))
+        return 2
+    except (RuntimeError, OSError) as exc:
+        answer = {"ok": False, "msg": str(exc)}
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

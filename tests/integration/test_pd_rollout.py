@@ -1,0 +1,277 @@
+"""``provision pd rollout`` end to end on four lab hosts in CPU mode: REAL SGLang servers (prefill on lab0 and
+lab1, decode on lab2 and lab3), the REAL router on lab0, and a client that sends requests through the router
+all along, each checked for a completion.
+
+The tests run in order and share the deployment (four CPU servers: about 10 GB of RAM; run this file alone):
+up → a rollout of a changed server flag and a changed ``pd_env`` (zero failed client requests, each server
+restarted once with the new command line and env, every batch verified, the router untouched) → a rollout
+whose new launch command cannot start (the canary rolls back, the others keep their pids, zero client
+failures, exit 2) → a rollout with nothing to change touches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers import CliResult, run_cli
+from tests.stack_support import VENV, SglangStack, install_sglang_stack
+
+pytestmark = pytest.mark.lab
+
+SERVERS = {"lab0": "prefill", "lab1": "prefill", "lab2": "decode", "lab3": "decode"}
+BASE_ARGS = ["--sleep-on-idle"]  # four CPU servers on a small machine: no busy polling while idle
+NEW_ARGS = [*BASE_ARGS, "--max-running-requests", "48"]
+FAILING_CMD = ["/bin/sh", "-c", "echo 'boom: the new server cannot start' >&2; exit 3", "fake-sglang"]
+
+
+@dataclass
+class Client:
+    """Requests through the router, back to back on two threads (short ones, long ones), each checked for a
+    completion."""
+
+    url: str
+    served: int = 0
+    failures: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def one(self, n: int, tokens: int) -> None:
+        body = {"text": f"request {n}", "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+        req = urllib.request.Request(f"{self.url}/generate", json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                doc = json.loads(resp.read())
+            got = (doc.get("meta_info") or {}).get("completion_tokens") or len(doc.get("output_ids") or [])
+            error = None if resp.status == 200 and got else f"no completion: {str(doc)[:300]}"
+        except urllib.error.HTTPError as exc:
+            error = f"HTTP {exc.code}: {exc.read()[:300]!r}"
+        except (OSError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            if error is None:
+                self.served += 1
+                self.latencies.append(time.monotonic() - started)
+            else:
+                self.failures.append(f"request {n}: {error}")
+
+    def loop(self, k: int) -> None:
+        n = k
+        while not self.stop.is_set():
+            self.one(n, 4 if k == 0 else 64)  # short ones, and long ones that a drain has to wait for
+            n += 2
+            time.sleep(0.1)
+
+    def __enter__(self) -> Client:
+        self.threads = [threading.Thread(target=self.loop, args=(k,), daemon=True) for k in range(2)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(150)
+
+
+@dataclass
+class Deployment:
+    lab: Any
+    inventory: Path
+    workdir: Path
+
+    def provision(self, *argv: str) -> CliResult:
+        old = Path.cwd()
+        os.chdir(self.workdir)
+        try:
+            return run_cli([*argv, "-i", str(self.inventory)])
+        finally:
+            os.chdir(old)
+
+    def rollout(self, *extra: str) -> tuple[CliResult, dict[str, Any]]:
+        result = self.provision("pd", "rollout", "--json", *extra)
+        try:
+            return result, json.loads(result.out)
+        except ValueError:
+            pytest.fail(f"pd rollout printed no JSON (exit {result.code}): {result.out[-2000:]}{result.err[-4000:]}")
+
+    def pids(self) -> dict[str, int]:
+        """Each process's pid; every one must be running (its /health may be slow on a busy machine: status
+        exits 2 when one does not answer within 2 s, which is not what this reads)."""
+        result = self.provision("pd", "status", "--json")
+        assert result.code in (0, 2), result.out + result.err
+        rows = json.loads(result.out)["procs"]
+        assert all(r["running"] for r in rows), result.out
+        return {r["name"]: r["pid"] for r in rows}
+
+    def set_vars(self, **values: Any) -> None:
+        inv = yaml.safe_load(self.inventory.read_text())
+        inv["all"].setdefault("vars", {}).update(values)
+        self.inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
+
+    def index(self, host: str) -> int:
+        return int(host.removeprefix("lab"))
+
+    def cmdline(self, host: str, pid: int) -> list[str]:
+        out = self.lab.run_as(self.index(host), ["cat", f"/proc/{pid}/cmdline"]).stdout
+        return out.split("\0")
+
+    def environ(self, host: str, pid: int) -> str:
+        return str(self.lab.run_as(self.index(host), ["cat", f"/proc/{pid}/environ"]).stdout)
+
+    def leftovers(self, host: str) -> str:
+        listing = self.lab.run_as(self.index(host), ["sh", "-c", "ls .provision/pd/ | grep rollout-prev || true"])
+        return str(listing.stdout)
+
+
+@pytest.fixture(scope="module")
+def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    workdir = tmp_path_factory.mktemp("pd-rollout")
+    install_sglang_stack(lab, [1, 2, 3], workdir / "install")  # the other hosts' venvs, from the warm uv cache
+    common = {"sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3"}
+    inventory = lab.write_inventory(
+        workdir / "hosts.yml",
+        extra_host_vars={name: common for name in SERVERS},
+        groups={"prefill": ["lab0", "lab1"], "decode": ["lab2", "lab3"], "router": ["lab0"]},
+    )
+    old = os.environ.get("PROVISION_SSH_CONFIG")
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    deployed = Deployment(lab, inventory, workdir)
+    deployed.set_vars(sglang_extra_args=BASE_ARGS, pd_env={"PROVISION_ROLLOUT_MARK": "v1"})
+    try:
+        started = time.monotonic()
+        result = deployed.provision("pd", "up")
+        assert result.code == 0, result.out[-4000:] + result.err[-2000:]
+        print(f"\npd up of 2 prefill + 2 decode + router: {time.monotonic() - started:.1f}s")
+        yield deployed
+    finally:
+        deployed.provision("pd", "down")
+        if old is None:
+            os.environ.pop("PROVISION_SSH_CONFIG", None)
+        else:
+            os.environ["PROVISION_SSH_CONFIG"] = old
+
+
+def router_url(d: Deployment) -> str:
+    return f"http://{d.lab.hosts[0].address}:8000"
+
+
+def show(report: dict[str, Any], client: Client, seconds: float) -> None:
+    print(f"\nrollout: exit {report['code']} in {seconds:.1f}s; client: {client.served} served, "
+          f"{len(client.failures)} failed; latency max {max(client.latencies, default=0):.2f}s")  # fmt: skip
+    for b in report["batches"]:
+        print(f"  batch {b['number']} {b['hosts']} ok={b['ok']} {b['seconds']}s removed {b['removed_seconds']}s "
+              f"drain {b['drain']} restart {b['restart_seconds']} health {b['health_seconds']} "
+              f"verify {b['verify']} readmit {b['readmit_seconds']}s served {b['served']} "
+              f"rolled_back={b['rolled_back']} {b['reason'] or ''}")  # fmt: skip
+
+
+def test_rollout_of_a_flag_and_pd_env_loses_no_request(deployment: Deployment) -> None:
+    before = deployment.pids()
+    deployment.set_vars(sglang_extra_args=NEW_ARGS, pd_env={"PROVISION_ROLLOUT_MARK": "v2"})
+    started = time.monotonic()
+    with Client(router_url(deployment)) as client:
+        time.sleep(3)  # requests are flowing before the rollout starts
+        result, report = deployment.rollout("--batch", "2")
+        time.sleep(3)  # and after it ends
+    show(report, client, time.monotonic() - started)
+    assert result.code == 0, json.dumps(report, indent=1)[-6000:]
+    assert client.failures == [], client.failures[:10]
+    assert client.served > 0
+    changes = {c["host"]: c for c in report["changes"]}
+    assert set(changes) == set(SERVERS)
+    assert all(set(c["reasons"]) == {"env", "script"} for c in changes.values()), changes
+    # canary first, then batches that always leave a prefill and a decode in the routers
+    batches = report["batches"]
+    assert batches[0]["canary"] and len(batches[0]["hosts"]) == 1
+    rolled = [h for b in batches for h in b["hosts"]]
+    assert sorted(rolled) == sorted(SERVERS)  # each server in exactly one batch
+    for b in batches:
+        assert b["ok"] and not b["rolled_back"]
+        for role in ("prefill", "decode"):
+            assert sum(SERVERS[h] == role for h in b["hosts"]) < 2
+        for host in b["hosts"]:
+            assert b["drain"][host]["drained"] is True
+            assert b["verify"][host]["tokens"] >= 1
+    after = deployment.pids()
+    for host, role in SERVERS.items():
+        name = f"{host}-{role}"
+        assert after[name] != before[name], f"{name} was not restarted"
+        argv = deployment.cmdline(host, after[name])
+        assert "--max-running-requests" in argv and "48" in argv, argv
+        assert "PROVISION_ROLLOUT_MARK=v2" in deployment.environ(host, after[name])
+        assert deployment.leftovers(host) == ""  # the previous files are removed when the rollout ends well
+    assert after["lab0-router"] == before["lab0-router"]  # the router is never restarted
+    assert report["router_changes"] == []
+
+
+def test_a_failing_new_command_rolls_the_canary_back(deployment: Deployment) -> None:
+    before = deployment.pids()
+    script_before = deployment.lab.run_as(0, ["cat", ".provision/pd/lab0-prefill.sh"]).stdout
+    started = time.monotonic()
+    with Client(router_url(deployment)) as client:
+        time.sleep(3)
+        result, report = deployment.rollout("--batch", "2", "-e", json.dumps({"sglang_server_cmd": FAILING_CMD}))
+        time.sleep(3)
+    show(report, client, time.monotonic() - started)
+    assert result.code == 2, json.dumps(report, indent=1)[-6000:]
+    assert client.failures == [], client.failures[:10]
+    assert client.served > 0
+    assert len(report["batches"]) == 1  # the canary only: later batches are never started
+    canary = report["batches"][0]
+    assert canary["hosts"] == ["lab0"] and not canary["ok"]
+    assert report["failed_host"] == "lab0" and canary["failed_host"] == "lab0"
+    assert "lab0-prefill exited" in report["reason"] and "boom: the new server cannot start" in report["reason"]
+    assert canary["rolled_back"] and canary["rollback"]["ok"], canary["rollback"]
+    assert canary["rollback"]["verify"]["lab0"]["tokens"] >= 1
+    after = deployment.pids()
+    assert after["lab0-prefill"] != before["lab0-prefill"]  # the canary runs its previous script again
+    for name in ("lab1-prefill", "lab2-decode", "lab3-decode", "lab0-router"):
+        assert after[name] == before[name], f"{name} was touched"
+    assert deployment.lab.run_as(0, ["cat", ".provision/pd/lab0-prefill.sh"]).stdout == script_before
+    argv = deployment.cmdline("lab0", after["lab0-prefill"])
+    assert "--max-running-requests" in argv  # the previous (current) command line, not the failing one
+    assert deployment.leftovers("lab0") == ""
+
+
+def test_nothing_changed_nothing_restarted(deployment: Deployment) -> None:
+    before = deployment.pids()
+    result, report = deployment.rollout()
+    assert result.code == 0, result.err[-3000:]
+    assert report["changes"] == [] and report["batches"] == []
+    assert sorted(report["unchanged"]) == sorted(f"{h}-{r}" for h, r in SERVERS.items())
+    assert deployment.pids() == before
+    human = deployment.provision("pd", "rollout")
+    assert human.code == 0 and "nothing to roll" in human.out
+
+
+def test_a_router_only_change_restarts_only_the_router(deployment: Deployment) -> None:
+    before = deployment.pids()
+    deployment.set_vars(router_health_check_interval=4)
+    result, report = deployment.rollout()
+    print(f"\nrouter-only rollout: exit {report['code']} in {report['seconds']}s; router {report['routers']}")
+    assert result.code == 0, json.dumps(report, indent=1)[-4000:]
+    assert report["changes"] == [] and report["batches"] == [] and report["router_changes"] == ["lab0-router"]
+    router = report["routers"][0]
+    assert router["ok"] and router["name"] == "lab0-router" and router["verify_latency"] > 0
+    after = deployment.pids()
+    assert after["lab0-router"] != before["lab0-router"]
+    assert {k: v for k, v in after.items() if k != "lab0-router"} == {
+        k: v for k, v in before.items() if k != "lab0-router"}  # fmt: skip
+    script = deployment.lab.run_as(0, ["cat", ".provision/pd/lab0-router.sh"]).stdout
+    assert "--health-check-interval-secs 4" in script  # the new script is the one that runs (pid above)

@@ -1,0 +1,90 @@
+"""The host side of the rollout (provision/remote/pd_rollout.py), run here as on a host: a stack change is seen
+in a REAL process's ``/proc/PID/maps`` (the venv link switched under a running server), the previous venv and
+launch files are kept, put back and removed; a drain of a server that does not answer times out, bounded."""
+
+from __future__ import annotations
+
+import _csv
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision import remote
+
+
+def helper(action: str, request: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, str(remote.path("pd_rollout.py")), action], input=json.dumps(request),
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return dict(json.loads(out.stdout.splitlines()[-1]))
+
+
+def fake_env(root: Path, name: str) -> Path:
+    """A venv-like dir whose site-packages holds a real extension module (a copy of the stdlib's _csv)."""
+    site = root / "venv.envs" / name / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    so = Path(str(_csv.__file__))
+    (site / so.name).write_bytes(so.read_bytes())
+    (root / "venv.envs" / name / "bin").mkdir()
+    return site
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A process that loaded an extension module from env A's site-packages; ``venv`` links to env A."""
+    site = fake_env(tmp_path, "A")
+    fake_env(tmp_path, "B")
+    venv = tmp_path / "venv"
+    venv.symlink_to(tmp_path / "venv.envs" / "A")
+    code = f"import sys; sys.path.insert(0, {str(site)!r}); sys.modules.pop('_csv', None); import _csv; " \
+           "print(_csv.__file__, flush=True); import time; time.sleep(60)"  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and str(site) in proc.stdout.readline()
+    pidfile = tmp_path / "server.json"
+    pidfile.write_text(json.dumps({"pid": proc.pid}))
+    try:
+        yield {"venv": venv, "python": str(venv / "bin" / "python"), "pidfile": str(pidfile), "root": tmp_path}
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_a_switched_venv_is_seen_kept_and_put_back(server: dict[str, Any]) -> None:
+    venv, root = server["venv"], server["root"]
+    req = {"python": server["python"], "pidfile": server["pidfile"]}
+    same = helper("stack", req)
+    assert same["changed"] is False and same["loaded"] == [str(root / "venv.envs" / "A")]
+    venv.unlink()
+    venv.symlink_to(root / "venv.envs" / "B")  # what an install does: the link now points at the new env
+    switched = helper("stack", req)
+    assert switched["changed"] is True and switched["venv"] == str(root / "venv.envs" / "B")
+    script = root / "s.sh"
+    script.write_text("old")
+    files = {**req, "paths": [str(script)]}
+    assert helper("files", {**files, "op": "backup"})["done"] == [str(venv), str(script)]
+    script.write_text("new")
+    assert helper("files", {**files, "op": "restore"})["done"] == [str(venv), str(script)]
+    assert os.readlink(venv) == str(root / "venv.envs" / "A") and script.read_text() == "old"
+    assert helper("stack", req)["changed"] is False
+    helper("files", {**files, "op": "discard"})
+    assert sorted(p.name for p in root.iterdir() if "rollout" in p.name) == []
+
+
+def test_no_running_server_is_no_stack_change(tmp_path: Path) -> None:
+    answer = helper("stack", {"python": str(tmp_path / "venv/bin/python"), "pidfile": str(tmp_path / "none.json")})
+    assert answer["ok"] and answer["changed"] is False and answer["loaded"] is None
+
+
+def test_a_drain_of_a_server_that_does_not_answer_is_bounded() -> None:
+    started = time.monotonic()
+    answer = helper("drain", {"url": "http://127.0.0.1:9", "timeout": 1.5, "interval": 0.2, "settle": 0.5})
+    assert answer["ok"] and answer["drained"] is False and answer["last"] is None
+    print(f"drain gave up after {time.monotonic() - started:.1f}s")

@@ -1,0 +1,204 @@
+"""The rollout's plan and order (provision/pd/rollout.py) against a scripted runner: which servers change, the
+batches (canary first, never the last server of a role), the refusal up front, the order of the steps of a
+batch, and the rollback of a failed one. The lab test (tests/integration/test_pd_rollout.py) runs it for real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.cli import cli
+from provision.cli.pd import pd
+from provision.errors import InputError
+from provision.pd import build
+from provision.pd.rollout import RolloutOptions, ServerChange, Step, batch_size, plan_batches, render, rollout
+from tests.helpers import run_cli
+from tests.unit.test_pd_cli import inventory
+
+if "pd" not in cli.commands:  # provision/cli/app.py registers it
+    cli.add_command(pd)
+
+
+def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for i in range(prefill):
+        groups = ["prefill", "router"] if i == 0 else ["prefill"]
+        out[f"p{i}"] = {"group_names": groups, "ansible_host": f"10.0.0.{i + 1}", "sglang_device": "cpu"}
+    for i in range(decode):
+        out[f"d{i}"] = {"group_names": ["decode"], "ansible_host": f"10.0.1.{i + 1}", "sglang_device": "cpu"}
+    return out
+
+
+class Hosts:
+    """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls."""
+
+    def __init__(self, changed: set[str], fail: dict[tuple[str, str], str] | None = None,
+                 stacked: frozenset[str] = frozenset()) -> None:  # fmt: skip
+        self.changed, self.fail, self.stacked = changed, fail or {}, stacked
+        self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
+
+    def __call__(self, names: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
+        out: dict[str, list[Step]] = {}
+        for host in names:
+            steps = out.setdefault(host, [])
+            for task in tasks:
+                module = next(k for k in task if k not in ("name", "register", "check_mode", "when"))
+                action = (task[module] or {}).get("action", module) if module == "pd_rollout_step" else module
+                self.calls.append((host, task["name"], action))
+                msg = self.fail.pop((host, task["name"]), None)
+                steps.append(self.result(host, task["name"], action, msg))
+                if msg is not None:
+                    break
+        return out
+
+    def result(self, host: str, task: str, action: str, msg: str | None) -> Step:
+        if msg is not None:
+            return Step(host, task, False, msg=msg)
+        data: dict[str, Any] = {}
+        if task in ("env", "script") and action == "template":
+            return Step(host, task, True, changed=host in self.changed)
+        if task == "router script":
+            return Step(host, task, True, changed="router" in self.changed)
+        if task == "status":
+            roles = ("prefill", "decode", "router")
+            data = {"procs": [{"role": r, "running": True, "script_changed": False} for r in roles]}
+        elif action == "stack":
+            data = {"changed": host in self.stacked}
+        elif action == "drain":
+            data = {"seconds": 0.5, "drained": True, "max_seen": 1, "last": 0}
+        elif action == "pinned":
+            data = {"latency": 0.2, "text": "x", "completion_tokens": 8}
+        elif action == "router_metrics":
+            data = {"requests": 10 * len(self.calls)}
+        return Step(host, task, True, data=data, seconds=1.0)
+
+    def actions(self, host: str | None = None) -> list[str]:
+        return [a for h, _, a in self.calls if host is None or h == host]
+
+
+def test_batch_size() -> None:
+    assert batch_size("2", 4) == 2 and batch_size("25%", 4) == 1 and batch_size("50%", 5) == 3
+    for bad in ("0", "-1", "x", "0%", "150%"):
+        with pytest.raises(InputError):
+            batch_size(bad, 4)
+
+
+def change(host: str, role: str) -> ServerChange:
+    return ServerChange(host, role, f"{host}-{role}", "", ["script"])
+
+
+def test_batches_keep_a_server_of_each_role() -> None:
+    d = build(hosts(2, 2))
+    changes = [change("p0", "prefill"), change("p1", "prefill"), change("d0", "decode"), change("d1", "decode")]
+    batches = plan_batches(d, changes, RolloutOptions(batch="100%"))
+    assert [[c.host for c in b] for b in batches] == [["p0"], ["p1", "d0"], ["d1"]]
+    batches = plan_batches(d, changes, RolloutOptions(batch="1", canary=0))
+    assert [[c.host for c in b] for b in batches] == [["p0"], ["p1"], ["d0"], ["d1"]]
+
+
+def test_a_single_server_of_a_role_is_refused_unless_downtime_is_allowed() -> None:
+    d = build(hosts(1, 2))
+    changes = [change("p0", "prefill"), change("d0", "decode")]
+    with pytest.raises(InputError, match="p0-prefill on p0 needs a restart and is the only prefill server"):
+        plan_batches(d, changes, RolloutOptions())
+    batches = plan_batches(d, changes, RolloutOptions(batch="2", allow_downtime=True))
+    assert [[c.host for c in b] for b in batches] == [["p0"], ["d0"]]
+    # nothing to roll: nothing refused
+    assert plan_batches(d, [change("d0", "decode")], RolloutOptions()) == [[change("d0", "decode")]]
+
+
+def test_refused_before_any_change() -> None:
+    run = Hosts(changed={"p0"})
+    with pytest.raises(InputError):
+        rollout(hosts(1, 1), run)
+    assert set(run.actions()) <= {"pd_config", "template", "pd_status", "stack"}  # only the read-only detection
+
+
+def test_the_order_of_a_batch() -> None:
+    run = Hosts(changed={"d1"})
+    result = rollout(hosts(2, 2), run)
+    assert result.ok and result.code == 0
+    assert [c.host for c in result.changes] == ["d1"] and sorted(result.unchanged) == ["d0-decode", "p0-prefill",
+                                                                                      "p1-prefill"]  # fmt: skip
+    order = [a for a in run.actions() if a not in ("pd_config", "pd_status", "template", "router_metrics", "stack")]
+    assert order == ["router_remove", "drain", "files", "process", "pd_wait", "pinned", "router_add", "files"]
+    assert [h for h, _, a in run.calls if a == "process"] == ["d1"]  # only the changed server restarts
+    assert [h for h, _, a in run.calls if a.startswith("router_") and a != "router_metrics"] == ["p0", "p0"]
+    report = result.batches[0]
+    assert report.canary and report.ok and report.drain["d1"]["drained"] and report.verify["d1"]["peer"] == "p0-prefill"
+    assert "rollout ok: 1 servers in 1 batches" in render(result)
+
+
+def test_a_failed_batch_is_rolled_back_and_stops_the_rollout() -> None:
+    run = Hosts(changed={"p0", "p1", "d0", "d1"}, fail={("p0", "health"): "p0-prefill exited while starting"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.code == 2
+    assert result.failed_host == "p0" and "exited while starting" in (result.reason or "")
+    assert len(result.batches) == 1 and result.batches[0].rolled_back and result.batches[0].rollback["ok"]
+    # the canary: backup, new files, restart (fails) → restore, restart, verify, re-admit; nobody else restarted
+    assert [h for h, _, a in run.calls if a == "process"] == ["p0", "p0"]
+    files = [t for h, t, a in run.calls if a == "files"]
+    assert len(files) == 3  # backup, restore, discard
+    assert run.actions("p0")[-2:] == ["pd_config", "files"]
+    assert "router_add" in run.actions("p0")
+    assert "FAILED on p0" in render(result)
+
+
+def test_only_rolls_the_limited_hosts() -> None:
+    run = Hosts(changed={"p0", "d0", "d1"})
+    result = rollout(hosts(2, 2), run, RolloutOptions(only=frozenset({"d1"})))
+    assert result.ok and [c.host for c in result.changes] == ["d1"]
+    assert {"p0-prefill", "d0-decode"} <= set(result.unchanged)
+    assert [h for h, _, a in run.calls if a == "process"] == ["d1"]
+
+
+def test_cli_refuses_an_invalid_layout_and_a_bad_batch(tmp_path: Path) -> None:
+    bad = run_cli(["pd", "rollout", "-i", str(inventory(tmp_path, router_port=30000))])
+    assert bad.code == 5 and "the PD deployment is not valid" in bad.err
+    unreachable = run_cli(["pd", "rollout", "-i", str(inventory(tmp_path)), "--connect-timeout", "1", "--json"])
+    assert unreachable.code == 2  # the state of the servers cannot be read: nothing is touched
+    doc = json.loads(unreachable.out)
+    assert doc["batches"] == [] and doc["failed_host"] in ("p1", "d1") and "cannot read its state" in doc["reason"]
+
+
+def test_a_server_running_another_venv_is_a_change() -> None:
+    run = Hosts(changed=set(), stacked=frozenset({"p1"}))
+    result = rollout(hosts(2, 2), run)
+    assert result.ok and [(c.host, c.reasons) for c in result.changes] == [("p1", ["stack"])]
+    assert [h for h, _, a in run.calls if a == "process"] == ["p1"]
+
+
+def test_a_router_that_will_not_let_go_stops_before_any_restart() -> None:
+    run = Hosts(changed={"p0", "p1", "d0", "d1"}, fail={("p0", "router_remove"): "router_remove: HTTP 500"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.code == 2 and "could not take the batch out of the routers" in (result.reason or "")
+    assert "process" not in run.actions()  # nothing was restarted
+    assert "router_add" in run.actions("p0")  # whatever left the router is put back
+
+
+def test_a_router_that_will_not_take_them_back_fails_the_batch() -> None:
+    run = Hosts(changed={"d1"}, fail={("p0", "router_add"): "router_add: the router does not list it"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and "re-admission: router_add" in (result.reason or "")
+    assert result.failed_host == "p0"
+
+
+def test_a_changed_router_restarts_after_the_servers_alone() -> None:
+    run = Hosts(changed={"router"})
+    result = rollout(hosts(2, 2), run)
+    assert result.ok and result.changes == [] and result.router_changes == ["p0-router"]
+    assert [h for h, _, a in run.calls if a == "process"] == ["p0"]  # the router only, once
+    assert [a for a in run.actions("p0") if a in ("files", "process", "pd_wait", "pd_verify")] == [
+        "files", "process", "pd_wait", "pd_verify", "files"]  # fmt: skip
+    assert result.routers[0]["ok"] and "router p0-router: restarted" in render(result)
+
+
+def test_a_router_that_does_not_come_back_gets_its_previous_script() -> None:
+    run = Hosts(changed={"router"}, fail={("p0", "ready"): "p0-router did not answer /readiness"})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.failed_host == "p0" and "did not answer /readiness" in (result.reason or "")
+    assert result.routers[0]["rolled_back"] is True
+    assert [t for h, t, a in run.calls if a == "files"][-3:] == ["files", "files", "files"]  # backup, restore, discard
