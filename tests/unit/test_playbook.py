@@ -99,7 +99,8 @@ def test_a_block_is_flattened_with_its_place_and_what_it_passes_down(tmp_path: P
         ("- block: [{debug: {msg: x}}]\n      loop: [1]", "'loop' is not supported on a block"),
         ("- {debug: {msg: x}, rescue: [{debug: {msg: y}}]}", "rescue is a key of a block"),
         ("- block: {debug: {msg: x}}", "block must be a list of tasks"),
-        ("- include_tasks: other.yml", "include_tasks is not supported"),
+        ("- include_tasks: other.yml", "include_tasks: other.yml does not exist"),
+        ("- include_role: {name: r}", "include_role is not supported"),
     ],
 )
 def test_what_a_block_cannot_carry_is_refused_with_its_line(tmp_path: Path, task: str, message: str) -> None:
