@@ -38,17 +38,22 @@ def _refuse_unsupported(name: str, args: Any) -> None:
 
 
 def _read(ctx: ModuleContext, path: str) -> tuple[dict[str, Any], bytes | None]:
-    """The file's state and content (None when there is no file)."""
+    """The file's state and content (None when there is no file); :class:`_Refused` (with the module's failed
+    result) for a directory or a file too large to edit."""
     st = remote_stat(ctx, [path], hash=True, want=NO_HASH, content_limit=READ_LIMIT)[0]
+    if st.get("ftype") == "directory":
+        raise _Refused(ModuleResult(failed=True, msg=f"Path {path} is a directory !", data={"rc": 256}))
     if not st["exists"]:
         return st, None
     if st.get("ftype") == "file" and "content" not in st:
-        raise _Refused(f"{path} is larger than {READ_LIMIT >> 20} MiB: not edited")
+        raise _Refused(ModuleResult(failed=True, msg=f"{path} is larger than {READ_LIMIT >> 20} MiB: not edited"))
     return st, base64.b64decode(st.get("content", ""))
 
 
 class _Refused(Exception):
-    pass
+    def __init__(self, result: ModuleResult) -> None:
+        super().__init__(result.msg)
+        self.result = result
 
 
 def _write(ctx: ModuleContext, path: str, data: bytes, args: dict[str, Any], exists: bool) -> ModuleResult:
@@ -71,10 +76,6 @@ def _finish(result: ModuleResult, msg: str, st: dict[str, Any], args: dict[str, 
         msg = f"{msg} and {ATTRS_CHANGED}" if msg else ATTRS_CHANGED
     result.msg = msg
     return result
-
-
-def _is_dir(st: dict[str, Any]) -> bool:
-    return st.get("ftype") == "directory"
 
 
 # -------------------------------------------------------------------------------------------- lineinfile
@@ -108,9 +109,7 @@ class LineInFile(Module):
         try:
             st, content = _read(ctx, path)
         except _Refused as exc:
-            return ModuleResult(failed=True, msg=str(exc))
-        if _is_dir(st):
-            return ModuleResult(failed=True, msg=f"Path {path} is a directory !", data={"rc": 256})
+            return exc.result
         if args["state"] == "absent":
             if content is None:
                 return ModuleResult(msg="file not present", data={"found": 0})
@@ -262,9 +261,7 @@ class BlockInFile(Module):
         try:
             st, content = _read(ctx, path)
         except _Refused as exc:
-            return ModuleResult(failed=True, msg=str(exc))
-        if _is_dir(st):
-            return ModuleResult(failed=True, msg=f"Path {path} is a directory !", data={"rc": 256})
+            return exc.result
         present = args["state"] == "present"
         if content is None and not args["create"]:
             return ModuleResult(failed=True, msg=f"Path {path} does not exist !", data={"rc": 257})
@@ -376,9 +373,7 @@ class Replace(Module):
         try:
             st, raw = _read(ctx, path)
         except _Refused as exc:
-            return ModuleResult(failed=True, msg=str(exc))
-        if _is_dir(st):
-            return ModuleResult(failed=True, msg=f"Path {path} is a directory !", data={"rc": 256})
+            return exc.result
         if raw is None:
             return ModuleResult(failed=True, msg=f"Path {path} does not exist !", data={"rc": 257})
         encoding = args["encoding"]

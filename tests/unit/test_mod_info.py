@@ -7,16 +7,11 @@ except the access time (reading a file for its checksum may move it).
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from ansible_ref import ansible_results
 
 from provision.catalog import lookup
 from provision.modules.base import ModuleContext
@@ -52,24 +47,7 @@ def _cases(root: Path) -> list[tuple[str, Any]]:
 
 
 def _ansible(root: Path, cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    tasks: list[dict[str, Any]] = [
-        {module: args, "register": f"r{i}", "ignore_errors": True} for i, (module, args) in enumerate(cases)
-    ]
-    keys = ", ".join(f"r{i}" for i in range(len(cases)))
-    tasks.append({"copy": {"content": "{{ [" + keys + "] | to_json }}", "dest": str(root / "results.json")}})
-    playbook = root / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    env = {
-        **os.environ,
-        "ANSIBLE_LOCAL_TEMP": str(root / "ansible-tmp"),
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-    }
-    command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook)]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert (root / "results.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    results: list[dict[str, Any]] = json.loads((root / "results.json").read_text())
-    return results
+    return ansible_results(root, [{module: args} for module, args in cases])
 
 
 def _provision(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:

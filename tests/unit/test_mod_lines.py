@@ -8,16 +8,11 @@ the message must be the same.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from ansible_ref import ansible_results
 
 from provision.catalog import lookup
 from provision.modules.base import ModuleContext
@@ -91,25 +86,9 @@ def _prepare(root: Path, tag: str) -> list[Path]:
 
 
 def _ansible(root: Path, paths: list[Path]) -> list[dict[str, Any]]:
-    tasks: list[dict[str, Any]] = []
-    for i, ((module, args, _), path) in enumerate(zip(CASES, paths, strict=True)):
-        tasks.append({module: {**args, "path": str(path)}, "register": f"r{i}", "ignore_errors": True})
-    keys = ", ".join(f"r{i}" for i in range(len(CASES)))
-    tasks.append({"copy": {"content": "{{ [" + keys + "] | to_json }}", "dest": str(root / "results.json")}})
-    playbook = root / "play.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    env = {
-        **os.environ,
-        "ANSIBLE_LOCAL_TEMP": str(root / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-    }
-    command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook)]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert (root / "results.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    results: list[dict[str, Any]] = json.loads((root / "results.json").read_text())
-    return results
+    return ansible_results(
+        root, [{module: {**args, "path": str(path)}} for (module, args, _), path in zip(CASES, paths, strict=True)]
+    )
 
 
 def _provision(paths: list[Path]) -> list[dict[str, Any]]:
