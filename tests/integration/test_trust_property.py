@@ -113,7 +113,14 @@ def test_hostile_values_from_a_host_arrive_verbatim_and_run_nothing(lab, setup, 
         return [r["stdout"] for r in tasks[index]["results"]]
 
     expected = [v.rstrip("\r\n") for v in values]  # the command module strips trailing newlines, as Ansible's
-    assert outs(3) == expected  # command argv
+    # `command` expands ~ and $VARS in its arguments on the host (Ansible's expand_argument_vars), nothing more:
+    # the same expansion, done by the host's python as the lab user, is what must come back
+    expand = (
+        "import json,os,sys\n"
+        "print(json.dumps([os.path.expanduser(os.path.expandvars(v)) for v in json.load(sys.stdin)]))"
+    )
+    expanded = json.loads(lab.run_as(1, ["python3", "-c", expand], input=json.dumps(expected)).stdout)
+    assert outs(3) == expanded  # command argv
     assert outs(4) == expected  # shell, the value in `environment`
     assert outs(5) == expected  # shell, the value as a `quote`d word
     base = Path(home) / "property"
