@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provision.facts import gather
+from provision import remote
+from provision.facts import ANSIBLE_FACT_NAMES, gather
 from provision.transport import LocalConnection
 
 MOVING = {"memfree_mb", "swapfree_mb", "env"}
@@ -44,3 +45,10 @@ def test_ansible_fact_names_have_ansibles_values(tmp_path: Path) -> None:
     assert ours["env"]["HOME"] == theirs["ansible_env"]["HOME"]
     # provision's own facts keep their names beside Ansible's
     assert {"gpus", "topology", "pythons", "disk", "nics", "os"} <= set(ours)
+
+
+def test_the_names_the_planner_accepts_are_the_names_the_host_script_gives() -> None:
+    """``facts.ANSIBLE_FACT_NAMES`` (what the planner and the magic vars accept) and the keys
+    ``remote/ansible_facts.py`` prints are two lists of one set: on this machine the script gives every one."""
+    out = subprocess.run([sys.executable, str(remote.path("ansible_facts.py"))], capture_output=True, text=True)
+    assert set(json.loads(out.stdout)) == ANSIBLE_FACT_NAMES
