@@ -9,6 +9,7 @@ Imports only :mod:`provision.commands` and :mod:`provision.errors`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import posixpath
@@ -128,10 +129,18 @@ def _text(data: bytes) -> str:
     return data.decode(errors="replace")
 
 
+NAME_MAX = 255  # bytes in one path component (Linux filesystems)
+
+
 def temp_path_beside(path: str) -> str:
-    """A unique hidden temp name in the target's directory (same filesystem: the rename is atomic)."""
+    """A unique hidden temp name in the target's directory (same filesystem: the rename is atomic). The
+    target's name is shortened in the temp name when the whole would pass NAME_MAX, so every name that is
+    legal for the target can be written."""
     directory, name = posixpath.split(path)
-    return posixpath.join(directory or ".", f".{name}.provision-{uuid.uuid4().hex[:8]}")
+    suffix = f".provision-{uuid.uuid4().hex[:8]}"
+    room = NAME_MAX - 1 - len(suffix)
+    short = name.encode()[:room].decode(errors="ignore")  # never a split UTF-8 sequence
+    return posixpath.join(directory or ".", f".{short}{suffix}")
 
 
 class FileOps(Protocol):
@@ -149,6 +158,8 @@ def atomic_put(ops: FileOps, data: bytes, path: str, mode: int | None, tmp: str 
     byte (never an existing file or a planted link), the exact final mode (the replaced file's, else 0644),
     then a rename over the target. On any failure or interrupt the temp file is removed and the exception
     goes on (each transport turns OS/protocol errors into its HostError)."""
+    if len(posixpath.basename(path).encode()) > NAME_MAX:  # what the host's filesystem would say, said plainly
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
     tmp = tmp or temp_path_beside(path)
     try:
         if mode is None:

@@ -252,7 +252,7 @@ class LocalConnection:
         try:
             atomic_put(_LocalFiles(), data, path, mode)
         except OSError as exc:
-            raise HostError(self.name, f"cannot write {path}: {exc}") from None
+            raise HostError(self.name, f"cannot write {path}: {exc.strerror or exc}") from None
 
     def get(self, path: str) -> bytes | None:
         self._take_lock()

@@ -10,7 +10,6 @@ each playbook changes nothing."""
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 from pathlib import Path
@@ -72,14 +71,18 @@ def setup(lab, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
       changed_when: false
     - copy:
         content: "{{{{ item }}}}"
-        dest: "{{{{ base }}}}/copy-{{{{ item | b64encode | replace('/', '_') }}}}"
+        dest: "{{{{ base }}}}/copy-{{{{ i }}}}"
       loop: "{{{{ values }}}}"
+      loop_control:
+        index_var: i
     - template:
         src: one.j2
-        dest: "{{{{ base }}}}/tmpl-{{{{ item | b64encode | replace('/', '_') }}}}"
+        dest: "{{{{ base }}}}/tmpl-{{{{ i }}}}"
       loop: "{{{{ values }}}}"
+      loop_control:
+        index_var: i
     - file:
-        path: "{{{{ base }}}}/name-{{{{ item | replace('/', '_') }}}}"
+        path: "{{{{ base }}}}/name-{{{{ item[:60] | replace('/', '_') }}}}"
         state: directory
       loop: "{{{{ values }}}}"
     - set_fact:
@@ -124,11 +127,10 @@ def test_hostile_values_from_a_host_arrive_verbatim_and_run_nothing(lab, setup, 
     assert outs(4) == expected  # shell, the value in `environment`
     assert outs(5) == expected  # shell, the value as a `quote`d word
     base = Path(home) / "property"
-    for v in values:
-        b64 = base64.b64encode(v.encode()).decode().replace("/", "_")
-        assert (base / f"copy-{b64}").read_bytes().decode() == v
-        assert (base / f"tmpl-{b64}").read_bytes().decode() == f"[{v}]"
-        assert (base / f"name-{v.replace('/', '_')}").is_dir()
+    for i, v in enumerate(values):  # files named by index: a value's bytes may be longer than a file name
+        assert (base / f"copy-{i}").read_bytes().decode() == v
+        assert (base / f"tmpl-{i}").read_bytes().decode() == f"[{v}]"
+        assert (base / f"name-{v[:60].replace('/', '_')}").is_dir()  # 60 characters: at most 240 bytes
     assert tasks[10]["msg"] == "|".join(values)
     assert not Path(MARKER).exists() and not (Path(home) / "property" / MARKER.lstrip("/")).exists()
 

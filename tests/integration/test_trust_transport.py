@@ -23,7 +23,7 @@ import pytest
 from lab import Lab
 
 from provision.commands import Command
-from provision.errors import CommandTimeout
+from provision.errors import CommandTimeout, HostError
 from provision.transport import ConnectOptions, LocalConnection
 from provision.transport.ssh import SSHConnection
 
@@ -608,6 +608,31 @@ def test_put_failures_are_host_errors_and_leave_no_temp_file(lab: Lab, lab_env: 
     with pytest.raises(HostError):
         local.put(b"x", str(tmp_path / "target"), 0o600)
     assert not temp_files(tmp_path, "target")
+
+
+def test_every_legal_name_can_be_written_and_a_too_long_one_is_said_plainly(
+    lab: Lab, lab_env: None, tmp_path: Path
+) -> None:
+    """A 255-byte name (the most a Linux filesystem takes, here in 3-byte characters) is written through its
+    shortened temp name; a 256-byte name fails the write with the filesystem's own reason, no temp file left."""
+    longest, too_long = "日" * 85, "a" + "日" * 85
+    assert len(longest.encode()) == 255 and len(too_long.encode()) == 256
+    lab.run_as(0, ["rm", "-rf", "names"])
+    lab.run_as(0, ["mkdir", "names"])
+    home = lab.hosts[0].home
+    local = LocalConnection("local")
+    conn = ssh(lab)
+    try:
+        for put, directory in ((conn.put, "~/names"), (local.put, str(tmp_path))):
+            put(b"ok", f"{directory}/{longest}", 0o640)
+            with pytest.raises(HostError) as refused:
+                put(b"no", f"{directory}/{too_long}", 0o640)
+            assert refused.value.msg.endswith(": File name too long"), refused.value.msg
+    finally:
+        conn.close()
+    for where in (home / "names", tmp_path):
+        assert (where / longest).read_bytes() == b"ok" and (where / longest).stat().st_mode & 0o777 == 0o640
+        assert sorted(p.name for p in where.iterdir()) == [longest]  # no temp file, nothing else
 
 
 def test_closing_mid_write_removes_the_temp_file(lab: Lab, lab_env: None) -> None:
