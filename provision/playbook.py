@@ -21,6 +21,7 @@ import yaml
 
 from . import templating
 from .catalog import lookup
+from .data import roles_dir
 from .errors import PlaybookError, TemplateError
 from .modules import ArgError
 from .modules.base import Module
@@ -452,12 +453,12 @@ _ROLES_SEEN: contextvars.ContextVar[set[str]] = contextvars.ContextVar("roles_se
 def roles_path(playbook: str) -> list[Path]:
     """Where roles are looked up, as Ansible: the playbook's ``roles/`` and its own directory, then
     ``$ANSIBLE_ROLES_PATH`` (or ``$PROVISION_ROLES_PATH``), ``~/.ansible/roles``, ``/usr/share/ansible/roles``,
-    ``/etc/ansible/roles``."""
+    ``/etc/ansible/roles``; last, provision's own roles (``provision.*``, :func:`provision.data.roles_dir`)."""
     base = Path(playbook).parent
     env = os.environ.get("PROVISION_ROLES_PATH") or os.environ.get("ANSIBLE_ROLES_PATH") or ""
     extra = [Path(os.path.expanduser(p)) for p in env.split(os.pathsep) if p]
     defaults = [Path("~/.ansible/roles").expanduser(), Path("/usr/share/ansible/roles"), Path("/etc/ansible/roles")]
-    return [base / "roles", base, *extra, *defaults]
+    return [base / "roles", base, *extra, *defaults, roles_dir()]
 
 
 def _role_dir(name: str, node: Any, path: str) -> Path:

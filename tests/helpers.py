@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from provision.cli import main
 
@@ -26,3 +28,13 @@ def run_cli(argv: list[str]) -> CliResult:
         except SystemExit as exc:
             code = int(exc.code or 0)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_cli_in(workdir: Path, argv: list[str]) -> CliResult:
+    """:func:`run_cli` from ``workdir`` (retry files and relative paths land there), back where it was after."""
+    old = Path.cwd()
+    os.chdir(workdir)
+    try:
+        return run_cli(argv)
+    finally:
+        os.chdir(old)

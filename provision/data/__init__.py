@@ -35,6 +35,13 @@ def playbooks_dir() -> Path:
     return Path(os.environ.get("PROVISION_PLAYBOOKS") or DATA_DIR / "playbooks")
 
 
+def roles_dir() -> Path:
+    """The shipped roles (``provision.bootstrap``, ``provision.stack``, ``provision.nixl_smoke``,
+    ``provision.nixl_preflight``, ``provision.sglang_pd``): the shipped playbooks are built from them, and a
+    user's playbook can list them beside its own roles. The last place on the roles path."""
+    return DATA_DIR / "roles"
+
+
 def templates_dir() -> Path:
     """The shipped templates (the package's ``data/templates``)."""
     return DATA_DIR / "templates"

@@ -25,7 +25,7 @@ import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from tests.helpers import CliResult, run_cli
+from tests.helpers import CliResult, run_cli_in
 from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
     SglangStack,
@@ -53,12 +53,7 @@ class Deployment:
     install_seconds: float
 
     def provision(self, *argv: str) -> CliResult:
-        old = Path.cwd()
-        os.chdir(self.workdir)
-        try:
-            return run_cli([*argv, "-i", str(self.inventory)])
-        finally:
-            os.chdir(old)
+        return run_cli_in(self.workdir, [*argv, "-i", str(self.inventory)])
 
     def up(self, *extra: str) -> tuple[CliResult, dict[str, Any]]:
         return self._json("pd", "up", "--json", *extra)
@@ -193,6 +188,29 @@ def test_rerun_is_all_ok(deployment: Deployment) -> None:
         assert result.code == 0, result.err[-3000:]
         assert {h: s["changed"] for h, s in report["stats"].items()} == {"lab0": 0, "lab1": 0}
         assert deployment.pids() == before
+
+
+def test_a_site_playbook_of_roles_runs_a_site_role_beside_provisions_roles(deployment: Deployment) -> None:
+    """The shipped example site-roles.yml: the site's own ``common`` role, then provision.bootstrap, .stack,
+    .nixl_smoke, .nixl_preflight and .sglang_pd (one play over prefill:decode:router). On the deployment the
+    shipped playbooks brought up, only the site role changes something; the PD stays as it was (same pids)
+    and still answers a real generation through the router; the rerun changes nothing."""
+    example = REPO / "provision" / "data" / "playbooks" / "examples" / "site-roles.yml"
+    before = deployment.pids()
+    for changes in ({"lab0": 2, "lab1": 2}, {"lab0": 0, "lab1": 0}):  # the site dir and notice are new, then in place
+        result, report = deployment._json("run", str(example), "--json")
+        assert result.code == 0, result.err[-3000:]
+        assert {h: s["changed"] for h, s in report["stats"].items()} == changes
+        verified = task(report, "A real generation through the router", "lab0")
+        assert verified["text"].strip() and not verified["changed"]
+        assert task(report, "Prefill server running", "lab0")["action"] == "none"  # running as it was
+        assert task(report, "Decode server running", "lab1")["action"] == "none"
+        assert task(report, "Prefill server running", "lab1")["skipped"]  # each stage on its group's hosts only
+        assert task(report, "Decode server running", "lab0")["skipped"]
+    for i, host in enumerate(("lab0", "lab1")):
+        notice = deployment.lab.run_as(i, ["cat", "site/NOTICE"]).stdout
+        assert notice.startswith(f"{host} (Debian ") and "Contact: gpu-oncall@example.com." in notice
+    assert deployment.pids() == before
 
 
 def test_a_changed_launch_parameter_restarts_only_that_process(deployment: Deployment) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import CliResult, run_cli
+from tests.helpers import CliResult, run_cli_in
 from tests.stack_support import VENV, SglangStack, install_sglang_stack
 
 pytestmark = pytest.mark.lab
@@ -96,12 +96,7 @@ class Deployment:
     workdir: Path
 
     def provision(self, *argv: str) -> CliResult:
-        old = Path.cwd()
-        os.chdir(self.workdir)
-        try:
-            return run_cli([*argv, "-i", str(self.inventory)])
-        finally:
-            os.chdir(old)
+        return run_cli_in(self.workdir, [*argv, "-i", str(self.inventory)])
 
     def rollout(self, *extra: str) -> tuple[CliResult, dict[str, Any]]:
         result = self.provision("pd", "rollout", "--json", *extra)

@@ -63,6 +63,7 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     assert {"provision/data/playbooks/pd-up.yml", "provision/data/templates/pd.env.j2"} <= names
     assert {"provision/data/defaults.yml", "provision/data/inventories/two-host.yml"} <= names
     assert "provision/data/playbooks/examples/templates/motd.j2" in names  # nested folders too
+    assert "provision/data/roles/provision.sglang_pd/tasks/main.yml" in names  # the roles, dotted names too
 
     # nothing of the checkout: no PYTHONPATH, no PROVISION_PLAYBOOKS, run from elsewhere
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROVISION_PLAYBOOKS")}
@@ -81,6 +82,7 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     listed = _run([str(provision), "run", site, "--list-tasks", "-i", "inventory/local.yml"], tmp_path, env)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert "pd-up.yml" in listed.stdout and str(venv) in listed.stdout
+    assert "A real generation through the router" in listed.stdout  # the playbooks' roles, from the wheel
 
     # a new user: an empty directory, an inventory elsewhere with two roles and no group_vars/ (issue 10)
     empty, fleet = tmp_path / "empty", tmp_path / "fleet"
@@ -97,6 +99,12 @@ def test_a_non_editable_wheel_finds_its_playbooks(tmp_path: Path) -> None:
     assert site_run.returncode == 0, site_run.stdout + site_run.stderr
     assert f"playbook: the shipped site.yml ({pd_up.parent / 'site.yml'})" in site_run.stdout
     assert "pd-up.yml" in site_run.stdout
+    # the user's own playbook lists provision's roles by name: found on the roles path, from the wheel
+    (fleet / "mine.yml").write_text("- hosts: all\n  roles: [provision.bootstrap, provision.nixl_smoke]\n")
+    mine = _run([str(provision), "run", str(fleet / "mine.yml"), "--list-tasks", "-i", str(fleet / "gpu.yml")],
+                empty, env)  # fmt: skip
+    assert mine.returncode == 0, mine.stdout + mine.stderr
+    assert "Python 3.10+ with venv/ensurepip\n    NIXL loads its plugins" in mine.stdout, mine.stdout
     host = _run([str(provision), "inventory", "-i", str(fleet / "gpu.yml"), "--host", "p1"], empty, env)
     assert host.returncode == 0, host.stderr
     doc = json.loads(host.stdout)
