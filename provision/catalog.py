@@ -29,6 +29,7 @@ MODULES: dict[str, str] = {
     "uri": "provision.modules.net",
     "wait_for": "provision.modules.net",
     "pip": "provision.modules.pip_mod",
+    "git": "provision.modules.git_mod",
     "ping": "provision.modules.info",
     "raw": "provision.modules.info",
     "slurp": "provision.modules.info",

@@ -48,6 +48,8 @@ class TaskResult:
             skipped=self.status is Status.SKIPPED,
             msg=self.data.get("msg", self.msg),  # debug keeps its message's type there
         )
+        if "skip_reason" in out:  # skipped by `when`: Ansible's result has no msg
+            out.pop("msg", None)
         if self.status is Status.UNREACHABLE:
             out["unreachable"] = True
         if self.item_results:

@@ -67,6 +67,15 @@ class HostVarsView(Mapping[str, Any]):
         return len(self._runner.inventory.hosts)
 
 
+
+def _skipped_by_when(host: str, task: Task, variables: Mapping[str, Any], where: str) -> TaskResult:
+    """Ansible's result of a task its ``when`` skipped: ``skip_reason`` and the first ``false_condition``, no
+    ``msg``."""
+    conditions = task.when if isinstance(task.when, list) else [task.when]
+    false = next((c for c in conditions if not templating.condition(c, variables, where)), conditions[-1])
+    data = {"skip_reason": "Conditional result was False", "false_condition": str(false)}
+    return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False", data)
+
 class TaskRunner:
     def __init__(
         self,
@@ -240,7 +249,7 @@ class TaskRunner:
                 return TaskResult(host, task.name, Status.SKIPPED, msg, {CHECK_SKIPPED: True})
         if task.loop is None:
             if task.when is not None and not templating.condition(task.when, variables, where):
-                return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
+                return _skipped_by_when(host, task, variables, where)
             return self._call(task, host, variables, where)
         # a looped task's `when` is evaluated per item (it may test the item), as Ansible does
         items = self._items(task, variables, where)
@@ -254,7 +263,7 @@ class TaskRunner:
                 loop_vars["ansible_loop"] = _loop_info(items, index)
             item_vars = self.host_vars(host, task, loop_vars)
             if task.when is not None and not templating.condition(task.when, item_vars, where):
-                res = TaskResult(host, task.name, Status.SKIPPED, "conditional result was False")
+                res = _skipped_by_when(host, task, item_vars, where)
             else:
                 res = self._call(task, host, item_vars, where)
             res.data.update(loop_vars)

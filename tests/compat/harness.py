@@ -16,7 +16,8 @@ Each tool gets its own remote working dir per case and host, ``~/compat/<case>/<
 the first run and passed as the inventory var ``wd`` (the absolute path). Compared per run: the exit code,
 each host's ok/changed/failed/skipped/ignored/unreachable counts, the message of every ``debug`` task (by task
 name and order), with ``--check``/``--diff`` which copy/template tasks showed a diff; after the runs, the
-files left in ``wd`` on each host (type, mode, content; the tool's own name in paths and text is normalised).
+files left in ``wd`` on each host (type, mode, content; the tool's own name in paths and text is normalised; what
+is inside a ``.git`` directory is not compared: git stores times and stat data there).
 """
 
 from __future__ import annotations
@@ -373,6 +374,8 @@ def _tree(root: Path, tool: str) -> dict[str, tuple[str, str, str]]:
         return out
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
+        if ".git" in path.relative_to(root).parts[:-1]:  # a repository's internals hold times and stat data
+            continue
         st = path.lstat()
         mode = oct(stat.S_IMODE(st.st_mode))
         if stat.S_ISLNK(st.st_mode):

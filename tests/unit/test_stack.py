@@ -388,7 +388,7 @@ def test_wheel_sync_sends_only_missing_or_changed_files(tmp_path: Path, wheels: 
 def install_task_args(**overrides: Any) -> dict[str, Any]:
     """install.yml's venv_stack arguments, rendered with the shipped defaults and ``overrides``."""
     defaults = shipped_defaults()
-    play = load_playbook(REPO / "playbooks" / "install.yml")[0]  # vars_files and import_tasks resolved
+    play = load_playbook(REPO / "playbooks" / "install.yml")[0]  # the provision.stack role resolved
     task = next(t for t in play.tasks if t.module == "venv_stack")
     magic = {
         "nixl_choice": {"variant": "cu13", "other": "cu12"},
@@ -396,7 +396,7 @@ def install_task_args(**overrides: Any) -> dict[str, Any]:
         "sglang_choice": {"version": "0.5.23", "router_version": "0.3.2"},  # sglang_release's answer
         "wheels_synced": {"requirements": ["sglang==0.5.17", "nixl-cu13==1.5.1"]},  # wheel_sync's, with a manifest
     }
-    variables = templating.Vars(defaults, play.vars, magic, overrides)
+    variables = templating.Vars(defaults, play.vars, task.vars, magic, overrides)  # task.vars: the role's vars
     return templating.render(task.args, variables)
 
 
@@ -418,7 +418,8 @@ def test_install_playbook_composes_the_stack() -> None:
 
 
 def test_preflight_picks_gpus_and_link_from_facts() -> None:
-    task = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())[0]["tasks"][0]
+    role = REPO / "provision" / "data" / "roles" / "provision.nixl_preflight"
+    task = yaml.safe_load((role / "tasks" / "main.yml").read_text())[0]
     assert task["nixl_transfer"]["mem"] == "auto" and "vars" not in task  # the choice is made in code
     gpus = [{"index": 0}, {"index": 1}]
     topo = [{"a": "GPU0", "b": "GPU1", "kind": "NV18"}, {"a": "GPU1", "b": "GPU0", "kind": "NV18"}]
