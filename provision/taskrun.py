@@ -67,7 +67,6 @@ class HostVarsView(Mapping[str, Any]):
         return len(self._runner.inventory.hosts)
 
 
-
 def _skipped_by_when(host: str, task: Task, variables: Mapping[str, Any], where: str) -> TaskResult:
     """Ansible's result of a task its ``when`` skipped: ``skip_reason`` and the first ``false_condition``, no
     ``msg``."""
@@ -75,6 +74,7 @@ def _skipped_by_when(host: str, task: Task, variables: Mapping[str, Any], where:
     false = next((c for c in conditions if not templating.condition(c, variables, where)), conditions[-1])
     data = {"skip_reason": "Conditional result was False", "false_condition": str(false)}
     return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False", data)
+
 
 class TaskRunner:
     def __init__(

@@ -81,7 +81,7 @@ class Git(Module):
             answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what="git", check_rc=False)
         except HelperError as exc:
             return exc.as_result()
-        data = {k: answer[k] for k in ("before", "after", "remote_url_changed") if k in answer}
+        data: dict[str, Any] = {k: answer[k] for k in ("before", "after", "remote_url_changed") if k in answer}
         return ModuleResult(
             changed=bool(answer.get("changed")),
             failed=bool(answer.get("failed")),

@@ -121,7 +121,7 @@ def submodules(git, req):
 def apply(req):
     git = Git(req)
     repo, dest, check = req["repo"], git.dest, req.get("check", False)
-    result = {"before": None, "changed": False}
+    result = {"before": None, "changed": False}  # type: dict[str, object]
     if req.get("umask") is not None:
         os.umask(int(req["umask"], 8))
     parent = os.path.dirname(os.path.abspath(dest)) if os.path.isdir(os.path.dirname(os.path.abspath(dest))) else "/"
