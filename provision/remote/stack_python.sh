@@ -9,9 +9,17 @@ main() {
     for cand in "$@"; do
         p=$(command -v "$cand" 2>/dev/null) || continue
         [ -n "$p" ] || continue
-        v=$("$p" -c 'import platform; print(platform.python_version())' 2>/dev/null) || continue
-        if "$p" -c 'import venv, ensurepip' >/dev/null 2>&1; then ok=1; else ok=0; fi
-        printf 'py|%s|%s|%s|%s\n' "$cand" "$p" "$v" "$ok"
+        # one interpreter start per candidate: its version, then whether venv and ensurepip import
+        a=$("$p" -c 'import platform
+print(platform.python_version())
+try:
+    import venv, ensurepip
+    print(1)
+except Exception:
+    print(0)' 2>/dev/null) || continue
+        set -- $a  # the loop's list was expanded when it started: resetting "$@" here does not change it
+        [ $# -eq 2 ] || continue
+        printf 'py|%s|%s|%s|%s\n' "$cand" "$p" "$1" "$2"
     done
     pm=
     for m in apt-get dnf yum; do

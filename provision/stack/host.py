@@ -162,9 +162,10 @@ class PythonCheck(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         python, minimum = args["python"], version_tuple(args["min_version"])
-        probe = self._probe(ctx, python)
+        probe = self._probe(ctx, python)  # the one asked for: one interpreter start when all is well
         found = probe.pythons.get(python)
         if found is None or version_tuple(found[1]) < minimum:
+            probe = self._probe(ctx, python, *CANDIDATES)  # the others, to say what the host does have
             return ModuleResult(failed=True, msg=self._no_python(python, found, probe, args["min_version"]))
         path, version, venv_ok = found
         short = ".".join(map(str, version_tuple(version)[:2]))
@@ -198,9 +199,9 @@ class PythonCheck(Module):
         )
 
     @staticmethod
-    def _probe(ctx: ModuleContext, python: str) -> Probe:
+    def _probe(ctx: ModuleContext, *pythons: str) -> Probe:
         script = remote_source(PROBE)
-        names = list(dict.fromkeys([python, *CANDIDATES]))
+        names = list(dict.fromkeys(pythons))
         return Probe.parse(ctx.run(Command.of("sh", "-s", "--", *names), stdin=script, check_rc=True).stdout)
 
     @staticmethod
