@@ -39,6 +39,7 @@ from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated,
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task, include_path, load_yaml, parse_tasks
+from .prefetch import Prefetch, enabled
 from .report import Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
@@ -103,6 +104,7 @@ class Executor:
         self._play_hosts: list[str] = []
         self._ended_play = False  # meta: end_play
         self._handler_list: list[Task] = []
+        self.prefetch = Prefetch(enabled(options.batch_probes))  # batched state checks (provision.prefetch)
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
@@ -119,7 +121,7 @@ class Executor:
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
-            return conn
+        return self.prefetch.watch(conn)
 
     def close(self) -> None:
         """Close every connection (also mid-task, on an interrupt: the hosts then kill what still runs)."""
@@ -224,6 +226,7 @@ class Executor:
         for index, task in enumerate(play.tasks, 1):
             if self._started or task.name == self.options.start_at_task:
                 self._started = True
+                self._prefetch(play, index - 1, batch, runner)
                 stop = self._task(play, task, batch, runner)
                 if stop is not None:
                     return stop
@@ -232,6 +235,11 @@ class Executor:
         if not play.tasks:
             self._handlers(play, batch, runner)
         return False
+
+    def _prefetch(self, play: Play, index: int, batch: list[str], runner: TaskRunner) -> None:
+        """Before a run of tasks that read their state first: those reads in one round trip per host."""
+        selected = partial(task_selected, tags=self.options.tags, skip_tags=self.options.skip_tags)
+        self.prefetch.before(play, index, self._active(batch), runner, selected, self._conns.get, self._pool.map)
 
     def _task(
         self, play: Play, task: Task, batch: list[str], runner: TaskRunner, only: set[str] | None = None

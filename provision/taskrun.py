@@ -332,7 +332,11 @@ class TaskRunner:
             progress=None if task.no_log else (lambda msg: self.progress(host, msg)),
         )
 
-    def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
+    def prepare(
+        self, task: Task, host: str, variables: templating.Vars, where: str
+    ) -> tuple[Any, dict[str, Any], ModuleContext]:
+        """What a call of ``task``'s module on ``host`` gets: its class, its arguments (rendered, coerced) and its
+        context (:mod:`provision.prefetch` reads it too, to know a task's state check ahead of it)."""
         cls = task.module_class
         # expression arguments (assert's `that`, debug's `var`) are evaluated once by the module, never
         # rendered first: rendering would turn a registered value into an expression to evaluate
@@ -342,8 +346,10 @@ class TaskRunner:
         for name, spec in cls.args.items():  # secret args are registered before coerce can quote them in an error
             if spec.secret and rendered.get(name):
                 MASKER.add(rendered[name])
-        args = cls.coerce({**rendered, **expressions})
-        ctx = self._context(task, host, variables, where)
+        return cls, cls.coerce({**rendered, **expressions}), self._context(task, host, variables, where)
+
+    def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
+        cls, args, ctx = self.prepare(task, host, variables, where)
         # Ansible: `retries` more runs after the first (3 by default with `until`); without `until`, a task with
         # `retries` is retried while it fails; `attempts` is in the result
         attempts = (task.retries or 0) + 1
