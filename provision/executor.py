@@ -262,7 +262,8 @@ class Executor:
             live = self._live(hosts, task)
             run_once = runner.run_once(task, live)
             title = runner.title(task, live)
-            self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where, task=task)
+            run = partial(runner.run, task)
+            self._each(live, title, run, run_once=run_once, where=task.where, task=task, live=True)
         for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
             for h in batch:
                 self.host_state(h).always_due.discard(block)
@@ -411,8 +412,9 @@ class Executor:
         handler: bool = False,
         where: str = "",
         task: Task | None = None,
+        live: bool = False,
     ) -> list[TaskResult]:
-        active = self._live(hosts, task)
+        active = hosts if live else self._live(hosts, task)  # live: the caller has just chosen them
         if not active:
             return []
         if run_once:

@@ -21,7 +21,7 @@ from . import templating
 from .commands import MASKER, CommandError
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
 from .inventory import Inventory
-from .magic import PlayMagic, magic_vars
+from .magic import PlayMagic, magic_vars, top_level_facts
 from .masking import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
@@ -94,6 +94,8 @@ class TaskRunner:
         # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
         # variables built after it as if it were applied, and returned in the outcome
         self._pending: dict[str, dict[str, Any]] = {}
+        # per host: its facts (the object) and their top-level ``ansible_*`` names, made once per gathering
+        self._fact_vars: dict[str, tuple[Any, dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ variables
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
@@ -124,10 +126,18 @@ class TaskRunner:
             templating.inert(self._pending.get(host, {})),
             templating.inert(extra or {}),
             self.options.extra_vars,
-            magic_vars(inv, host, play=play),
+            magic_vars(inv, host, play=play, fact_vars=self._top_level_facts(host, state.facts)),
         )
         register_secrets(variables, self.play.no_log)
         return variables
+
+    def _top_level_facts(self, host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The facts' ``ansible_*`` names, kept while the host's facts are the same object (facts are replaced,
+        never changed in place: gathered, or cleared by ``meta: clear_facts``)."""
+        kept = self._fact_vars.get(host)
+        if kept is None or kept[0] is not facts:
+            kept = self._fact_vars[host] = (facts, top_level_facts(facts))
+        return kept[1]
 
     # ------------------------------------------------------------------ facts
     def gather_facts(self, host: str) -> TaskOutcome:
