@@ -78,8 +78,9 @@ def cli() -> None:
 @click.option("--start-at-task", help="start at the task with this name")
 @click.option("--list-tasks", is_flag=True)
 @click.option("--list-hosts", is_flag=True)
+@click.option("--profile", is_flag=True, help="the time of each task in the recap, slowest first")
 def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start_at_task: str | None,
-        list_tasks: bool, list_hosts: bool, **kw: Any) -> int:  # fmt: skip
+        list_tasks: bool, list_hosts: bool, profile: bool, **kw: Any) -> int:  # fmt: skip
     """Apply PLAYBOOK (like ansible-playbook): a file, or the name of a shipped playbook (`provision
     playbooks`) when no such file exists here."""
     from .. import api
@@ -91,7 +92,7 @@ def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start
     planned = api.plan_playbook(playbook, fleet, **opts)
     if list_hosts or list_tasks:
         return _listing(planned, list_hosts=list_hosts, list_tasks=list_tasks)
-    return execute(planned, json_mode=kw["json_mode"])
+    return execute(planned, json_mode=kw["json_mode"], profile=profile)
 
 
 def _which_playbook(name: str, *, json_mode: bool) -> str:

@@ -136,16 +136,16 @@ def quiet_listener(verbosity: int) -> Listener | None:
     return Reporter(stream=sys.stderr, verbosity=verbosity - 1).handle if verbosity else None
 
 
-def execute(planned: PlannedRun, *, json_mode: bool) -> int:
+def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False) -> int:
     """Run a planned run through the API and report it; returns the exit code. The human output and the
     ``--json`` document are the reporter listening to the run's events. An internal error (a bug, see
     executor.InternalError) still gets the recap and the retry file, then one line naming it and exit 2; its
-    traceback goes to the debug log (and to stderr with -vvv)."""
+    traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap."""
     from ..executor import InternalError
     from ..report import Reporter
 
     options = planned.options
-    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity)
+    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile)
     result = planned.run(on_event=reporter.handle)
     summary = result.summary
     errors = list(result.internal_errors)
