@@ -185,9 +185,9 @@ class Prefetch:
         self.on = on
         self._lock = threading.Lock()
         self._answers: dict[int, dict[Key, CommandResult]] = {}  # by id() of the host's connection
-        self._end = -1  # the current segment: tasks[_start:_end] of _play
+        self._end = -1  # the current segment: tasks[_start:_end] of the play _runner runs (one batch)
         self._start = -1
-        self._play: Play | None = None
+        self._runner: TaskRunner | None = None
         self._watched: dict[int, _Watched] = {}
         self.hits = 0  # state reads answered from a batch (tests, --debug)
         self.batches = 0
@@ -229,10 +229,10 @@ class Prefetch:
         probeable tasks, read their states on each host of ``hosts`` that is connected already (``opened``:
         its connection, None when there is none yet; a host is never contacted first by a read ahead, so an
         unreachable or busy one is reported by its task as always). ``each`` maps over hosts in parallel."""
-        if not self.on or (play is self._play and self._start <= index < self._end):
+        if not self.on or (runner is self._runner and self._start <= index < self._end):
             return
         self.touched()
-        self._play, self._start = play, index
+        self._runner, self._start = runner, index
         self._end = segment(play.tasks, index, play.flush_points, selected)
         tasks = [t for t in play.tasks[index : self._end] if selected(t) and probeable(t)]
         conns = {h: c for h in hosts if (c := opened(h)) is not None and getattr(c, "connected", True)}

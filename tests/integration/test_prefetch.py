@@ -123,6 +123,11 @@ def test_converged_play_costs_a_constant_number_of_round_trips(lab, inventory: I
     # task included), then `seen` (it reads what the tasks before it registered: a segment of its own), the shell
     assert set(on.values()) == {5}, on
     assert batched.prefetch.batches == 1 and batched.prefetch.hits == len(lab.hosts) * reads
+    # serial batches: each batch reads ahead for its own hosts
+    playbook.write_text(playbook.read_text().replace("  gather_facts: false\n", "  gather_facts: false\n  serial: 2\n"))
+    serial, results = _apply(inventory, playbook, True)
+    assert not [(r.host, r.task) for r in results if r.changed]
+    assert set(serial.commands_run().values()) == {5} and serial.prefetch.batches == len(lab.hosts) // 2
 
 
 @pytest.mark.parametrize("mode", ["run", "check", "diff"])
