@@ -104,7 +104,7 @@ def segment(tasks: list[Task], start: int, flush_points: set[int], selected: Cal
         if not selected(task) and not any(templating.is_template(t) for t in task.tags):
             end += 1
         elif probeable(task) or transparent(task):
-            if task_names(task) & made:
+            if made and task_names(task) & made:  # (parsing a task's templates costs: only when it matters)
                 break
             made |= produced(task)
             end += 1
