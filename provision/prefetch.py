@@ -38,7 +38,7 @@ from . import templating
 from .playbook import Play, Task
 from .taskrun import TaskRunner
 from .transport import CommandResult, Connection
-from .transport.agent import QUICK_SCRIPTS, AgentUnavailable
+from .transport.agent import QUICK_SCRIPTS
 
 # modules whose run() only computes until its first remote call, which is a state read (file_state.py stat)
 PROBED = frozenset({"file", "copy", "template", "command", "shell", "lineinfile", "blockinfile", "replace"})
@@ -189,7 +189,7 @@ class Prefetch:
         self._start = -1
         self._runner: TaskRunner | None = None
         self._watched: dict[int, _Watched] = {}
-        self.hits = 0  # state reads answered from a batch (tests, --debug)
+        self.hits = 0  # state reads answered from a batch (tests, benchmarks)
         self.batches = 0
 
     # -- connections
@@ -257,7 +257,7 @@ class Prefetch:
                 continue
             try:
                 results = agent_of(interpreter).batch([(k[1], list(k[2]), k[3]) for k in group], BATCH_TIMEOUT)
-            except (AgentUnavailable, Exception):  # the tasks read for themselves and report what goes wrong
+            except Exception:  # AgentUnavailable, a lost connection: the tasks read for themselves and report it
                 continue
             with self._lock:
                 kept = self._answers.setdefault(id(raw), {})
