@@ -136,7 +136,8 @@ class Executor:
         return {h: c.commands_run for h, c in self._conns.items()}
 
     def host_state(self, host: str) -> HostState:
-        return self.state.setdefault(host, HostState(host))
+        state = self.state.get(host)  # (read for every host on every task: no HostState made to be dropped)
+        return state if state is not None else self.state.setdefault(host, HostState(host))
 
     # ------------------------------------------------------------------ plays
     def run(self, plays: list[Play]) -> RunSummary:
