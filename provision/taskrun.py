@@ -96,6 +96,7 @@ class TaskRunner:
         self._pending: dict[str, dict[str, Any]] = {}
         # per host: its facts (the object) and their top-level ``ansible_*`` names, made once per gathering
         self._fact_vars: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self._host_states: dict[int, tuple[list[str], list[tuple[str, HostState]]]] = {}  # see _states
 
     # ------------------------------------------------------------------ variables
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
@@ -107,8 +108,8 @@ class TaskRunner:
             diff=self.options.diff,
             playbook_dir=self.playbook_dir,
             play_hosts=self.play_hosts,
-            active_hosts=[h for h in self.play_hosts if self.host_state(h).active],
-            batch=[h for h in self.batch if self.host_state(h).active],
+            active_hosts=[h for h, st in self._states(self.play_hosts) if st.active],
+            batch=[h for h, st in self._states(self.batch) if st.active],
             facts=state.facts,
         )
         base = inv.hosts[host].vars if host in inv.hosts else {}
@@ -130,6 +131,14 @@ class TaskRunner:
         )
         register_secrets(variables, self.play.no_log)
         return variables
+
+    def _states(self, hosts: list[str]) -> list[tuple[str, HostState]]:
+        """The hosts with their states, looked up once per runner (a host's HostState is one object for the
+        whole run: the executor changes it, never replaces it), not once per host on every host_vars call."""
+        found = self._host_states.get(id(hosts))
+        if found is None or found[0] is not hosts:
+            found = self._host_states[id(hosts)] = (hosts, [(h, self.host_state(h)) for h in hosts])
+        return found[1]
 
     def _top_level_facts(self, host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         """The facts' ``ansible_*`` names, kept while the host's facts are the same object (facts are replaced,
