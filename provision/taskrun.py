@@ -136,7 +136,7 @@ class TaskRunner:
         """The hosts with their states, looked up once per runner (a host's HostState is one object for the
         whole run: the executor changes it, never replaces it), not once per host on every host_vars call."""
         found = self._host_states.get(id(hosts))
-        if found is None or found[0] is not hosts:
+        if found is None or found[0] is not hosts or len(found[1]) != len(hosts):  # (a list grown in place too)
             found = self._host_states[id(hosts)] = (hosts, [(h, self.host_state(h)) for h in hosts])
         return found[1]
 
