@@ -39,6 +39,7 @@ from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated,
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task, include_path, load_yaml, parse_tasks
+from .prefetch import Prefetch, enabled
 from .report import Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
@@ -103,6 +104,7 @@ class Executor:
         self._play_hosts: list[str] = []
         self._ended_play = False  # meta: end_play
         self._handler_list: list[Task] = []
+        self.prefetch = Prefetch(enabled(options.batch_probes))  # batched state checks (provision.prefetch)
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
@@ -119,7 +121,7 @@ class Executor:
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
-            return conn
+        return self.prefetch.watch(conn)
 
     def close(self) -> None:
         """Close every connection (also mid-task, on an interrupt: the hosts then kill what still runs)."""
@@ -134,7 +136,8 @@ class Executor:
         return {h: c.commands_run for h, c in self._conns.items()}
 
     def host_state(self, host: str) -> HostState:
-        return self.state.setdefault(host, HostState(host))
+        state = self.state.get(host)  # (read for every host on every task: no HostState made to be dropped)
+        return state if state is not None else self.state.setdefault(host, HostState(host))
 
     # ------------------------------------------------------------------ plays
     def run(self, plays: list[Play]) -> RunSummary:
@@ -224,6 +227,7 @@ class Executor:
         for index, task in enumerate(play.tasks, 1):
             if self._started or task.name == self.options.start_at_task:
                 self._started = True
+                self._prefetch(play, index - 1, batch, runner)
                 stop = self._task(play, task, batch, runner)
                 if stop is not None:
                     return stop
@@ -232,6 +236,11 @@ class Executor:
         if not play.tasks:
             self._handlers(play, batch, runner)
         return False
+
+    def _prefetch(self, play: Play, index: int, batch: list[str], runner: TaskRunner) -> None:
+        """Before a run of tasks that read their state first: those reads in one round trip per host."""
+        selected = partial(task_selected, tags=self.options.tags, skip_tags=self.options.skip_tags)
+        self.prefetch.before(play, index, self._active(batch), runner, selected, self._conns.get, self._pool.map)
 
     def _task(
         self, play: Play, task: Task, batch: list[str], runner: TaskRunner, only: set[str] | None = None
@@ -254,7 +263,8 @@ class Executor:
             live = self._live(hosts, task)
             run_once = runner.run_once(task, live)
             title = runner.title(task, live)
-            self._each(hosts, title, partial(runner.run, task), run_once=run_once, where=task.where, task=task)
+            run = partial(runner.run, task)
+            self._each(live, title, run, run_once=run_once, where=task.where, task=task, live=True)
         for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
             for h in batch:
                 self.host_state(h).always_due.discard(block)
@@ -403,8 +413,9 @@ class Executor:
         handler: bool = False,
         where: str = "",
         task: Task | None = None,
+        live: bool = False,
     ) -> list[TaskResult]:
-        active = self._live(hosts, task)
+        active = hosts if live else self._live(hosts, task)  # live: the caller has just chosen them
         if not active:
             return []
         if run_once:

@@ -51,11 +51,13 @@ def magic_vars(
     *,
     groups: Mapping[str, list[str]] | None = None,
     play: PlayMagic | None = None,
+    fact_vars: Mapping[str, Any] | None = None,
 ) -> Any:
     """The magic layer of ``host``'s variables, inert (a :class:`provision.templating.Vars` layer).
 
     ``groups``: ``inventory.groups_map()`` when the caller already has it (one map for many hosts); ``play``:
-    the play's part, absent outside a play."""
+    the play's part, absent outside a play; ``fact_vars``: :func:`top_level_facts` of the play's facts when the caller
+    keeps them (they change only when facts are gathered or cleared)."""
     known = inventory.hosts.get(host)
     magic: dict[str, Any] = {
         "inventory_hostname": host,
@@ -77,5 +79,10 @@ def magic_vars(
             "ansible_facts": play.facts,
         })  # fmt: skip
         # Ansible's fact names also as top-level variables (ansible_os_family), as Ansible injects them
-        magic.update({f"ansible_{k}": v for k, v in play.facts.items() if k in ANSIBLE_FACT_NAMES})
+        magic.update(fact_vars if fact_vars is not None else top_level_facts(play.facts))
     return templating.inert(magic)
+
+
+def top_level_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """Ansible's fact names as top-level variables (``ansible_os_family``)."""
+    return {f"ansible_{k}": v for k, v in facts.items() if k in ANSIBLE_FACT_NAMES}

@@ -16,6 +16,12 @@ from .errors import TemplateError
 from .inventory import Inventory
 
 _registering = threading.local()
+# magic variables (provision.magic) that hold only host names, group names and paths: never a secret, and
+# walking them (lists of every host) for each task on each host made a task cost O(hosts²)
+NAMES_ONLY = frozenset({
+    "inventory_hostname", "inventory_hostname_short", "group_names", "groups", "ansible_play_hosts",
+    "ansible_play_batch", "play_hosts", "ansible_play_hosts_all", "playbook_dir", "omit", "hostvars",
+})  # fmt: skip
 
 
 def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> None:
@@ -34,7 +40,7 @@ def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> 
         except TemplateError:
             return None
 
-    raw = variables.raw()
+    raw = {k: v for k, v in variables.raw().items() if k not in NAMES_ONLY}
     try:
         # only the inventory's/playbook's own text is rendered; a secret that came from a host (a registered
         # result, a set_fact of it) is data: registered as it is, never rendered (docs/security.md)

@@ -29,6 +29,7 @@ def printable(text: object) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text if isinstance(text, str) else str(text))
 
 
+PROFILE_LIMIT = 20  # the tasks --profile lists (as Ansible's profile_tasks)
 _COLORS = {
     Status.OK: "32", Status.CHANGED: "33", Status.FAILED: "31", Status.UNREACHABLE: "31", Status.SKIPPED: "36",
 }  # fmt: skip
@@ -46,8 +47,12 @@ class Sink(Protocol):
 
 
 class Reporter:
-    def __init__(self, *, json_mode: bool = False, verbosity: int = 0, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, *, json_mode: bool = False, verbosity: int = 0, stream: TextIO | None = None, profile: bool = False
+    ) -> None:
         self.json_mode = json_mode
+        self.profile = profile  # --profile: the time of each task in the recap (Ansible's profile_tasks)
+        self._timings: list[list[Any]] = []  # [title, started, ended] of each task, in order
         self.verbosity = verbosity
         self.out = stream or (sys.stderr if json_mode else sys.stdout)
         self.color = self.out.isatty()
@@ -96,12 +101,18 @@ class Reporter:
         self.line(self._banner(f"PLAY [{name}]"))
 
     def task_start(self, name: str, *, handler: bool = False) -> None:
+        now = time.monotonic()
+        self._timings.append([f"{'RUNNING HANDLER' if handler else 'TASK'} [{name}]", now, now])
         self._task = {"task": {"name": name, "handler": handler}, "hosts": {}}
         if self._plays:
             self._plays[-1]["tasks"].append(self._task)
         self.line(self._banner(f"{'RUNNING HANDLER' if handler else 'TASK'} [{name}]"))
 
     def task_result(self, result: TaskResult) -> None:
+        if self._timings:
+            self._timings[-1][2] = time.monotonic()  # a task lasts until its last host's result
+            if self.profile and self._task is not None:
+                self._task["task"]["duration"] = round(self._timings[-1][2] - self._timings[-1][1], 4)
         if self._task is not None:
             self._task["hosts"][result.host] = MASKER.mask_obj(result.to_json())
         if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
@@ -153,7 +164,22 @@ class Reporter:
             )
         if summary.aborted:
             self.line(f"\nRun stopped early: {summary.aborted}")
+        if self.profile:
+            self.profile_recap()
         self.line(f"\nfinished in {time.monotonic() - self._started:.2f}s")
+
+    def profile_recap(self, limit: int = PROFILE_LIMIT) -> None:
+        """``--profile``: the slowest tasks first, each from its start to its last host's result (Ansible's
+        profile_tasks; the time between tasks, connecting and batched state reads, belongs to none)."""
+        if not self._timings:
+            return
+        self.line(self._banner("TASKS RECAP"))
+        ranked = sorted(self._timings, key=lambda t: t[1] - t[2])
+        for title, started, ended in ranked[:limit]:
+            shown = printable(title if len(title) <= 66 else title[:63] + "...")
+            self.line(f"{shown} {'-' * max(3, 67 - len(shown))} {ended - started:7.2f}s")
+        if len(ranked) > limit:
+            self.line(f"({len(ranked) - limit} more under {ranked[limit - 1][2] - ranked[limit - 1][1]:.2f}s)")
 
     def json_document(self, summary: RunSummary) -> dict[str, Any]:
         return {

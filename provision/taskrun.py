@@ -21,7 +21,7 @@ from . import templating
 from .commands import MASKER, CommandError
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
 from .inventory import Inventory
-from .magic import PlayMagic, magic_vars
+from .magic import PlayMagic, magic_vars, top_level_facts
 from .masking import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .playbook import Play, Task
@@ -103,6 +103,9 @@ class TaskRunner:
         # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
         # variables built after it as if it were applied, and returned in the outcome
         self._pending: dict[str, dict[str, Any]] = {}
+        # per host: its facts (the object) and their top-level ``ansible_*`` names, made once per gathering
+        self._fact_vars: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self._host_states: dict[int, tuple[list[str], list[tuple[str, HostState]]]] = {}  # see _states
 
     # ------------------------------------------------------------------ variables
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
@@ -114,8 +117,8 @@ class TaskRunner:
             diff=self.options.diff,
             playbook_dir=self.playbook_dir,
             play_hosts=self.play_hosts,
-            active_hosts=[h for h in self.play_hosts if self.host_state(h).active],
-            batch=[h for h in self.batch if self.host_state(h).active],
+            active_hosts=[h for h, st in self._states(self.play_hosts) if st.active],
+            batch=[h for h, st in self._states(self.batch) if st.active],
             facts=state.facts,
         )
         base = inv.hosts[host].vars if host in inv.hosts else {}
@@ -133,10 +136,26 @@ class TaskRunner:
             templating.inert(self._pending.get(host, {})),
             templating.inert(extra or {}),
             self.options.extra_vars,
-            magic_vars(inv, host, play=play),
+            magic_vars(inv, host, play=play, fact_vars=self._top_level_facts(host, state.facts)),
         )
         register_secrets(variables, self.play.no_log)
         return variables
+
+    def _states(self, hosts: list[str]) -> list[tuple[str, HostState]]:
+        """The hosts with their states, looked up once per runner (a host's HostState is one object for the
+        whole run: the executor changes it, never replaces it), not once per host on every host_vars call."""
+        found = self._host_states.get(id(hosts))
+        if found is None or found[0] is not hosts or len(found[1]) != len(hosts):  # (a list grown in place too)
+            found = self._host_states[id(hosts)] = (hosts, [(h, self.host_state(h)) for h in hosts])
+        return found[1]
+
+    def _top_level_facts(self, host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The facts' ``ansible_*`` names, kept while the host's facts are the same object (facts are replaced,
+        never changed in place: gathered, or cleared by ``meta: clear_facts``)."""
+        kept = self._fact_vars.get(host)
+        if kept is None or kept[0] is not facts:
+            kept = self._fact_vars[host] = (facts, top_level_facts(facts))
+        return kept[1]
 
     # ------------------------------------------------------------------ facts
     def gather_facts(self, host: str) -> TaskOutcome:
@@ -341,7 +360,11 @@ class TaskRunner:
             progress=None if task.no_log else (lambda msg: self.progress(host, msg)),
         )
 
-    def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
+    def prepare(
+        self, task: Task, host: str, variables: templating.Vars, where: str
+    ) -> tuple[Any, dict[str, Any], ModuleContext]:
+        """What a call of ``task``'s module on ``host`` gets: its class, its arguments (rendered, coerced) and its
+        context (:mod:`provision.prefetch` reads it too, to know a task's state check ahead of it)."""
         cls = task.module_class
         # expression arguments (assert's `that`, debug's `var`) are evaluated once by the module, never
         # rendered first: rendering would turn a registered value into an expression to evaluate
@@ -351,8 +374,10 @@ class TaskRunner:
         for name, spec in cls.args.items():  # secret args are registered before coerce can quote them in an error
             if spec.secret and rendered.get(name):
                 MASKER.add(rendered[name])
-        args = cls.coerce({**rendered, **expressions})
-        ctx = self._context(task, host, variables, where)
+        return cls, cls.coerce({**rendered, **expressions}), self._context(task, host, variables, where)
+
+    def _call(self, task: Task, host: str, variables: templating.Vars, where: str) -> TaskResult:
+        cls, args, ctx = self.prepare(task, host, variables, where)
         # Ansible: `retries` more runs after the first (3 by default with `until`); without `until`, a task with
         # `retries` is retried while it fails; `attempts` is in the result
         attempts = (task.retries or 0) + 1

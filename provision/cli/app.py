@@ -20,12 +20,11 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import __version__, api
-from ..commands import MASKER
+from .. import __version__
 from ..data import DEFAULT_SOURCE, LAYOUTS, defaults, find_playbook, playbooks_dir, shipped_playbooks, starter_inventory
 from ..errors import (
     EXIT_FAILED,
@@ -41,8 +40,6 @@ from ..errors import (
     UsageError,
 )
 from ..localfiles import replace_file
-from ..masking import register_secrets
-from ..templating import Vars
 from . import common
 from .common import (
     ARGV,
@@ -53,10 +50,15 @@ from .common import (
     execute,
     load_fleet,
     load_inventory,
+    mask,
+    mask_obj,
     parse_extra_vars,
 )
 from .pd import pd
 from .wheelhouse import wheelhouse
+
+if TYPE_CHECKING:  # the commands import the engine when they run: `provision --help`/`--version` do not
+    from .. import api
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -76,10 +78,13 @@ def cli() -> None:
 @click.option("--start-at-task", help="start at the task with this name")
 @click.option("--list-tasks", is_flag=True)
 @click.option("--list-hosts", is_flag=True)
+@click.option("--profile", is_flag=True, help="the time of each task in the recap, slowest first")
 def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start_at_task: str | None,
-        list_tasks: bool, list_hosts: bool, **kw: Any) -> int:  # fmt: skip
+        list_tasks: bool, list_hosts: bool, profile: bool, **kw: Any) -> int:  # fmt: skip
     """Apply PLAYBOOK (like ansible-playbook): a file, or the name of a shipped playbook (`provision
     playbooks`) when no such file exists here."""
+    from .. import api
+
     extra = parse_extra_vars(kw["extra_vars"])
     fleet = load_fleet(kw["inventories"], extra)
     playbook = _which_playbook(playbook, json_mode=kw["json_mode"])
@@ -87,7 +92,7 @@ def run(playbook: str, tags: str, skip_tags: str, check: bool, diff: bool, start
     planned = api.plan_playbook(playbook, fleet, **opts)
     if list_hosts or list_tasks:
         return _listing(planned, list_hosts=list_hosts, list_tasks=list_tasks)
-    return execute(planned, json_mode=kw["json_mode"])
+    return execute(planned, json_mode=kw["json_mode"], profile=profile)
 
 
 def _which_playbook(name: str, *, json_mode: bool) -> str:
@@ -126,6 +131,8 @@ def _listing(planned: api.PlannedRun, *, list_hosts: bool, list_tasks: bool) -> 
 @click.option("-b", "--become", is_flag=True)
 def task(module: str, module_args: str, check: bool, diff: bool, become: bool, **kw: Any) -> int:
     """Run one MODULE ad hoc on the hosts of --limit (like ansible -m)."""
+    from .. import api
+
     extra = parse_extra_vars(kw["extra_vars"])
     fleet = load_fleet(kw["inventories"], extra)
     opts = api_options(kw, check=check, diff=diff)
@@ -159,16 +166,19 @@ def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_
         shown = _masked_vars({**shipped, **inv.hosts[host_name].vars})
         sources = {**dict.fromkeys(shipped, DEFAULT_SOURCE), **inv.origins.get(host_name, {})}
         doc = {**shown, "_sources": {name: sources.get(name, "inventory") for name in shown}}
-        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+        click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     else:
         doc = inv.to_list_json()
         for name, hv in doc.get("_meta", {}).get("hostvars", {}).items():
             doc["_meta"]["hostvars"][name] = _masked_vars(hv)
-        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+        click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     return 0
 
 
 def _masked_vars(variables: dict[str, Any]) -> dict[str, Any]:
+    from ..masking import register_secrets
+    from ..templating import Vars
+
     register_secrets(Vars(variables))
     return variables
 
@@ -215,6 +225,8 @@ def init(directory: str, layout: str, force: bool) -> int:
 @common_options
 def facts(**kw: Any) -> int:
     """Gather and print host facts (OS, Python, disk, GPUs, driver/CUDA, topology, RDMA, NICs)."""
+    from .. import api
+
     extra = parse_extra_vars(kw["extra_vars"])
     fleet = load_fleet(kw["inventories"], extra)
     gathered = api.gather_facts(fleet, **api_options(kw))
@@ -229,7 +241,7 @@ def facts(**kw: Any) -> int:
             if not kw["json_mode"]:
                 click.echo(_facts_summary(name, value))
     if kw["json_mode"] or kw["verbosity"]:
-        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+        click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     return gathered.exit_code
 
 
@@ -247,7 +259,7 @@ def _facts_summary(name: str, facts: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------------- main
 def _error_line(text: str) -> None:
     """The one line a failing command prints: masked like everything else that leaves the process."""
-    click.echo(MASKER.mask(text), err=True)
+    click.echo(mask(text), err=True)
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -4,7 +4,8 @@ and the debug log.
 
 The commands are built on :mod:`provision.api` (loading, validation, runs, results) and only print: the human
 output and ``--json`` are the reporter listening to the run's events. Imported by :mod:`.app` and :mod:`.pd`;
-imports the API and the reporter, never another cli module.
+imports the API and the reporter (when a command runs: ``provision --help`` and ``--version`` import no engine
+module), never another cli module.
 """
 
 from __future__ import annotations
@@ -16,25 +17,44 @@ import shlex
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..api import Fleet, Listener, Options, PlannedRun, load
-from ..api import parse_extra_vars as parse_extra_vars  # -e parsing lives in the API; named here too
-from ..commands import MASKER
 from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, UsageError
-from ..executor import InternalError
-from ..inventory import Inventory
 from ..localfiles import append_private
-from ..report import Reporter
-from ..results import RunSummary
+
+if TYPE_CHECKING:  # the engine is imported by the commands that use it: `provision --help` stays light
+    from ..api import Fleet, Listener, Options, PlannedRun
+    from ..inventory import Inventory
+    from ..results import RunSummary
 
 DEBUG_LOG = Path(os.environ.get("PROVISION_DEBUG_LOG", "~/.cache/provision/debug.log")).expanduser()
 STATE: dict[str, int] = {"verbosity": 0}  # this invocation's -v count (and the signal that stopped it)
 ARGV: list[str] = []  # this invocation's arguments, for the debug log (masked there)
+
+
+# ------------------------------------------------------------------------------------------- engine helpers
+def parse_extra_vars(values: Iterable[str]) -> dict[str, Any]:
+    """``-e`` values (:func:`provision.api.parse_extra_vars`: -e parsing lives in the API)."""
+    from ..api import parse_extra_vars as parse
+
+    return parse(values)
+
+
+def mask(text: str) -> str:
+    """Text that leaves the process, secrets masked (:data:`provision.commands.MASKER`)."""
+    from ..commands import MASKER
+
+    return MASKER.mask(text)
+
+
+def mask_obj(obj: Any) -> Any:
+    from ..commands import MASKER
+
+    return MASKER.mask_obj(obj)
 
 
 # ------------------------------------------------------------------------------------------- option helpers
@@ -83,6 +103,8 @@ def load_fleet(inventories: tuple[str, ...], extra: dict[str, Any], *, trace: bo
     paths = list(inventories) or [p for p in [os.environ.get("PROVISION_INVENTORY")] if p]
     if not paths:
         raise UsageError("no inventory given: use -i INVENTORY (or set PROVISION_INVENTORY)")
+    from ..api import load
+
     return load(paths, extra_vars=extra, trace=trace)
 
 
@@ -92,6 +114,8 @@ def load_inventory(inventories: tuple[str, ...], extra: dict[str, Any], *, trace
 
 def api_options(kw: dict[str, Any], **more: Any) -> Options:
     """The common options as the API's keyword options (the ``-e`` values travel with the fleet)."""
+    from ..api import Options
+
     STATE["verbosity"] = kw["verbosity"]
     opts = Options(
         limit=kw["limit"],
@@ -107,16 +131,21 @@ def api_options(kw: dict[str, Any], **more: Any) -> Options:
 
 def quiet_listener(verbosity: int) -> Listener | None:
     """The PD queries' runs are shown only with -v (on stderr, one level less verbose)."""
+    from ..report import Reporter
+
     return Reporter(stream=sys.stderr, verbosity=verbosity - 1).handle if verbosity else None
 
 
-def execute(planned: PlannedRun, *, json_mode: bool) -> int:
+def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False) -> int:
     """Run a planned run through the API and report it; returns the exit code. The human output and the
     ``--json`` document are the reporter listening to the run's events. An internal error (a bug, see
     executor.InternalError) still gets the recap and the retry file, then one line naming it and exit 2; its
-    traceback goes to the debug log (and to stderr with -vvv)."""
+    traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap."""
+    from ..executor import InternalError
+    from ..report import Reporter
+
     options = planned.options
-    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity)
+    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile)
     result = planned.run(on_event=reporter.handle)
     summary = result.summary
     errors = list(result.internal_errors)
@@ -127,7 +156,7 @@ def execute(planned: PlannedRun, *, json_mode: bool) -> int:
         _plain_recap(summary)
     retry = result.write_retry_file()
     if retry:
-        click.echo(MASKER.mask(f"retry file: {retry} (rerun just those hosts with -l @{retry})"), err=json_mode)
+        click.echo(mask(f"retry file: {retry} (rerun just those hosts with -l @{retry})"), err=json_mode)
     if json_mode:
         reporter.emit_json(summary)
     code = summary.exit_code()
@@ -137,12 +166,12 @@ def execute(planned: PlannedRun, *, json_mode: bool) -> int:
             traceback.print_exception(error.exc, file=sys.stderr)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        click.echo(MASKER.mask(f"ERROR: {errors[0].message}{more}; this is a bug in provision, "
-                               f"the traceback is in {DEBUG_LOG}"), err=True)  # fmt: skip
+        click.echo(mask(f"ERROR: {errors[0].message}{more}; this is a bug in provision, "
+                        f"the traceback is in {DEBUG_LOG}"), err=True)  # fmt: skip
         return EXIT_FAILED if code in (0, EXIT_UNREACHABLE) else code
     if code:
         reason = result.reason
-        click.echo(MASKER.mask(f"ERROR: {reason}"), err=True)
+        click.echo(mask(f"ERROR: {reason}"), err=True)
         failures = "".join(f"  {r.host}: {r.task}: {r.status.value}: {r.msg}\n" for r in reporter.failures)
         debug_log(f"ERROR: {reason}\n{failures}")
     return code
@@ -152,8 +181,8 @@ def _plain_recap(summary: RunSummary) -> None:
     """The recap without the reporter (when the reporter is what failed)."""
     click.echo("\nPLAY RECAP")
     for host, st in summary.stats.items():
-        click.echo(MASKER.mask(f"{host} : ok={st.ok} changed={st.changed} unreachable={st.unreachable} "
-                               f"failed={st.failed} skipped={st.skipped} ignored={st.ignored}"))  # fmt: skip
+        click.echo(mask(f"{host} : ok={st.ok} changed={st.changed} unreachable={st.unreachable} "
+                        f"failed={st.failed} skipped={st.skipped} ignored={st.ignored}"))  # fmt: skip
 
 
 def debug_log(text: str) -> None:
@@ -161,4 +190,4 @@ def debug_log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record = f"--- {stamp} provision {shlex.join(ARGV)}\n{text.rstrip()}\n"
     with contextlib.suppress(OSError):
-        append_private(DEBUG_LOG, MASKER.mask(record))
+        append_private(DEBUG_LOG, mask(record))

@@ -20,19 +20,35 @@ that the recap comes between the run and the clean-up) and prints the result. Re
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import api
-from ..api import Fleet, Options
-from ..api import check_layout as check_layout  # the PD layout check lives in the API; named here too
-from ..api import inventory_pd_vars as inventory_pd_vars
-from ..commands import MASKER
 from ..errors import EXIT_OK, InputError
-from ..pd.rollout import BatchReport, RolloutOptions, RolloutResult, render, render_batch, render_end, render_plan
-from ..pd.status import table
-from .common import Seconds, api_options, common_options, execute, load_fleet, parse_extra_vars, quiet_listener
+from .common import (
+    Seconds,
+    api_options,
+    common_options,
+    execute,
+    load_fleet,
+    mask,
+    mask_obj,
+    parse_extra_vars,
+    quiet_listener,
+)
+
+if TYPE_CHECKING:  # the commands import the engine when they run (`provision --help` does not)
+    from ..api import Fleet, Options
+    from ..pd.rollout import BatchReport, RolloutResult
+
+
+def __getattr__(name: str) -> Any:
+    """The PD layout check and the PD vars of an inventory live in the API; named here too."""
+    if name in ("check_layout", "inventory_pd_vars"):
+        from .. import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _setup(kw: dict[str, Any], *, query: bool = False) -> tuple[Fleet, Options]:
@@ -54,6 +70,8 @@ def pd() -> None:
 @click.option("--keep-failed", is_flag=True, help="leave what a failed run started running (for debugging)")
 def up(keep_failed: bool, **kw: Any) -> int:
     """Validate, then start prefill → decode → router and verify one real generation."""
+    from .. import api
+
     fleet, opts = _setup(kw)
     planned = api.plan_pd_up(fleet, **opts)
     code = execute(planned, json_mode=kw["json_mode"])
@@ -63,7 +81,7 @@ def up(keep_failed: bool, **kw: Any) -> int:
         return code
     stopped = api.stop_run(planned, on_event=quiet_listener(kw["verbosity"]))
     what = ", ".join(stopped) if stopped else "nothing was left running"
-    click.echo(MASKER.mask(f"pd up failed; stopped what this run started: {what}"), err=True)
+    click.echo(mask(f"pd up failed; stopped what this run started: {what}"), err=True)
     return code
 
 
@@ -71,6 +89,8 @@ def up(keep_failed: bool, **kw: Any) -> int:
 @common_options
 def down(**kw: Any) -> int:
     """Stop router, decode and prefill (idempotent)."""
+    from .. import api
+
     fleet, opts = _setup(kw)
     return execute(api.plan_pd_down(fleet, **opts), json_mode=kw["json_mode"])
 
@@ -79,14 +99,17 @@ def down(**kw: Any) -> int:
 @common_options
 def status(**kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
+    from .. import api
+    from ..pd.status import table
+
     fleet, opts = _setup(kw, query=True)
     status = api.pd_status(fleet, **opts)
     if kw["json_mode"]:
-        click.echo(json.dumps(MASKER.mask_obj({"procs": status.rows}), indent=2, default=str))
+        click.echo(json.dumps(mask_obj({"procs": status.rows}), indent=2, default=str))
     else:
         click.echo(table(status.rows))
         for host, msg in status.errors.items():
-            click.echo(MASKER.mask(f"{host}: {msg}"), err=True)
+            click.echo(mask(f"{host}: {msg}"), err=True)
     return status.exit_code
 
 
@@ -96,15 +119,17 @@ def status(**kw: Any) -> int:
 @click.option("-n", "--lines", type=click.IntRange(0, 100000), default=50, show_default=True)
 def logs(role: str, lines: int, **kw: Any) -> int:
     """The last lines of each process's log."""
+    from .. import api
+
     fleet, opts = _setup(kw, query=True)
     logs = api.pd_logs(fleet, role=role, lines=lines, **opts)
     if kw["json_mode"]:
-        click.echo(json.dumps(MASKER.mask_obj({"logs": logs.entries}), indent=2))
+        click.echo(json.dumps(mask_obj({"logs": logs.entries}), indent=2))
     for entry in [] if kw["json_mode"] else logs.entries:
         click.echo(f"==> {entry['host']} {entry['role']} ({entry['log']}) <==")
-        click.echo(MASKER.mask("\n".join(entry["lines"])) or "(empty)")
+        click.echo(mask("\n".join(entry["lines"])) or "(empty)")
     for host, msg in logs.errors.items():
-        click.echo(MASKER.mask(f"{host}: {msg}"), err=True)
+        click.echo(mask(f"{host}: {msg}"), err=True)
     return logs.exit_code
 
 
@@ -122,6 +147,8 @@ def logs(role: str, lines: int, **kw: Any) -> int:
 )
 def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -> int:
     """One real generation through each router: completion, latency, TTFT."""
+    from .. import api
+
     fleet, opts = _setup(kw, query=True)
     try:
         verified = api.pd_verify(fleet, prompt=prompt, max_new_tokens=max_new_tokens,
@@ -133,10 +160,10 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
     if kw["json_mode"]:
         doc = {r.host: {"ok": not r.failed, "msg": r.msg, **{k: v for k, v in r.data.items() if not k.startswith("_")}}
                for r in verified.results}  # fmt: skip
-        click.echo(json.dumps(MASKER.mask_obj(doc), indent=2, default=str))
+        click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     else:
         for r in verified.results:
-            click.echo(MASKER.mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
+            click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
     return verified.exit_code
 
 
@@ -149,20 +176,23 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
               help="seconds to wait for a server's requests to finish before it is restarted")  # fmt: skip
 def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: float, **kw: Any) -> int:
     """Rolling update of the changed servers: drain, restart, verify, re-admit; roll back a failed batch."""
+    from .. import api
+    from ..pd.rollout import RolloutOptions, render, render_batch, render_end, render_plan
+
     fleet, opts = _setup(kw, query=True)  # its many small plays are shown only with -v
     json_mode = kw["json_mode"]
 
     def progress(result: RolloutResult, batch: BatchReport | None) -> None:
         text = render_plan(result) if batch is None else render_batch(batch)
         if text:
-            click.echo(MASKER.mask(text))
+            click.echo(mask(text))
 
     options = RolloutOptions(batch=batch, canary=canary, allow_downtime=allow_downtime, drain_timeout=drain_timeout)
     result = api.pd_rollout(fleet, rollout_options=options, progress=None if json_mode else progress, **opts)
     if json_mode:
-        click.echo(json.dumps(MASKER.mask_obj(result.to_dict()), indent=2, default=str))
+        click.echo(json.dumps(mask_obj(result.to_dict()), indent=2, default=str))
     elif not result.batches and not result.changes and not result.ok:
-        click.echo(MASKER.mask(render(result)))  # it stopped before the plan: nothing was printed yet
+        click.echo(mask(render(result)))  # it stopped before the plan: nothing was printed yet
     else:
-        click.echo(MASKER.mask(render_end(result)))
+        click.echo(mask(render_end(result)))
     return result.code

@@ -9,21 +9,18 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import api
-from ..commands import MASKER
 from ..data import defaults
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, HostError, UnreachableError
-from ..inventory import Inventory
-from ..magic import magic_vars
-from ..stack.releases import TorchMismatch
-from ..stack.wheelhouse import HostPlan, Target, WheelhouseError, build, plan_host, target_of
-from ..state import RunOptions
-from ..templating import Vars
-from .common import api_options, common_options, load_fleet, parse_extra_vars
+from .common import api_options, common_options, load_fleet, mask, parse_extra_vars
+
+if TYPE_CHECKING:  # imported when the command runs (`provision --help` imports no engine module)
+    from ..inventory import Inventory
+    from ..stack.wheelhouse import HostPlan, Target
+    from ..state import RunOptions
 
 NAMES = ("python", "venv_path", "venv_system_site_packages", "install_sglang", "sglang_version",
          "sglang_router_version", "sglang_allow_torch_change", "nixl_version", "nixl_variant",
@@ -32,6 +29,9 @@ NAMES = ("python", "venv_path", "venv_system_site_packages", "install_sglang", "
 
 def host_values(inventory: Inventory, name: str, extra: dict[str, Any]) -> dict[str, Any]:
     """The vars the plan needs, rendered for ``name`` as a task would see them (defaults lowest, -e wins)."""
+    from ..magic import magic_vars
+    from ..templating import Vars
+
     variables = Vars(defaults(), inventory.hosts[name].vars, extra, magic_vars(inventory, name))
     return {key: variables[key] for key in NAMES}
 
@@ -39,6 +39,8 @@ def host_values(inventory: Inventory, name: str, extra: dict[str, Any]) -> dict[
 def read_target(inventory: Inventory, name: str, values: dict[str, Any], options: RunOptions) -> Target:
     """The host's target: ``wheelhouse_target`` as declared (no connection), else read from the host: its
     Python, machine and glibc (``stack_state.py``), its torch (as sglang_release reads it) and its CUDA (facts)."""
+    from ..stack.wheelhouse import Target, WheelhouseError, target_of
+
     if values["wheelhouse_target"]:
         return Target.of(dict(values["wheelhouse_target"]))
     from ..facts import gather
@@ -63,6 +65,8 @@ def read_target(inventory: Inventory, name: str, values: dict[str, Any], options
 
 def plan_hosts(inventory: Inventory, extra: dict[str, Any], options: RunOptions) -> dict[str, HostPlan | str]:
     """Every selected host's plan, or the one line saying why it has none (read in parallel)."""
+    from ..stack.releases import TorchMismatch
+    from ..stack.wheelhouse import WheelhouseError, plan_host
 
     def one(name: str) -> tuple[str, HostPlan | str]:
         try:
@@ -87,6 +91,9 @@ def plan_hosts(inventory: Inventory, extra: dict[str, Any], options: RunOptions)
 @click.option("--no-index", is_flag=True, help="only --find-links: no package index is contacted")
 def wheelhouse(dest: str, find_links: tuple[str, ...], no_index: bool, **kw: Any) -> int:
     """Download each host's wheels once on the controller, for install.yml -e wheelhouse=DIR (air-gapped)."""
+    from .. import api
+    from ..stack.wheelhouse import HostPlan, WheelhouseError, build
+
     extra = parse_extra_vars(kw["extra_vars"])
     fleet = load_fleet(kw["inventories"], extra)
     inventory = fleet.inventory
@@ -94,7 +101,7 @@ def wheelhouse(dest: str, find_links: tuple[str, ...], no_index: bool, **kw: Any
     planned = plan_hosts(inventory, extra, options)
     failed = {name: why for name, why in planned.items() if isinstance(why, str)}
     for name, why in failed.items():
-        click.echo(MASKER.mask(f"{name}: {why}"), err=True)
+        click.echo(mask(f"{name}: {why}"), err=True)
     plans = [p for p in planned.values() if isinstance(p, HostPlan)]
     if failed:
         unreachable = all(why.startswith("UNREACHABLE") for why in failed.values())
@@ -104,7 +111,7 @@ def wheelhouse(dest: str, find_links: tuple[str, ...], no_index: bool, **kw: Any
     try:
         manifest = build(plans, Path(dest), find_links=find_links, no_index=no_index, on_line=echo)
     except WheelhouseError as exc:
-        click.echo(MASKER.mask(str(exc)), err=True)
+        click.echo(mask(str(exc)), err=True)
         return EXIT_FAILED
     if kw["json_mode"]:
         click.echo(json.dumps(manifest, indent=1, sort_keys=True))

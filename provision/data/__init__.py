@@ -21,8 +21,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import InputError
 
 DATA_DIR = Path(__file__).resolve().parent
@@ -94,6 +92,8 @@ def _describe(path: Path) -> str:
     if paragraph:
         joined = " ".join(paragraph)
         return joined.split(". ", 1)[0].rstrip(".")
+    import yaml  # here: `provision --help` parses no YAML
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -105,6 +105,8 @@ def _describe(path: Path) -> str:
 
 @functools.cache
 def _defaults_text() -> dict[str, Any]:
+    import yaml
+
     try:
         data = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:

@@ -8,13 +8,15 @@ this source, length-prefixed, from stdin). Then, on the same stdin, requests arr
 "err": base64}``. Between two requests the controller may send heartbeats: a bare newline (an empty line where a
 length would start), skipped.
 
-Besides scripts (no ``op``), three operations, so that one interpreter per host serves a whole run:
+Besides scripts (no ``op``), four operations, so that one interpreter per host serves a whole run:
 
 * ``{"op": "lock", "name": N, "holder": text}``: take the run lock ``~/.provision/run-N.lock`` (flock) and hold
   it for the agent's life (what ``RUN_LOCKER`` does on a channel of its own); answers ``out`` = ``locked`` or
   ``busy <the holder's line>``, and ``home``.
 * ``{"op": "read", "path": P, "max": bytes}``: a file's bytes (``rc`` 0), ``rc`` 2 when there is none, ``rc`` 3
   when it is larger than ``max`` (the controller uses SFTP then), ``rc`` 1 with the error otherwise.
+* ``{"op": "batch", "requests": [script call, ...]}``: the script calls (requests without ``op``) one after the
+  other, their answers in ``answers`` (the controller's batched state reads: ``provision.prefetch``).
 * ``{"op": "exec", "script": base64, "stdin": base64, "timeout": T}``: run a command's script with ``/bin/sh``
   exactly as the runner does (``provision.commands.RUNNER``): the script through a pipe on fd 3 (never argv),
   the data on its stdin, in a NEW session; at the deadline TERM its process group, KILL it 5 s later, answer
@@ -309,6 +311,9 @@ def _serve(request, cache):
     if op == "read":
         rc, out, err = _read(request["path"], int(request["max"]))
         return _answer(rc, out, err)
+    if op == "batch":  # several script calls (never an op) in one round trip, answered in order
+        calls = [r for r in request["requests"] if r.get("op") is None]
+        return _answer(0, b"", b"", answers=[_serve(r, cache) for r in calls])
     name = request["name"]
     if request.get("source") is not None:
         cache[name] = compile(request["source"], name, "exec")

@@ -132,6 +132,30 @@ class PythonAgent:
         finally:
             self._lock.release()
 
+    def batch(self, calls: list[tuple[str, list[str], bytes | None]], timeout: float) -> list[CommandResult | None]:
+        """Several quick script calls (``script``, ``args``, ``stdin``) in ONE round trip, run one after the other
+        by the agent, each with ``timeout``: their results in order (None for one that ran out of time). Raises
+        :class:`AgentUnavailable` when the agent is busy or gone."""
+        if not self._lock.acquire(blocking=False):
+            raise AgentUnavailable("the agent is busy")
+        try:
+            requests = []
+            for script, args, stdin in calls:
+                source = None if script in self._sent else remote.source(script).decode("utf-8")
+                requests.append({"name": script, "source": source, "args": args,
+                                 "stdin": base64.b64encode(stdin or b"").decode(), "timeout": timeout})  # fmt: skip
+                self._sent.add(script)  # sent once per batch: the agent caches it for the later requests too
+            answer, elapsed = self._exchange({"op": "batch", "requests": requests}, timeout * len(calls), "batch")
+            results: list[CommandResult | None] = []
+            for (script, _, _), one in zip(calls, answer["answers"], strict=True):
+                out, err = _decoded(one)
+                text = (out.decode(errors="replace"), err.decode(errors="replace"))
+                done = CommandResult(one["rc"], *text, f"python - {script}", elapsed)
+                results.append(None if one["rc"] == 124 else done)
+            return results
+        finally:
+            self._lock.release()
+
     def try_exec(self, script: bytes, data: bytes, timeout: float | None) -> tuple[int, bytes, bytes] | None:
         """Run a command's script (:meth:`provision.commands.Command.script_text`) as the runner would, in the
         agent's own process tree: no channel, no interpreter start. None when the agent is busy with another

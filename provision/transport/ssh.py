@@ -432,6 +432,11 @@ class SSHConnection:
             raise busy(self.name, text)
         # no python3 on the host (a bootstrap play may be about to install it): run without the lock
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session is open (nothing contacts the host before its first command)."""
+        return self._conn is not None
+
     def _transport(self) -> paramiko.Transport:
         transport = self.connect().client.get_transport()
         if transport is None or not transport.is_active():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,32 @@ def test_what_a_task_returns_is_applied_before_the_next(tmp_path: Path, monkeypa
     result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
     assert result.code == 0, result.out + result.err
     assert marker.exists()
+
+
+def test_profile_lists_each_task_with_its_time_slowest_first(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: quick one\n      debug: {msg: hi}\n"
+        "    - name: slow one\n      command: sleep 0.3\n      changed_when: false\n"
+        "    - name: notifying\n      command: 'true'\n      notify: the handler\n"
+        "  handlers:\n    - name: the handler\n      debug: {msg: handled}\n"
+    )
+    argv = ["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")]
+    assert "TASKS RECAP" not in run_cli(argv).out  # only when asked for
+    result = run_cli([*argv, "--profile"])
+    assert result.code == 0, result.err
+    recap = result.out.split("TASKS RECAP", 1)[1].split("finished in", 1)[0]
+    rows = [m.groups() for m in re.finditer(r"(?m)^(.*?) -{3,} +([0-9.]+)s$", recap)]
+    titles = [title for title, _ in rows]
+    assert sorted(titles) == sorted(
+        ["TASK [quick one]", "TASK [slow one]", "TASK [notifying]", "RUNNING HANDLER [the handler]"]
+    )
+    seconds = [float(secs) for _, secs in rows]
+    assert seconds == sorted(seconds, reverse=True)
+    assert dict(zip(titles, seconds, strict=True))["TASK [slow one]"] >= 0.3  # it slept that long at least
+    result = run_cli([*argv, "--profile", "--json"])  # the JSON document has each task's duration too
+    tasks = json.loads(result.out)["plays"][0]["tasks"]
+    durations = {t["task"]["name"]: t["task"]["duration"] for t in tasks}
+    assert set(durations) == {"quick one", "slow one", "notifying", "the handler"} and durations["slow one"] >= 0.3
+    assert "TASKS RECAP" in result.err

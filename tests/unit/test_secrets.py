@@ -283,3 +283,13 @@ def test_debug_log_record_is_masked(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     text = (tmp_path / "debug.log").read_text()
     assert "failed with" in text and NASTY not in text and json.dumps(NASTY)[1:-1] not in text
     assert repr(NASTY)[1:-1] not in text
+
+
+def test_host_and_group_names_are_not_secrets_even_in_a_group_named_like_one() -> None:
+    """The magic variables of host and group names are not walked for secrets (on every task of every host
+    that walk cost O(hosts²)): a group named like a secret does not hide its hosts' names."""
+    groups = {"all": ["hostname-kept-visible"], "db_passwords": ["hostname-kept-visible"]}
+    variables = Vars({"api_token": "token-value-is-masked"}, {"groups": groups, "ansible_play_hosts": groups["all"]})
+    register_secrets(variables)
+    assert MASKER.mask("token-value-is-masked") == MASK
+    assert MASKER.mask("hostname-kept-visible") == "hostname-kept-visible"

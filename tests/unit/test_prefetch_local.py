@@ -1,0 +1,79 @@
+"""Batched state checks (provision.prefetch) through ``ansible_connection: local`` (fast; the lab test covers SSH):
+which tasks a segment takes, and that a change on one host drops what was read ahead for every host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from provision.executor import Executor, RunOptions
+from provision.inventory import Inventory
+from provision.playbook import load_playbook
+from provision.prefetch import probeable, segment
+from provision.results import Status, TaskResult
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.results: list[TaskResult] = []
+
+    def play_start(self, name: str, hosts: list[str]) -> None: ...
+    def task_start(self, name: str, *, handler: bool = False) -> None: ...
+    def progress(self, host: str, msg: str) -> None: ...
+    def line(self, text: str = "") -> None: ...
+
+    def task_result(self, result: TaskResult) -> None:
+        self.results.append(result)
+
+
+def _run(tmp: Path, play: str, batch: bool) -> tuple[Executor, list[tuple[str, str, Status]]]:
+    (tmp / "inv.yml").write_text(
+        f"all:\n  vars:\n    ansible_connection: local\n    base: {tmp}\n  hosts:\n    one:\n    two:\n"
+    )
+    (tmp / "pb.yml").write_text(play)
+    sink = Collect()
+    executor = Executor(Inventory.load([str(tmp / "inv.yml")]), RunOptions(batch_probes=batch), sink, str(tmp))
+    try:
+        executor.run(load_playbook(tmp / "pb.yml"))
+    finally:
+        executor.close()
+    return executor, [(r.host, r.task, r.status) for r in sink.results]
+
+
+PLAY = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - file: {path: "{{ base }}/{{ inventory_hostname }}", state: directory}
+    - copy: {content: "a\\n", dest: "{{ base }}/{{ inventory_hostname }}/a"}
+    - debug: {msg: between}
+    - copy: {content: "b\\n", dest: "{{ base }}/{{ inventory_hostname }}/b"}
+      register: b
+    - copy: {content: "{{ b.failed }}\\n", dest: "{{ base }}/{{ inventory_hostname }}/c"}
+    - command: {cmd: "touch {{ base }}/{{ inventory_hostname }}/d", creates: "{{ base }}/{{ inventory_hostname }}/d"}
+"""
+
+
+def test_segments_end_where_a_task_reads_what_the_segment_set(tmp_path: Path) -> None:
+    (tmp_path / "pb.yml").write_text(PLAY)
+    tasks = load_playbook(tmp_path / "pb.yml")[0].tasks
+    assert [probeable(t) for t in tasks] == [True, True, False, True, True, True]
+    assert segment(tasks, 0, set(), lambda t: True) == 4  # `c` reads `b`, registered inside the segment
+    assert segment(tasks, 4, set(), lambda t: True) == 6
+    assert segment(tasks, 0, {2}, lambda t: True) == 2  # handlers flush after the second task
+
+
+def test_a_change_drops_every_host_s_answers_and_results_match(tmp_path: Path) -> None:
+    first_on, first = _run(tmp_path, PLAY, True)  # converges: the first change drops what was read ahead
+    assert first_on.prefetch.batches == 2 and first_on.prefetch.hits <= 4  # at most each segment's first reads
+    assert {s for _, _, s in first if s is not Status.OK} == {Status.CHANGED}
+    converged, results = _run(tmp_path, PLAY, True)
+    # the first task connects (a read ahead never opens a connection); then [copy a, debug, copy b] and
+    # [copy c, command]: every other read of both hosts is answered from the two batches
+    assert converged.prefetch.batches == 2 and converged.prefetch.hits == 2 * 4
+    assert all(s is Status.OK for _, _, s in results)
+    (tmp_path / "two" / "b").write_text("changed by hand\n")
+    _, on = _run(tmp_path, PLAY, True)
+    (tmp_path / "two" / "b").write_text("changed by hand\n")
+    _, off = _run(tmp_path, PLAY, False)
+    assert sorted(on) == sorted(off)
+    assert [(h, t) for h, t, s in on if s is Status.CHANGED] == [("two", "copy")]
