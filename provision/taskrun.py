@@ -94,6 +94,7 @@ class TaskRunner:
         # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
         # variables built after it as if it were applied, and returned in the outcome
         self._pending: dict[str, dict[str, Any]] = {}
+        self._gathered: dict[str, dict[str, Any]] = {}  # what a setup task gathered: the host's new ansible_facts
 
     # ------------------------------------------------------------------ variables
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
@@ -153,6 +154,7 @@ class TaskRunner:
             return self._run_task(task, host, pending)
         finally:
             del self._pending[host]
+            self._gathered.pop(host, None)
 
     def _run_task(self, task: Task, host: str, pending: dict[str, Any]) -> TaskOutcome:
         started = time.monotonic()
@@ -171,7 +173,7 @@ class TaskRunner:
         result.duration = time.monotonic() - started
         if result.failed and task.ignore_errors:
             result.ignored = True
-        outcome = TaskOutcome(result, facts=dict(pending))
+        outcome = TaskOutcome(result, facts=dict(pending), gathered=self._gathered.pop(host, None))
         if task.register and result.status is not Status.UNREACHABLE:
             # registered before no_log censors the output: as in Ansible, later tasks can read the result
             outcome.register, outcome.registered = task.register, result.registered()
@@ -395,6 +397,8 @@ class TaskRunner:
         if mres.facts:
             MASKER.add_vars(mres.facts)
             self._pending[host].update(mres.facts)  # returned in the outcome; later items and retries see them
+        if mres.gathered is not None:
+            self._gathered[host] = mres.gathered
         if task.changed_when is not None or task.failed_when is not None:
             self._override(task, result, variables, where)
         return result
