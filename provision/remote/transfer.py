@@ -21,6 +21,7 @@ import stat
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 
 
@@ -69,10 +70,11 @@ def do_tempfile(req):
 
 # ------------------------------------------------------------------------------------------------ unarchive
 class Member:
-    __slots__ = ("kind", "mode", "name", "read", "target")
+    __slots__ = ("kind", "mode", "mtime", "name", "read", "target")
 
-    def __init__(self, name, kind, mode, target=None, read=None):
+    def __init__(self, name, kind, mode, target=None, read=None, mtime=None):
         self.name, self.kind, self.mode, self.target, self.read = name, kind, mode, target, read
+        self.mtime = mtime
 
 
 def _clean(name):
@@ -99,11 +101,12 @@ def _tar_members(tar):
             continue  # devices, fifos, hard links: not extracted (Ansible would need root for most)
         out.append(
             Member(
-                info.name,
+                info.name + "/" if kind == "dir" else info.name,  # as ``tar -t`` lists a directory
                 kind,
                 info.mode & 0o7777,
                 info.linkname or None,
                 (lambda i=info: tar.extractfile(i).read()) if kind == "file" else None,
+                info.mtime,
             )
         )
     return out
@@ -121,7 +124,8 @@ def _zip_members(zf):
             kind = "file"
         mode = stat.S_IMODE(unix) if unix else (0o755 if kind == "dir" else 0o644)
         target = zf.read(info).decode("utf-8", "surrogateescape") if kind == "link" else None
-        out.append(Member(info.filename, kind, mode, target, (lambda i=info: zf.read(i)) if kind == "file" else None))
+        read = (lambda i=info: zf.read(i)) if kind == "file" else None
+        out.append(Member(info.filename, kind, mode, target, read, time.mktime(info.date_time + (0, 0, -1))))
     return out
 
 
@@ -211,6 +215,12 @@ def do_unarchive(req, stdin):
         handler, members = _open_archive(data)
     except (ValueError, zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
         return {"ok": False, "msg": 'Failed to find handler for "%s": %s' % (req.get("name"), exc)}
+    if req.get("check") and handler != "ZipArchive":  # as Ansible's unarchive, whose tar handler uses gtar
+        return {
+            "ok": True,
+            "skipped": True,
+            "msg": "remote module (unarchive) does not support check mode when using gtar",
+        }
     mode = req.get("mode")
     todo, names = [], []
     for member in members:
@@ -234,6 +244,9 @@ def do_unarchive(req, stdin):
         try:
             for path, member in todo:
                 _write(path, member, mode)
+            for path, member in reversed(todo):  # as tar does: the archive's times (dirs last: after their files)
+                if member.mtime is not None and member.kind != "link":
+                    os.utime(path, (member.mtime, member.mtime))
         except OSError as exc:
             return {"ok": False, "msg": "failed to unpack into %s: %s" % (dest, exc)}
     st = os.stat(dest)
