@@ -45,7 +45,7 @@ def main(req):
     force, check, mode = bool(req.get("force")), bool(req.get("check")), req.get("mode")
     timeout = float(req.get("timeout") or 10)
     headers = dict(req.get("headers") or {})
-    result = {"url": url, "dest": dest, "changed": False}
+    result = {"url": url, "dest": dest, "changed": False, "checksum_dest": None, "checksum_src": None}
     algorithm, want = "", ""
     if req.get("checksum"):
         algorithm, _, want = req["checksum"].partition(":")
@@ -79,14 +79,24 @@ def main(req):
         response = urllib.request.urlopen(request, timeout=timeout, context=context)
     except urllib.error.HTTPError as exc:
         if exc.code == 304:
-            result.update(msg="HTTP Error 304: Not Modified", status_code=304)
-            return result
-        result.update(failed=True, msg="Request failed", status_code=exc.code, response=str(exc))
-        return result
+            return {
+                "url": url,
+                "dest": dest,
+                "changed": False,
+                "msg": "HTTP Error 304: Not Modified",
+                "status_code": 304,
+            }
+        return {
+            "url": url,
+            "dest": dest,
+            "failed": True,
+            "msg": "Request failed",
+            "status_code": exc.code,
+            "response": str(exc),
+        }
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        result.update(failed=True, msg="Request failed: %s" % reason, status_code=-1)
-        return result
+        return {"url": url, "dest": dest, "failed": True, "msg": "Request failed: %s" % reason, "status_code": -1}
     parent = os.path.dirname(dest) or "."
     if not os.path.isdir(parent):
         response.close()
@@ -110,18 +120,19 @@ def main(req):
         response.close()
         result.update(status_code=response.status, msg="OK (%d bytes)" % size, size=size)
         result["checksum_src"] = _digest(tmp, "sha1")
-        if os.path.exists(dest):
-            result["checksum_dest"] = _digest(dest, "sha1")
+        result["checksum_dest"] = _digest(dest, "sha1") if os.path.exists(dest) else None
         if check:
-            result["changed"] = result.get("checksum_dest") != result["checksum_src"] or "checksum_dest" not in result
+            result["changed"] = result["checksum_dest"] != result["checksum_src"]
             result["msg"] = "OK"
             return result
         if want:
             got = _digest(tmp, algorithm)
             if got != want:
+                for key in ("size", "status_code"):
+                    result.pop(key, None)
                 result.update(failed=True, msg="The checksum for %s did not match %s; it was %s." % (dest, want, got))
                 return result
-        if result["checksum_src"] != result.get("checksum_dest"):
+        if result["checksum_src"] != result["checksum_dest"]:
             final = (
                 mode
                 if mode is not None
@@ -133,10 +144,7 @@ def main(req):
             result["changed"] = True
         else:
             result["changed"] = _set_mode(dest, mode, False)
-        result["checksum_dest"] = result["checksum_src"]
         result["md5sum"] = _digest(dest, "md5")
-        st = os.stat(dest)
-        result.update(mode="%04o" % stat.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid, state="file")
         return result
     except (OSError, ValueError) as exc:
         result.update(failed=True, msg="failed to download %s: %s" % (url, exc))
@@ -146,6 +154,47 @@ def main(req):
             os.unlink(tmp)
 
 
+def _path_info(result):
+    """The keys Ansible's module adds to any result that names a ``dest``: its owner, mode, size and state."""
+    path = result.get("dest")
+    if not path or result.get("failed"):  # Ansible's fail_json adds nothing
+        return result
+    try:
+        st = os.lstat(path)
+    except OSError:
+        result["state"] = "absent"
+        return result
+    if stat.S_ISLNK(st.st_mode):
+        state = "link"
+    elif stat.S_ISDIR(st.st_mode):
+        state = "directory"
+    else:
+        state = "hard" if st.st_nlink > 1 else "file"
+    result.update(uid=st.st_uid, gid=st.st_gid, mode="0%03o" % stat.S_IMODE(st.st_mode), state=state, size=st.st_size)
+    for key, lookup, ident in (("owner", _pw, st.st_uid), ("group", _gr, st.st_gid)):
+        name = lookup(ident)
+        result[key] = name if name is not None else ident
+    return result
+
+
+def _pw(uid):
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _gr(gid):
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return None
+
+
 def _umask():
     mask = os.umask(0)
     os.umask(mask)
@@ -153,6 +202,6 @@ def _umask():
 
 
 if __name__ == "__main__":
-    answer = main(json.loads(sys.stdin.buffer.read().decode("utf-8")))
+    answer = _path_info(main(json.loads(sys.stdin.buffer.read().decode("utf-8"))))
     print(json.dumps(answer))
     sys.exit(1 if answer.get("failed") else 0)

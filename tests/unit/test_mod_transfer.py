@@ -11,6 +11,10 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import threading
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +205,66 @@ def test_get_url_checksum_is_checked_before_the_run(checksum: str) -> None:
     assert cls is not None
     with pytest.raises(ArgError, match="checksum"):
         cls.validate_static({"url": "http://127.0.0.1/x", "dest": "/tmp/x", "checksum": checksum}, lambda v: False)
+
+
+# ------------------------------------------------------------------------------------ get_url vs ansible-core
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[str]:
+    """A loopback http.server serving tmp_path/www (hello.txt)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "hello.txt").write_text("hello from the web\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+HELLO_SHA256 = "6800e5a138da1ed186442cecbb944d165db00a45ce6eec03dcf39779d73c7a3f"
+
+
+def test_get_url_the_same_as_ansible(tmp_path: Path, web: str) -> None:
+    """The same downloads, in order, by ansible-core (connection local) and provision into their own dirs:
+    first download, the rerun (304), a matching checksum (no request), a wrong one, a 404, a mode change."""
+
+    def cases(d: Path) -> list[dict[str, Any]]:
+        return [
+            {"url": f"{web}/hello.txt", "dest": str(d / "a.txt")},
+            {"url": f"{web}/hello.txt", "dest": str(d / "a.txt")},
+            {"url": f"{web}/hello.txt", "dest": str(d / "b.txt"), "checksum": f"sha256:{HELLO_SHA256}"},
+            {"url": f"{web}/hello.txt", "dest": str(d / "b.txt"), "checksum": f"sha256:{HELLO_SHA256}"},
+            {"url": f"{web}/hello.txt", "dest": str(d / "c.txt"), "checksum": "sha256:" + "0" * 64},
+            {"url": f"{web}/nope.txt", "dest": str(d / "n.txt")},
+            {"url": f"{web}/hello.txt", "dest": str(d / "b.txt"), "checksum": f"sha256:{HELLO_SHA256}", "mode": "0600"},
+            {"url": f"{web}/hello.txt", "dest": str(d), "force": True},
+        ]
+
+    ref_dir, our_dir = tmp_path / "ansible", tmp_path / "provision"
+    ref_dir.mkdir()
+    our_dir.mkdir()
+    theirs = ansible_results(ref_dir, [{"get_url": c} for c in cases(ref_dir)])
+    volatile = {"invocation", "elapsed", "src", "exception"}  # times, Ansible's temp file, its traceback
+    for i, (case, ref) in enumerate(zip(cases(our_dir), theirs, strict=True)):
+        res = _run("get_url", case)
+        ours = {**res.data, "changed": res.changed, "failed": res.failed, "msg": res.msg}
+        ref = {k: v for k, v in ref.items() if k not in volatile}
+        ours = {k: v for k, v in ours.items() if k not in volatile}
+        ref["dest"] = os.path.relpath(ref["dest"], ref_dir)
+        ours["dest"] = os.path.relpath(ours["dest"], our_dir)
+        if ref["failed"]:  # Ansible names its own temp file in the checksum message
+            ref["msg"] = ref["msg"].split(" did not match")[-1]
+            ours["msg"] = ours["msg"].split(" did not match")[-1]
+        assert ours == ref, (i, case)
+    for name in ("a.txt", "b.txt", "hello.txt"):
+        assert (our_dir / name).read_bytes() == (ref_dir / name).read_bytes()
+        assert (our_dir / name).stat().st_mode == (ref_dir / name).stat().st_mode, name
+    assert not (our_dir / "c.txt").exists() and not (ref_dir / "c.txt").exists()
