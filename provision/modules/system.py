@@ -96,7 +96,8 @@ class Tempfile(Module):
             return exc.as_result()
         if not answer.get("ok"):
             return ModuleResult(failed=True, msg=str(answer.get("msg")))
-        return ModuleResult(changed=True, data={"path": answer["path"], "state": args["state"]})
+        answer.pop("ok", None)
+        return ModuleResult(changed=True, data=answer)
 
 
 _PROMPT_LOCK = threading.Lock()

@@ -233,7 +233,7 @@ class Unarchive(Module):
         except HelperError as exc:
             return exc.as_result()
         if not answer.pop("ok", False):
-            return ModuleResult(failed=True, msg=str(answer.get("msg")), data={"dest": args["dest"], "src": shown_src})
+            return ModuleResult(failed=True, msg=str(answer.get("msg")))
         if answer.pop("skipped", False):
             return ModuleResult(skipped=True, msg=str(answer.get("msg")))
         changed = bool(answer.pop("changed", False))

@@ -12,10 +12,12 @@
 """
 
 import base64
+import grp
 import hashlib
 import io
 import json
 import os
+import pwd
 import shutil
 import stat
 import sys
@@ -51,6 +53,31 @@ def do_fetch(req):
     return answer
 
 
+def path_info(path):
+    """What Ansible's modules add to a result that names a ``path``/``dest``: owner, group, mode, size, state."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return {"state": "absent"}
+    if stat.S_ISLNK(st.st_mode):
+        state = "link"
+    elif stat.S_ISDIR(st.st_mode):
+        state = "directory"
+    else:
+        state = "hard" if st.st_nlink > 1 else "file"
+    info = {"uid": st.st_uid, "gid": st.st_gid, "mode": "0%03o" % stat.S_IMODE(st.st_mode), "state": state}
+    info["size"] = st.st_size
+    try:
+        info["owner"] = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        info["owner"] = st.st_uid
+    try:
+        info["group"] = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        info["group"] = st.st_gid
+    return info
+
+
 def do_tempfile(req):
     prefix, suffix = req.get("prefix") or "", req.get("suffix") or ""
     for name, value in (("prefix", prefix), ("suffix", suffix)):
@@ -65,7 +92,9 @@ def do_tempfile(req):
             os.close(handle)
     except OSError as exc:
         return {"ok": False, "msg": str(exc)}
-    return {"ok": True, "path": path}
+    answer = {"ok": True, "path": path}
+    answer.update(path_info(path))
+    return answer
 
 
 # ------------------------------------------------------------------------------------------------ unarchive
@@ -249,10 +278,7 @@ def do_unarchive(req, stdin):
                     os.utime(path, (member.mtime, member.mtime))
         except OSError as exc:
             return {"ok": False, "msg": "failed to unpack into %s: %s" % (dest, exc)}
-    st = os.stat(dest)
-    answer.update(
-        mode="%04o" % stat.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid, size=st.st_size, state="directory"
-    )
+    answer.update(path_info(dest))
     return answer
 
 

@@ -9,6 +9,7 @@ and an archive cannot write outside ``dest``.
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 import threading
@@ -268,3 +269,60 @@ def test_get_url_the_same_as_ansible(tmp_path: Path, web: str) -> None:
         assert (our_dir / name).read_bytes() == (ref_dir / name).read_bytes()
         assert (our_dir / name).stat().st_mode == (ref_dir / name).stat().st_mode, name
     assert not (our_dir / "c.txt").exists() and not (ref_dir / "c.txt").exists()
+
+
+# ------------------------------------------------------------------ unarchive, tempfile, script vs ansible-core
+ARCHIVES = Path(__file__).resolve().parents[1] / "compat" / "cases" / "mod_unarchive" / "files"
+
+
+def _prepare(d: Path) -> None:
+    (d / "files").mkdir(parents=True)
+    for f in ARCHIVES.iterdir():
+        (d / "files" / f.name).write_bytes(f.read_bytes())
+    for sub in ("t", "z", "r", "m"):
+        (d / sub).mkdir()
+    (d / "r.tar").write_bytes((ARCHIVES / "pkg.tar").read_bytes())
+    (d / "s.sh").write_text("#!/bin/sh\necho out $1\n")
+
+
+def _more_cases(d: Path) -> list[tuple[str, Any]]:
+    return [
+        ("unarchive", {"src": "pkg.tgz", "dest": str(d / "t"), "list_files": True}),
+        ("unarchive", {"src": "pkg.tgz", "dest": str(d / "t"), "list_files": True}),  # converged
+        ("unarchive", {"src": "pkg.zip", "dest": str(d / "z"), "list_files": True}),
+        ("unarchive", {"src": "pkg.zip", "dest": str(d / "z")}),
+        ("unarchive", {"src": str(d / "r.tar"), "dest": str(d / "r"), "remote_src": True}),
+        ("unarchive", {"src": str(d / "r.tar"), "dest": str(d / "r"), "remote_src": True}),
+        ("unarchive", {"src": "pkg.tgz", "dest": str(d / "t"), "creates": str(d / "t/top")}),
+        ("unarchive", {"src": "pkg.tgz", "dest": str(d / "missing")}),
+        ("unarchive", {"src": "pkg.tgz", "dest": str(d / "m"), "mode": "0750"}),
+        ("unarchive", {"src": "pkg.tgz", "dest": str(d / "m"), "mode": "0750"}),
+        ("tempfile", {"path": str(d), "prefix": "x."}),
+        ("script", {"_raw_params": f"{d / 's.sh'} a", "chdir": str(d)}),
+        ("script", {"_raw_params": f"{d / 's.sh'} a", "creates": str(d / "t")}),
+    ]
+
+
+def _comparable(result: dict[str, Any], root: Path) -> dict[str, Any]:
+    # volatile: Ansible's temp copy of the archive (src), its tar/unzip command lines and rsync-style diff, the
+    # random temp name, a traceback; absent and empty/false are the same
+    volatile = {"invocation", "extract_results", "diff", "src", "exception", "path"}
+    out = {k: v for k, v in result.items() if k not in volatile and v not in ("", False)}
+    return json.loads(json.dumps(out).replace(str(root), "ROOT"))
+
+
+def test_unarchive_tempfile_script_the_same_as_ansible(tmp_path: Path) -> None:
+    ref_dir, our_dir = tmp_path / "ansible", tmp_path / "provision"
+    _prepare(ref_dir)
+    _prepare(our_dir)
+    theirs = ansible_results(ref_dir, [{m: a} for m, a in _more_cases(ref_dir)])
+    for i, ((module, args), ref) in enumerate(zip(_more_cases(our_dir), theirs, strict=True)):
+        res = _run(module, args, controller_dir=str(our_dir))
+        ours = {**res.data, "changed": res.changed, "failed": res.failed, "msg": res.msg, "skipped": res.skipped}
+        assert _comparable(ours, our_dir) == _comparable(ref, ref_dir), (i, module, args)
+    for sub in ("t", "z", "r", "m"):
+        mine = {str(p.relative_to(our_dir)): (p.lstat().st_mode, p.is_symlink()) for p in (our_dir / sub).rglob("*")}
+        ref_tree = {
+            str(p.relative_to(ref_dir)): (p.lstat().st_mode, p.is_symlink()) for p in (ref_dir / sub).rglob("*")
+        }
+        assert mine == ref_tree, sub
