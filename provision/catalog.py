@@ -43,6 +43,7 @@ MODULES: dict[str, str] = {
     "setup": "provision.modules.system",
     "tempfile": "provision.modules.system",
     "pause": "provision.modules.system",
+    "group": "provision.modules.accounts",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

@@ -1,0 +1,46 @@
+"""``group``: a local group, as Ansible's module manages it (``groupadd``/``groupmod``/``groupdel`` on the host,
+through ``become``; ``remote/accounts.py``: one command reads the group and changes it only when it differs)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+
+
+@register
+class Group(Module):
+    name = "group"
+    args = {
+        "name": Arg(required=True),
+        "state": Arg(default="present", choices=("absent", "present")),
+        "gid": Arg("int"),
+        "system": Arg("bool", default=False),
+        "force": Arg("bool", default=False),
+        "local": Arg("bool", default=False),
+        "non_unique": Arg("bool", default=False),
+        "gid_min": Arg("int"),
+        "gid_max": Arg("int"),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("local") is True or str(args.get("local")).lower() in ("yes", "true"):
+            raise ArgError("group: local (lgroupadd, libuser) is not supported")
+        non_unique = args.get("non_unique")
+        if (non_unique is True or str(non_unique).lower() in ("yes", "true")) and args.get("gid") is None:
+            raise ArgError("group: non_unique is True but all of the following are missing: gid")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = {k: args[k] for k in ("name", "state", "gid", "system", "force", "non_unique", "gid_min", "gid_max")}
+        request["check"] = ctx.check
+        try:
+            answer = ctx.call_helper("accounts.py", "group", json.dumps(request), what="group", check_rc=False)
+        except HelperError as exc:
+            return exc.as_result()
+        failed, changed = bool(answer.pop("failed", False)), bool(answer.pop("changed", False))
+        return ModuleResult(changed=changed, failed=failed, msg=str(answer.pop("msg", "")), data=answer)
+
+
+__all__ = ["Group"]
