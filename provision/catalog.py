@@ -44,6 +44,7 @@ MODULES: dict[str, str] = {
     "tempfile": "provision.modules.system",
     "pause": "provision.modules.system",
     "group": "provision.modules.accounts",
+    "user": "provision.modules.accounts",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

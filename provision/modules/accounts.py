@@ -1,5 +1,7 @@
-"""``group``: a local group, as Ansible's module manages it (``groupadd``/``groupmod``/``groupdel`` on the host,
-through ``become``; ``remote/accounts.py``: one command reads the group and changes it only when it differs)."""
+"""``group`` and ``user``: local accounts, as Ansible's modules manage them (``groupadd``/``useradd``/... on the
+host, through ``become``; ``remote/accounts.py``: one command reads the account and changes it only when it
+differs). ``user`` takes no ``password``: Ansible passes the hash in ``useradd``'s argv, which the process list
+shows; refused before the run until it can travel on stdin."""
 
 from __future__ import annotations
 
@@ -43,4 +45,39 @@ class Group(Module):
         return ModuleResult(changed=changed, failed=failed, msg=str(answer.pop("msg", "")), data=answer)
 
 
-__all__ = ["Group"]
+@register
+class User(Module):
+    name = "user"
+    args = {
+        "name": Arg(required=True, aliases=("user",)),
+        "state": Arg(default="present", choices=("absent", "present")),
+        "uid": Arg("int"),
+        "group": Arg(),
+        "groups": Arg("list"),
+        "append": Arg("bool", default=False),
+        "comment": Arg(),
+        "home": Arg("path"),
+        "shell": Arg(),
+        "create_home": Arg("bool", default=True, aliases=("createhome",)),
+        "move_home": Arg("bool", default=False),
+        "system": Arg("bool", default=False),
+        "force": Arg("bool", default=False),
+        "remove": Arg("bool", default=False),
+        "non_unique": Arg("bool", default=False),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        keys = ("name", "state", "uid", "group", "groups", "append", "comment", "home", "shell", "create_home")
+        request = {k: args[k] for k in (*keys, "move_home", "system", "force", "remove", "non_unique")}
+        if request["groups"] is not None:
+            request["groups"] = [str(g).strip() for g in request["groups"] if str(g).strip()]
+        request["check"] = ctx.check
+        try:
+            answer = ctx.call_helper("accounts.py", "user", json.dumps(request), what="user", check_rc=False)
+        except HelperError as exc:
+            return exc.as_result()
+        failed, changed = bool(answer.pop("failed", False)), bool(answer.pop("changed", False))
+        return ModuleResult(changed=changed, failed=failed, msg=str(answer.pop("msg", "")), data=answer)
+
+
+__all__ = ["Group", "User"]

@@ -1,12 +1,18 @@
-"""Host side of ``group`` (stdlib only; Python 3.6+): read the group, change it only when it differs.
+"""Host side of ``group`` and ``user`` (stdlib only; Python 3.6+): read the account, change it only when it
+differs, as Ansible's modules decide it.
 
-``python3 - group JSON`` with ``{"name", "state", "gid", "system", "force", "non_unique", "gid_min", "gid_max",
-"check"}`` prints Ansible's result: ``groupadd``/``groupmod``/``groupdel`` run with an argv (no shell), as root
-through ``become``; their stdout/stderr come back as Ansible's module returns them.
+``python3 - group JSON`` (``name, state, gid, system, force, non_unique, gid_min, gid_max, check``) and
+``python3 - user JSON`` (``name, state, uid, group, groups, append, comment, home, shell, create_home,
+move_home, system, force, remove, non_unique, check``) print Ansible's result. ``groupadd``/``groupmod``/
+``groupdel`` and ``useradd``/``usermod``/``userdel`` run with an argv (no shell), as root through ``become``;
+their stdout/stderr come back as Ansible's modules return them. No password travels here.
 """
 
 import grp
 import json
+import os
+import pwd
+import shutil
 import subprocess
 import sys
 
@@ -57,9 +63,9 @@ def do_group(req):
         return {"failed": True, "name": name, "msg": err}
     result["changed"] = rc is not None
     if out:
-        result["stdout"] = out
+        result.update(stdout=out, stdout_lines=out.splitlines())
     if err:
-        result["stderr"] = err
+        result.update(stderr=err, stderr_lines=err.splitlines())
     now = _info(name)
     if now is not None:
         result["system"] = bool(req.get("system"))
@@ -67,9 +73,185 @@ def do_group(req):
     return result
 
 
+def _user(name):
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def _memberships(name):
+    return [g.gr_name for g in grp.getgrall() if name in g.gr_mem]
+
+
+def _groups_set(wanted):
+    """The wanted supplementary groups (names), or a message naming one that does not exist."""
+    names = []
+    for g in wanted:
+        info = _info(g) if not str(g).isdigit() else _by_gid(int(g))
+        if info is None:
+            return None, "Group %s does not exist" % g
+        names.append(info.gr_name)
+    return names, None
+
+
+def _by_gid(gid):
+    try:
+        return grp.getgrgid(gid)
+    except KeyError:
+        return None
+
+
+def _group_gid(group):
+    info = _by_gid(int(group)) if str(group).isdigit() else _info(group)
+    return None if info is None else info.gr_gid
+
+
+def _create(req):
+    name = req["name"]
+    argv = ["useradd"]
+    if req.get("uid") is not None:
+        argv += ["-u", str(req["uid"])] + (["-o"] if req.get("non_unique") else [])
+    if req.get("group") is not None:
+        if _group_gid(req["group"]) is None:
+            return None, "Group %s does not exist" % req["group"]
+        argv += ["-g", str(req["group"])]
+    elif _info(name) is not None:
+        argv.append("-N")  # a group named as the user exists: do not make another (USERGROUPS_ENAB)
+    if req.get("groups"):
+        names, error = _groups_set(req["groups"])
+        if error:
+            return None, error
+        argv += ["-G", ",".join(names)]
+    if req.get("comment") is not None:
+        argv += ["-c", req["comment"]]
+    if req.get("home") is not None:
+        argv += ["-d", req["home"]]
+    if req.get("shell") is not None:
+        argv += ["-s", req["shell"]]
+    argv.append("-m" if req.get("create_home", True) else "-M")
+    if req.get("system"):
+        argv.append("-r")
+    return argv + [name], None
+
+
+def _modify(req, info):
+    argv = ["usermod"]
+    if req.get("uid") is not None and info.pw_uid != int(req["uid"]):
+        argv += ["-u", str(req["uid"])] + (["-o"] if req.get("non_unique") else [])
+    if req.get("group") is not None:
+        gid = _group_gid(req["group"])
+        if gid is None:
+            return None, "Group %s does not exist" % req["group"]
+        if info.pw_gid != gid:
+            argv += ["-g", str(gid)]
+    wanted = req.get("groups")
+    if wanted is not None:
+        current = _memberships(req["name"])
+        need, names = False, []
+        if wanted == []:
+            need = bool(current) and not req.get("append")
+        else:
+            names, error = _groups_set(wanted)
+            if error:
+                return None, error
+            diff = set(current).symmetric_difference(names)
+            if diff:
+                if req.get("append"):
+                    if any(g in diff for g in names):
+                        argv.append("-a")
+                        need = True
+                else:
+                    need = True
+        if need:
+            argv += ["-G", ",".join(names)]
+    if req.get("comment") is not None and info.pw_gecos != req["comment"]:
+        argv += ["-c", req["comment"]]
+    if req.get("home") is not None and info.pw_dir != req["home"]:
+        argv += ["-d", req["home"]] + (["-m"] if req.get("move_home") else [])
+    if req.get("shell") is not None and info.pw_shell != req["shell"]:
+        argv += ["-s", req["shell"]]
+    return (argv + [req["name"]] if len(argv) > 1 else None), None
+
+
+def _make_home(home, uid, gid):
+    """Ansible's create_homedir + chown_homedir: the skeleton copied, everything owned by the user."""
+    if os.path.isdir("/etc/skel"):
+        shutil.copytree("/etc/skel", home, symlinks=True)
+    else:
+        os.makedirs(home)
+    os.chmod(home, 0o755 & ~_umask())
+    for root, dirs, files in os.walk(home):
+        os.lchown(root, uid, gid)
+        for entry in dirs + files:
+            os.lchown(os.path.join(root, entry), uid, gid)
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def do_user(req):
+    name, state, check = req["name"], req.get("state") or "present", bool(req.get("check"))
+    result = {"name": name, "state": state}
+    rc, out, err = None, "", ""
+    info = _user(name)
+    if state == "absent":
+        if info is not None:
+            if check:
+                return {"changed": True}
+            rc, out, err = _exec(
+                ["userdel"] + (["-f"] if req.get("force") else []) + (["-r"] if req.get("remove") else []) + [name]
+            )
+            if rc != 0:
+                return {"failed": True, "name": name, "msg": err, "rc": rc}
+            result.update(force=bool(req.get("force")), remove=bool(req.get("remove")))
+    else:
+        if info is None:
+            if check:
+                return {"changed": True}
+            argv, error = _create(req)
+            if error:
+                return {"failed": True, "msg": error}
+            rc, out, err = _exec(argv)
+            result.update(system=bool(req.get("system")), create_home=bool(req.get("create_home", True)))
+        else:
+            argv, error = _modify(req, info)
+            if error:
+                return {"failed": True, "msg": error}
+            if argv is not None:
+                rc, out, err = (0, "", "") if check else _exec(argv)
+            result.update(append=bool(req.get("append")), move_home=bool(req.get("move_home")))
+        if rc is not None and rc != 0:
+            return {"failed": True, "name": name, "msg": err, "rc": rc}
+    result["changed"] = rc is not None
+    if out:
+        result.update(stdout=out, stdout_lines=out.splitlines())
+    if err:
+        result.update(stderr=err, stderr_lines=err.splitlines())
+    now = _user(name)
+    if now is not None and state == "present":
+        result.update(uid=now.pw_uid, group=now.pw_gid, comment=now.pw_gecos, home=now.pw_dir, shell=now.pw_shell)
+        if req.get("groups") is not None:
+            result["groups"] = ",".join(req["groups"])
+        home = req.get("home") or now.pw_dir
+        if not os.path.exists(home) and req.get("create_home", True):
+            if not check:
+                _make_home(home, now.pw_uid, now.pw_gid)
+            result["changed"] = True
+    return result
+
+
 def main(argv):
     action, req = argv[1], json.loads(argv[2])
-    answer = do_group(req) if action == "group" else {"failed": True, "msg": "unknown action %r" % action}
+    if action == "group":
+        answer = do_group(req)
+    elif action == "user":
+        answer = do_user(req)
+    else:
+        answer = {"failed": True, "msg": "unknown action %r" % action}
     print(json.dumps(answer))
     return 1 if answer.get("failed") else 0
 
