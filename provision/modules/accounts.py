@@ -1,7 +1,7 @@
 """``group`` and ``user``: local accounts, as Ansible's modules manage them (``groupadd``/``useradd``/... on the
 host, through ``become``; ``remote/accounts.py``: one command reads the account and changes it only when it
-differs). ``user`` takes no ``password``: Ansible passes the hash in ``useradd``'s argv, which the process list
-shows; refused before the run until it can travel on stdin."""
+differs). ``user``'s ``password`` (a hash, as in Ansible) travels on the helper's stdin and is set with
+``chpasswd -e`` (Ansible passes it in ``useradd -p``'s argv, which the process list shows)."""
 
 from __future__ import annotations
 
@@ -64,16 +64,24 @@ class User(Module):
         "force": Arg("bool", default=False),
         "remove": Arg("bool", default=False),
         "non_unique": Arg("bool", default=False),
+        "password": Arg(secret=True),
+        "password_lock": Arg("bool"),
+        "update_password": Arg(default="always", choices=("always", "on_create")),
+        "uid_min": Arg("int"),
+        "uid_max": Arg("int"),
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         keys = ("name", "state", "uid", "group", "groups", "append", "comment", "home", "shell", "create_home")
-        request = {k: args[k] for k in (*keys, "move_home", "system", "force", "remove", "non_unique")}
+        more = ("move_home", "system", "force", "remove", "non_unique", "password", "password_lock", "update_password")
+        request = {k: args[k] for k in (*keys, *more, "uid_min", "uid_max")}
         if request["groups"] is not None:
             request["groups"] = [str(g).strip() for g in request["groups"] if str(g).strip()]
         request["check"] = ctx.check
         try:
-            answer = ctx.call_helper("accounts.py", "user", json.dumps(request), what="user", check_rc=False)
+            answer = ctx.call_helper(  # on stdin: the request may hold a password hash
+                "accounts.py", "user", stdin=json.dumps(request).encode(), what="user", check_rc=False
+            )
         except HelperError as exc:
             return exc.as_result()
         failed, changed = bool(answer.pop("failed", False)), bool(answer.pop("changed", False))

@@ -80,6 +80,32 @@ def _user(name):
         return None
 
 
+def _shadow_hash(name):
+    """The user's password hash from /etc/shadow ('' when unreadable or absent)."""
+    try:
+        with open("/etc/shadow") as fh:
+            for line in fh:
+                if line.startswith(name + ":"):
+                    return line.split(":")[1]
+    except OSError:
+        pass
+    return ""
+
+
+def _set_hash(name, value):
+    """``chpasswd -e``: the hash travels on stdin, never in an argv (Ansible puts it in ``useradd -p``)."""
+    try:
+        proc = subprocess.run(  # noqa: UP022
+            ["chpasswd", "-e"],
+            input=("%s:%s\n" % (name, value)).encode(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
 def _memberships(name):
     return [g.gr_name for g in grp.getgrall() if name in g.gr_mem]
 
@@ -132,6 +158,9 @@ def _create(req):
     argv.append("-m" if req.get("create_home", True) else "-M")
     if req.get("system"):
         argv.append("-r")
+    for key, value in (("UID_MIN", req.get("uid_min")), ("UID_MAX", req.get("uid_max"))):
+        if value is not None:
+            argv += ["-K", "%s=%s" % (key, value)]
     return argv + [name], None
 
 
@@ -171,7 +200,29 @@ def _modify(req, info):
         argv += ["-d", req["home"]] + (["-m"] if req.get("move_home") else [])
     if req.get("shell") is not None and info.pw_shell != req["shell"]:
         argv += ["-s", req["shell"]]
+    current = _shadow_hash(req["name"])
+    lock = req.get("password_lock")
+    if lock and not current.startswith("!"):
+        argv.append("-L")
+    elif lock is False and current.startswith("!"):
+        argv.append("-U")
+    password = req.get("password")
+    always = req.get("update_password", "always") == "always"
+    if always and password is not None and current.lstrip("!") != password.lstrip("!"):
+        argv = [a for a in argv if a not in ("-L", "-U")]  # the new hash carries the lock itself
     return (argv + [req["name"]] if len(argv) > 1 else None), None
+
+
+def _new_hash(req, info_exists):
+    """The hash to set with chpasswd, or None: Ansible's ``-p`` (``!`` in front when locked)."""
+    password = req.get("password")
+    if password is None:
+        return None
+    if info_exists:
+        current = _shadow_hash(req["name"])
+        if req.get("update_password", "always") != "always" or current.lstrip("!") == password.lstrip("!"):
+            return None
+    return "!%s" % password if req.get("password_lock") else password
 
 
 def _make_home(home, uid, gid):
@@ -216,6 +267,10 @@ def do_user(req):
             if error:
                 return {"failed": True, "msg": error}
             rc, out, err = _exec(argv)
+            new = _new_hash(req, False)
+            if rc == 0 and new is not None:
+                rc, more_out, more_err = _set_hash(name, new)
+                out, err = out + more_out, err + more_err
             result.update(system=bool(req.get("system")), create_home=bool(req.get("create_home", True)))
         else:
             argv, error = _modify(req, info)
@@ -223,9 +278,18 @@ def do_user(req):
                 return {"failed": True, "msg": error}
             if argv is not None:
                 rc, out, err = (0, "", "") if check else _exec(argv)
+            new = _new_hash(req, True)
+            if new is not None and (rc is None or rc == 0):
+                if check:
+                    rc = 0
+                else:
+                    rc, more_out, more_err = _set_hash(name, new)
+                    out, err = out + more_out, err + more_err
             result.update(append=bool(req.get("append")), move_home=bool(req.get("move_home")))
         if rc is not None and rc != 0:
             return {"failed": True, "name": name, "msg": err, "rc": rc}
+        if req.get("password") is not None:
+            result["password"] = "NOT_LOGGING_PASSWORD"
     result["changed"] = rc is not None
     if out:
         result.update(stdout=out, stdout_lines=out.splitlines())
@@ -245,7 +309,9 @@ def do_user(req):
 
 
 def main(argv):
-    action, req = argv[1], json.loads(argv[2])
+    # the request on stdin when it holds a password hash (never in an argv), else as the second argument
+    action = argv[1]
+    req = json.loads(argv[2]) if len(argv) > 2 else json.loads(sys.stdin.buffer.read().decode("utf-8"))
     if action == "group":
         answer = do_group(req)
     elif action == "user":

@@ -71,6 +71,11 @@ def test_group_the_same_as_ansible(tmp_path: Path) -> None:
             subprocess.run(["groupdel", name], capture_output=True, check=False)
 
 
+# two SHA-512 crypt hashes (of "secret" and "other"): what Ansible's user module takes
+HASH = "$6$provision$0jTqQAMWm3k8Kq4sZrBWnRGtVIzYiUH1cn5ZgJzq6mWfXJYxO0eU7h5m1.2p9wW5Bq1n0P5d5cyPZ1u0z4lzO/"
+HASH2 = "$6$provision$9xWq4KpBqDkR0v8oTt1YJQfKk2m6J7bQn2aQ0s8Pz3Y1kq2zV6mWbDqTQe1sF4GmBz0yHq7UpLrXcN9aE5dKj1"
+
+
 def _user_steps(n: str, uid: int, gid: int, home: str) -> list[tuple[str, dict[str, Any], bool]]:
     """(module, arguments, check mode) in order; the groups ``n``-g (gid), ``n``-a and ``n``-b come first."""
     return [
@@ -86,9 +91,23 @@ def _user_steps(n: str, uid: int, gid: int, home: str) -> list[tuple[str, dict[s
         ("user", {"name": n, "group": f"{n}g"}, False),
         ("user", {"name": n, "shell": "/bin/bash"}, True),
         ("user", {"name": n, "groups": [f"{n}-missing"]}, False),  # fails, names the group
+        ("user", {"name": n, "password": HASH}, False),
+        ("user", {"name": n, "password": HASH}, False),  # converged
+        ("user", {"name": n, "password_lock": True}, False),
+        ("user", {"name": n, "password_lock": True}, False),  # converged
+        ("user", {"name": n, "password": HASH2, "update_password": "on_create"}, False),  # exists: unchanged
+        ("user", {"name": n, "password": HASH2, "password_lock": False}, True),
+        ("user", {"name": n, "password": HASH2, "password_lock": False}, False),
         ("user", {"name": n, "state": "absent", "remove": True}, False),
         ("user", {"name": n, "state": "absent", "remove": True}, False),  # converged
     ]
+
+
+def _shadow(name: str) -> str:
+    for line in Path("/etc/shadow").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":")[1]
+    return ""
 
 
 def _user_normal(result: dict[str, Any], n: str, uid: int, gid: int, home: str) -> dict[str, Any]:
@@ -131,6 +150,12 @@ def test_user_the_same_as_ansible(tmp_path: Path) -> None:
                 assert Path(our_home).stat().st_uid == our_uid
             if i == 10:
                 assert pwd.getpwnam(our_name).pw_shell == "/bin/sh"
+            if i == 12:  # the hash as given; locked ('!'); on_create and check mode leave it; a new one unlocked
+                assert _shadow(our_name) == HASH
+            if i in (14, 16, 17):
+                assert _shadow(our_name) == "!" + HASH
+            if i == 18:
+                assert _shadow(our_name) == HASH2
         assert not Path(our_home).exists()  # remove: true took the home
     finally:
         for name in (ref_name, our_name):
