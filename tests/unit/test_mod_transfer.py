@@ -8,6 +8,7 @@ and an archive cannot write outside ``dest``.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -326,3 +327,34 @@ def test_unarchive_tempfile_script_the_same_as_ansible(tmp_path: Path) -> None:
             str(p.relative_to(ref_dir)): (p.lstat().st_mode, p.is_symlink()) for p in (ref_dir / sub).rglob("*")
         }
         assert mine == ref_tree, sub
+
+
+class _NeedsAuth(_Quiet):
+    def do_GET(self) -> None:
+        if self.headers.get("Authorization") != "Basic " + base64.b64encode(b"joe:s3cret").decode():
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="test"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_GET()
+
+
+def test_get_url_answers_a_401_with_the_urls_user_and_masks_it(tmp_path: Path) -> None:
+    root = tmp_path / "www"
+    root.mkdir()
+    (root / "f.txt").write_text("private\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_NeedsAuth, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        res = _run("get_url", {"url": f"http://joe:s3cret@127.0.0.1:{port}/f.txt", "dest": str(tmp_path / "f.txt")})
+        assert res.changed and not res.failed, res
+        assert (tmp_path / "f.txt").read_text() == "private\n"
+        assert res.data["url"] == f"http://****:****@127.0.0.1:{port}/f.txt"
+        assert "s3cret" not in json.dumps(res.data) + res.msg
+        wrong = _run("get_url", {"url": f"http://joe:nope@127.0.0.1:{port}/f.txt", "dest": str(tmp_path / "g.txt")})
+        assert wrong.failed and wrong.data["status_code"] == 401 and not (tmp_path / "g.txt").exists()
+    finally:
+        server.shutdown()
+        server.server_close()
