@@ -26,7 +26,6 @@ from .playbook import Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
 FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once a play gathered facts
-SETUP_MODULES = {"setup", "ansible.builtin.setup"}
 UNSUPPORTED_GLOBALS = {"lookup", "query", "q"}  # Ansible's Jinja2 globals for lookup plugins: refused by name
 
 
@@ -118,9 +117,10 @@ def check_plan(
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
     for play in plays:
         hosts = inventory.select(play.hosts)
-        # a setup task gathers them too (from its place on: counted for the whole play, as a static check)
-        gathered = gathered or play.gather_facts or any(t.module in SETUP_MODULES for t in play.tasks)
+        gathered = gathered or play.gather_facts
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
+        # a setup task gathers them too (from its place on: counted for the whole play, as a static check)
+        gathered = gathered or any(t.module in ("setup", "ansible.builtin.setup") for t in play.tasks)
         if gathered:
             play_known |= FACT_VARS
         for text in _strings(play.vars):

@@ -91,10 +91,10 @@ class TaskRunner:
         self.progress = progress
         self.playbook_dir = playbook_dir
         self._hostvars = HostVarsView(self)
+        self._gathered: dict[str, dict[str, Any]] = {}  # what a setup task gathered: the host's new ansible_facts
         # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
         # variables built after it as if it were applied, and returned in the outcome
         self._pending: dict[str, dict[str, Any]] = {}
-        self._gathered: dict[str, dict[str, Any]] = {}  # what a setup task gathered: the host's new ansible_facts
 
     # ------------------------------------------------------------------ variables
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
@@ -151,7 +151,9 @@ class TaskRunner:
     def run(self, task: Task, host: str) -> TaskOutcome:
         pending = self._pending[host] = {}
         try:
-            return self._run_task(task, host, pending)
+            outcome = self._run_task(task, host, pending)
+            outcome.gathered = self._gathered.pop(host, None)  # a setup task: the host's new ansible_facts
+            return outcome
         finally:
             del self._pending[host]
             self._gathered.pop(host, None)
@@ -173,7 +175,7 @@ class TaskRunner:
         result.duration = time.monotonic() - started
         if result.failed and task.ignore_errors:
             result.ignored = True
-        outcome = TaskOutcome(result, facts=dict(pending), gathered=self._gathered.pop(host, None))
+        outcome = TaskOutcome(result, facts=dict(pending))
         if task.register and result.status is not Status.UNREACHABLE:
             # registered before no_log censors the output: as in Ansible, later tasks can read the result
             outcome.register, outcome.registered = task.register, result.registered()
