@@ -118,9 +118,8 @@ def check_plan(
     for play in plays:
         hosts = inventory.select(play.hosts)
         gathered = gathered or play.gather_facts
+        gathered = gathered or any(t.module in ("setup", "ansible.builtin.setup") for t in play.tasks)  # setup too
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
-        # a setup task gathers them too (from its place on: counted for the whole play, as a static check)
-        gathered = gathered or any(t.module in ("setup", "ansible.builtin.setup") for t in play.tasks)
         if gathered:
             play_known |= FACT_VARS
         for text in _strings(play.vars):
