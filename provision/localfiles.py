@@ -21,14 +21,15 @@ import stat
 from pathlib import Path
 
 
-def replace_file(path: str | Path, text: str, mode: int = 0o644) -> None:
-    """Atomically make ``path`` a regular file holding ``text`` (UTF-8), without following links."""
+def replace_file(path: str | Path, text: str | bytes, mode: int = 0o644) -> None:
+    """Atomically make ``path`` a regular file holding ``text`` (UTF-8; bytes as they are), without following
+    links."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)

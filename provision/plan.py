@@ -118,6 +118,7 @@ def check_plan(
     for play in plays:
         hosts = inventory.select(play.hosts)
         gathered = gathered or play.gather_facts
+        gathered = gathered or any(t.module in ("setup", "ansible.builtin.setup") for t in play.tasks)  # setup too
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
         if gathered:
             play_known |= FACT_VARS

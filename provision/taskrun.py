@@ -100,6 +100,7 @@ class TaskRunner:
         self.progress = progress
         self.playbook_dir = playbook_dir
         self._hostvars = HostVarsView(self)
+        self._gathered: dict[str, dict[str, Any]] = {}  # what a setup task gathered: the host's new ansible_facts
         # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
         # variables built after it as if it were applied, and returned in the outcome
         self._pending: dict[str, dict[str, Any]] = {}
@@ -178,9 +179,12 @@ class TaskRunner:
     def run(self, task: Task, host: str) -> TaskOutcome:
         pending = self._pending[host] = {}
         try:
-            return self._run_task(task, host, pending)
+            outcome = self._run_task(task, host, pending)
+            outcome.gathered = self._gathered.pop(host, None)  # a setup task: the host's new ansible_facts
+            return outcome
         finally:
             del self._pending[host]
+            self._gathered.pop(host, None)
 
     def _run_task(self, task: Task, host: str, pending: dict[str, Any]) -> TaskOutcome:
         started = time.monotonic()
@@ -429,6 +433,8 @@ class TaskRunner:
         if mres.facts:
             MASKER.add_vars(mres.facts)
             self._pending[host].update(mres.facts)  # returned in the outcome; later items and retries see them
+        if mres.gathered is not None:
+            self._gathered[host] = mres.gathered
         if task.changed_when is not None or task.failed_when is not None:
             self._override(task, result, variables, where)
         return result

@@ -120,6 +120,7 @@ class ModuleResult:
     data: dict[str, Any] = field(default_factory=dict)  # returned values: rc, stdout, stderr, path, ...
     diff: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # set_fact / gathered facts: merged into host vars
+    gathered: dict[str, Any] | None = None  # the setup module: becomes the host's ansible_facts
     notify: bool = True  # handlers are notified only when changed; kept for modules that never notify
 
 

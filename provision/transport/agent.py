@@ -24,7 +24,7 @@ from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout
 from .base import CommandResult
 
-QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py"})
+QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer.py"})
 
 # reads the agent's source unbuffered (nothing of the first request may be swallowed by a buffer), runs it
 BOOTSTRAP = """\

@@ -7,6 +7,8 @@ A case is a folder ``cases/<name>/`` with ``playbook.yml`` and an optional ``cas
     check: false          # true: first a ``--check --diff`` run on the fresh dir, compared too
     args: []              # extra command line arguments for both tools (``-t``, ``-e``, ...)
     host_vars: {}         # extra inventory vars for every host
+    serve: files          # a folder of the case served over HTTP on loopback while the case runs (python's
+                          # http.server, started by the harness); its base URL is the inventory var ``http_base``
     accept:               # accepted differences: a difference line containing ``match`` is expected
       - match: "run 1: exit code"
         reason: why provision deliberately differs
@@ -29,8 +31,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +59,14 @@ class Case:
     args: list[str] = field(default_factory=list)
     host_vars: dict[str, Any] = field(default_factory=dict)
     accept: list[dict[str, str]] = field(default_factory=list)
+    serve: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> Case:
         meta_path = path / "case.yml"
         meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
         meta = meta or {}
-        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about"}
+        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about", "serve"}
         unknown = set(meta) - known
         if unknown:
             raise ValueError(f"{meta_path}: unknown keys {sorted(unknown)}")
@@ -74,6 +82,7 @@ class Case:
             args=[str(a) for a in meta.get("args", [])],
             host_vars=dict(meta.get("host_vars", {})),
             accept=list(meta.get("accept", [])),
+            serve=str(meta["serve"]) if meta.get("serve") else None,
         )
 
 
@@ -165,20 +174,9 @@ class Harness:
         if local.exists():
             shutil.rmtree(local)
         records: dict[str, list[RunRecord]] = {}
-        for tool in TOOLS:
-            tool_dir = local / tool
-            shutil.copytree(case.path, tool_dir)
-            inventory = self._inventory(case, hosts, tool, tool_dir)
-            for h in hosts:
-                wd = self.wd(h, case, tool)
-                self._as_user(h, ["rm", "-rf", str(wd), ".provision/pending_handlers.json"])
-                self._as_user(h, ["mkdir", "-p", str(wd)])
-            runs: list[RunRecord] = []
-            if case.check:
-                runs.append(self._run(tool, tool_dir, inventory, [*case.args, "--check", "--diff"]))
-            for _ in range(case.runs):
-                runs.append(self._run(tool, tool_dir, inventory, case.args))
-            records[tool] = runs
+        with _http_server(case) as http_base:
+            for tool in TOOLS:
+                records[tool] = self._run_tool(case, hosts, local, tool, http_base)
         differences = self._compare(case, hosts, records)
         accepted, unexplained, used = [], [], set()
         for diff in differences:
@@ -191,6 +189,21 @@ class Harness:
         unused = [a["match"] for a in case.accept if a["match"] not in used]
         return Outcome(case.name, unexplained, accepted, unused, records, time.monotonic() - started)
 
+    def _run_tool(self, case: Case, hosts: list[Any], local: Path, tool: str, http_base: str | None) -> list[RunRecord]:
+        tool_dir = local / tool
+        shutil.copytree(case.path, tool_dir)
+        inventory = self._inventory(case, hosts, tool, tool_dir, http_base)
+        for h in hosts:
+            wd = self.wd(h, case, tool)
+            self._as_user(h, ["rm", "-rf", str(wd), ".provision/pending_handlers.json"])
+            self._as_user(h, ["mkdir", "-p", str(wd)])
+        runs: list[RunRecord] = []
+        if case.check:
+            runs.append(self._run(tool, tool_dir, inventory, [*case.args, "--check", "--diff"]))
+        for _ in range(case.runs):
+            runs.append(self._run(tool, tool_dir, inventory, case.args))
+        return runs
+
     def wd(self, host: Any, case: Case, tool: str) -> Path:
         return Path(host.home) / "compat" / case.name / tool
 
@@ -198,11 +211,12 @@ class Harness:
         idx = self.lab.hosts.index(host)
         self.lab.run_as(idx, argv)
 
-    def _inventory(self, case: Case, hosts: list[Any], tool: str, tool_dir: Path) -> Path:
+    def _inventory(self, case: Case, hosts: list[Any], tool: str, tool_dir: Path, http_base: str | None) -> Path:
         extra = {
             h.name: {
                 "wd": str(self.wd(h, case, tool)),
                 "ansible_python_interpreter": "/usr/bin/python3",
+                **({"http_base": http_base} if http_base else {}),
                 **case.host_vars,
             }
             for h in hosts
@@ -257,6 +271,29 @@ class Harness:
                 if ta.get(rel) != tp.get(rel):
                     out.append(f"files {h.name}:{rel}: ansible={_short(ta.get(rel))} provision={_short(tp.get(rel))}")
         return out
+
+
+@contextmanager
+def _http_server(case: Case) -> Iterator[str | None]:
+    """Serve the case's ``serve`` folder on loopback while the case runs (its base URL), or nothing."""
+    if not case.serve:
+        yield None
+        return
+    handler = partial(_QuietHandler, directory=str(case.path / case.serve))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name=f"compat-http-{case.name}", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 # ------------------------------------------------------------------------------------ parsing results

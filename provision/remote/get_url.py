@@ -1,0 +1,239 @@
+"""Host side of ``get_url``: the download happens ON the host, as Ansible's (stdlib only; Python 3.6+).
+
+``python3 - JSON`` with ``{"url", "dest", "checksum", "mode", "force", "timeout", "headers", "check"}`` (the
+headers may hold secrets: the request travels on stdin when it has any, see the module) prints one JSON
+answer with Ansible's keys. Semantics as Ansible's get_url: an existing ``dest`` with a matching ``checksum``
+and ``force: no`` is not downloaded; otherwise the request carries ``If-Modified-Since`` (a 304 changes
+nothing); the body goes to a temp file beside ``dest`` (never a planted name: ``mkstemp``), is checked against
+``checksum``, and replaces ``dest`` atomically with its final mode only when its content differs. Every wait
+is bounded by ``timeout``.
+"""
+
+import email.utils
+import hashlib
+import json
+import os
+import ssl
+import stat
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+
+
+def _digest(path, algorithm):
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _set_mode(path, mode, check):
+    if mode is None:
+        return False
+    if stat.S_IMODE(os.stat(path).st_mode) == mode:
+        return False
+    if not check:
+        os.chmod(path, mode)
+    return True
+
+
+def mask_url(url):
+    """The URL as it may be shown: its user and password replaced by ``****`` (as Ansible's mask_url)."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.username and not parts.password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = "****:****" if parts.password else "****"
+    return urllib.parse.urlunsplit(parts._replace(netloc="%s@%s" % (userinfo, host)))
+
+
+def _opener(url, context):
+    """An opener that answers a 401 with the URL's own user and password (as Ansible's url_get does), and
+    the URL without them."""
+    parts = urllib.parse.urlsplit(url)
+    handlers = [urllib.request.HTTPSHandler(context=context)] if context is not None else []
+    if parts.username is not None:
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+        user = urllib.parse.unquote(parts.username)
+        manager.add_password(None, url, user, urllib.parse.unquote(parts.password or ""))
+        handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
+    return urllib.request.build_opener(*handlers), url
+
+
+def main(req):
+    answer = _main(req)
+    if "url" in answer:
+        answer["url"] = mask_url(answer["url"])
+    return answer
+
+
+def _main(req):
+    url, dest = req["url"], os.path.expanduser(req["dest"])
+    force, check, mode = bool(req.get("force")), bool(req.get("check")), req.get("mode")
+    timeout = float(req.get("timeout") or 10)
+    headers = dict(req.get("headers") or {})
+    result = {"url": url, "dest": dest, "changed": False, "checksum_dest": None, "checksum_src": None}
+    algorithm, want = "", ""
+    if req.get("checksum"):
+        algorithm, _, want = req["checksum"].partition(":")
+        want = want.strip().lower()
+        if not want or algorithm not in hashlib.algorithms_available:
+            result.update(failed=True, msg="The checksum parameter has to be in format <algorithm>:<checksum>")
+            return result
+    if os.path.isdir(dest):
+        name = os.path.basename(urllib.parse.urlsplit(url).path) or "index.html"
+        dest = os.path.join(dest, name)
+        result["dest"] = dest
+    last_mod = None
+    if os.path.exists(dest):
+        mismatch = False
+        if not force and want:
+            mismatch = _digest(dest, algorithm) != want
+        if not force and want and not mismatch:
+            result["changed"] = _set_mode(dest, mode, check)
+            result["msg"] = (
+                "file already exists but file attributes changed" if result["changed"] else "file already exists"
+            )
+            return result
+        last_mod = os.path.getmtime(dest)
+        if mismatch:
+            force = True
+    context = None if req.get("validate_certs", True) else ssl._create_unverified_context()
+    opener, bare_url = _opener(url, context)
+    request = urllib.request.Request(bare_url, headers=headers, method="HEAD" if check else "GET")
+    if last_mod is not None and not force:
+        request.add_header("If-Modified-Since", email.utils.formatdate(last_mod, usegmt=True))
+    try:
+        response = opener.open(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 304:
+            return {
+                "url": url,
+                "dest": dest,
+                "changed": False,
+                "msg": "HTTP Error 304: Not Modified",
+                "status_code": 304,
+            }
+        return {
+            "url": url,
+            "dest": dest,
+            "failed": True,
+            "msg": "Request failed",
+            "status_code": exc.code,
+            "response": str(exc),
+        }
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return {"url": url, "dest": dest, "failed": True, "msg": "Request failed: %s" % reason, "status_code": -1}
+    parent = os.path.dirname(dest) or "."
+    if not os.path.isdir(parent):
+        response.close()
+        result.update(failed=True, msg="Destination %s does not exist" % parent)
+        return result
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".provision-get_url-")
+    except OSError:
+        response.close()
+        result.update(failed=True, msg="Destination %s is not writable" % parent)
+        return result
+    try:
+        size = 0
+        with os.fdopen(fd, "wb") as fh:
+            while True:
+                block = response.read(1 << 16)
+                if not block:
+                    break
+                size += len(block)
+                fh.write(block)
+        response.close()
+        result.update(status_code=response.status, msg="OK (%d bytes)" % size, size=size)
+        result["checksum_src"] = _digest(tmp, "sha1")
+        result["checksum_dest"] = _digest(dest, "sha1") if os.path.exists(dest) else None
+        if check:
+            result["changed"] = result["checksum_dest"] != result["checksum_src"]
+            result["msg"] = "OK"
+            return result
+        if want:
+            got = _digest(tmp, algorithm)
+            if got != want:
+                for key in ("size", "status_code"):
+                    result.pop(key, None)
+                result.update(failed=True, msg="The checksum for %s did not match %s; it was %s." % (dest, want, got))
+                return result
+        if result["checksum_src"] != result["checksum_dest"]:
+            final = (
+                mode
+                if mode is not None
+                else (stat.S_IMODE(os.stat(dest).st_mode) if os.path.exists(dest) else 0o666 & ~_umask())
+            )
+            os.chmod(tmp, final)
+            os.rename(tmp, dest)
+            tmp = None
+            result["changed"] = True
+        else:
+            result["changed"] = _set_mode(dest, mode, False)
+        result["md5sum"] = _digest(dest, "md5")
+        return result
+    except (OSError, ValueError) as exc:
+        result.update(failed=True, msg="failed to download %s: %s" % (url, exc))
+        return result
+    finally:
+        if tmp is not None and os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _path_info(result):
+    """The keys Ansible's module adds to any result that names a ``dest``: its owner, mode, size and state."""
+    path = result.get("dest")
+    if not path or result.get("failed"):  # Ansible's fail_json adds nothing
+        return result
+    try:
+        st = os.lstat(path)
+    except OSError:
+        result["state"] = "absent"
+        return result
+    if stat.S_ISLNK(st.st_mode):
+        state = "link"
+    elif stat.S_ISDIR(st.st_mode):
+        state = "directory"
+    else:
+        state = "hard" if st.st_nlink > 1 else "file"
+    result.update(uid=st.st_uid, gid=st.st_gid, mode="0%03o" % stat.S_IMODE(st.st_mode), state=state, size=st.st_size)
+    for key, lookup, ident in (("owner", _pw, st.st_uid), ("group", _gr, st.st_gid)):
+        name = lookup(ident)
+        result[key] = name if name is not None else ident
+    return result
+
+
+def _pw(uid):
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _gr(gid):
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return None
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+if __name__ == "__main__":
+    answer = _path_info(main(json.loads(sys.stdin.buffer.read().decode("utf-8"))))
+    print(json.dumps(answer))
+    sys.exit(1 if answer.get("failed") else 0)

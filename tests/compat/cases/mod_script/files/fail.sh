@@ -1,0 +1,4 @@
+#!/bin/sh
+echo before-failing
+touch failed-once
+exit 3
