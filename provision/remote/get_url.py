@@ -54,7 +54,7 @@ def _opener(url, context):
     """An opener that answers a 401 with the URL's own user and password (as Ansible's url_get does), and
     the URL without them."""
     parts = urllib.parse.urlsplit(url)
-    handlers = [urllib.request.HTTPSHandler(context=context)] if context is not None else []
+    handlers = [urllib.request.HTTPSHandler(context=context)] if context is not None else []  # type: list[urllib.request.BaseHandler]
     if parts.username is not None:
         url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
@@ -172,7 +172,7 @@ def _main(req):
             )
             os.chmod(tmp, final)
             os.rename(tmp, dest)
-            tmp = None
+            tmp = None  # type: ignore[assignment]  # renamed: nothing to clean up
             result["changed"] = True
         else:
             result["changed"] = _set_mode(dest, mode, False)
