@@ -30,6 +30,8 @@ MODULES: dict[str, str] = {
     "wait_for": "provision.modules.net",
     "pip": "provision.modules.pip_mod",
     "git": "provision.modules.git_mod",
+    "apt": "provision.modules.packages",
+    "package": "provision.modules.packages",
     "ping": "provision.modules.info",
     "raw": "provision.modules.info",
     "slurp": "provision.modules.info",

@@ -1,0 +1,102 @@
+"""``apt`` and ``package``: Debian/Ubuntu packages present, latest or absent, with Ansible's arguments and return
+values (``cache_updated``, ``cache_update_time``, ``stdout``/``stderr`` when apt-get ran) and check mode
+(``apt-get --simulate``). The host does it in one round trip (``remote/packages.py``, the request on stdin); it
+needs root (``become``). ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one line.
+Refused by name: ``deb``, ``upgrade`` (other than no), ``build-dep``/``fixed`` states, wildcards in names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+
+HELPER = "packages.py"
+APT_UNSUPPORTED = (
+    "deb", "autoclean", "fail_on_autoremove", "allow_unauthenticated", "allow_change_held_packages", "policy_rc_d",
+    "lock_timeout", "clean", "update_cache_retries", "update_cache_retry_max_delay",
+)  # fmt: skip
+
+
+def _names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else str(value).split(",")
+    return [str(i).strip() for i in items if str(i).strip()]
+
+
+def _apply(ctx: ModuleContext, request: dict[str, Any]) -> ModuleResult:
+    for name in request["names"]:
+        if any(c in name for c in "*?["):
+            return ModuleResult(failed=True, msg=f"apt: wildcards in package names are not supported: {name}")
+    request["check"] = ctx.check
+    try:
+        answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what="apt", check_rc=False)
+    except HelperError as exc:
+        return exc.as_result()
+    keys = ("cache_updated", "cache_update_time", "stdout", "stderr", "rc", "diff")
+    data: dict[str, Any] = {k: answer[k] for k in keys if k in answer}
+    for stream in ("stdout", "stderr"):
+        if stream in data:
+            data[f"{stream}_lines"] = str(data[stream]).splitlines()
+    return ModuleResult(
+        changed=bool(answer.get("changed")), failed=bool(answer.get("failed")), msg=str(answer.get("msg") or ""),
+        data=data,
+    )  # fmt: skip
+
+
+@register
+class Apt(Module):
+    name = "apt"
+    args = {
+        "name": Arg("raw", aliases=("package", "pkg")),
+        "state": Arg(default="present", choices=("present", "installed", "latest", "absent", "removed")),
+        "update_cache": Arg("bool", default=False, aliases=("update-cache",)),
+        "cache_valid_time": Arg("int", default=0),
+        "purge": Arg("bool", default=False),
+        "autoremove": Arg("bool", default=False),
+        "install_recommends": Arg("bool", aliases=("install-recommends",)),
+        "force": Arg("bool", default=False),
+        "only_upgrade": Arg("bool", default=False),
+        "allow_downgrade": Arg("bool", default=False, aliases=("allow-downgrade", "allow_downgrades")),
+        "default_release": Arg(aliases=("default-release",)),
+        "dpkg_options": Arg(default="force-confdef,force-confold"),
+        "upgrade": Arg(default="no"),
+        **{name: Arg("raw") for name in APT_UNSUPPORTED},
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        for name in APT_UNSUPPORTED:
+            if name in args:
+                raise ArgError(f"apt: {name!r} is not supported by provision")
+        upgrade = args.get("upgrade", "no")
+        if not is_template(upgrade) and str(upgrade).lower() not in ("no", "false"):
+            raise ArgError("apt: upgrade is not supported by provision (only upgrade: no)")
+        if "name" not in args and not args.get("update_cache") and not args.get("update-cache"):
+            raise ArgError("apt: one of the following is required: name, update_cache")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
+        request = {
+            "names": _names(args["name"]),
+            "state": state,
+            **{k: args[k] for k in ("update_cache", "cache_valid_time", "purge", "autoremove", "install_recommends",
+                                    "force", "only_upgrade", "allow_downgrade", "default_release", "dpkg_options")},
+        }  # fmt: skip
+        return _apply(ctx, request)
+
+
+@register
+class Package(Module):
+    name = "package"
+    args = {
+        "name": Arg("raw", required=True),
+        "state": Arg(required=True, choices=("present", "installed", "latest", "absent", "removed")),
+        "use": Arg(default="auto", choices=("auto", "apt")),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
+        return _apply(ctx, {"names": _names(args["name"]), "state": state})
