@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -103,22 +104,32 @@ class Executor:
         self._play_hosts: list[str] = []
         self._ended_play = False  # meta: end_play
         self._handler_list: list[Task] = []
+        self._remote_user: str | None = None  # the play's remote_user (under the inventory's ansible_user)
+        self._conn_users: dict[str, Any] = {}  # the user each cached connection was opened with
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
     def connection(self, host: str) -> Connection:
         with self._conn_lock:
             conn = self._conns.get(host)
+            variables = self.inventory.hosts[host].vars if host in self.inventory.hosts else {}
+            user = variables.get("ansible_user") or self._remote_user
+            if conn is not None and self._conn_users.get(host) != user:  # another play's remote_user
+                conn.close()
+                conn = None
             if conn is None:
                 # a run holds each host's run lock while connected: no two runs ever overlap on a host
                 if host in self.inventory.hosts:
                     opts = dataclasses.replace(self.options.connect, run_lock=self.options.run_lock)
-                    conn = open_connection(host, self.inventory.hosts[host].vars, opts)
+                    if user and not variables.get("ansible_user"):
+                        variables = {**variables, "ansible_user": user}
+                    conn = open_connection(host, variables, opts)
                 elif host in ("localhost", "127.0.0.1"):
                     conn = LocalConnection(host)  # the controller itself (delegate_to): not a managed host
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
+                self._conn_users[host] = user
             return conn
 
     def close(self) -> None:
@@ -188,6 +199,7 @@ class Executor:
 
     def _play(self, play: Play) -> None:
         self._handler_list = play.handlers
+        self._remote_user = play.remote_user
         hosts = self.play_hosts(play)
         self._play_hosts = hosts
         self.reporter.play_start(play.name, hosts)
@@ -198,7 +210,7 @@ class Executor:
         self._ended_play = False
         for name in hosts:
             self.host_state(name).ended = False  # meta: end_host lasts one play
-        for batch in self.batches(hosts, play.serial):
+        for batch in self.batches(order_hosts(hosts, play.order), play.serial):  # the play's vars keep hosts
             for name in batch:  # as Ansible's recap: the hosts a batch reached (not those an abort spared)
                 self.summary.stat(name)
             if self._batch(play, batch, hosts) or self.summary.aborted or self._ended_play:
@@ -226,6 +238,8 @@ class Executor:
                 self._started = True
                 stop = self._task(play, task, batch, runner)
                 if stop is not None:
+                    if play.force_handlers and not self._ended_play:  # the failed hosts' handlers still run
+                        self._handlers(play, batch, runner)
                     return stop
             if index in play.flush_points:  # the end of pre_tasks, tasks, post_tasks
                 self._handlers(play, batch, runner)
@@ -403,8 +417,9 @@ class Executor:
         handler: bool = False,
         where: str = "",
         task: Task | None = None,
+        forced: bool = False,
     ) -> list[TaskResult]:
-        active = self._live(hosts, task)
+        active = hosts if forced else self._live(hosts, task)
         if not active:
             return []
         if run_once:
@@ -447,7 +462,8 @@ class Executor:
         if outcome.gathered is not None:
             state.facts = outcome.gathered
         if outcome.facts:
-            state.set_vars.update(outcome.facts)
+            target = self.host_state(outcome.facts_to) if outcome.facts_to else state
+            target.set_vars.update(outcome.facts)
         if outcome.register is not None:
             # run_once: the one result is registered on every host of the batch, as Ansible does
             for name in outcome.register_on:
@@ -462,7 +478,7 @@ class Executor:
             self.reporter.task_result(result)
             return
         self.summary.stat(result.host).count(result)
-        if result.status is Status.UNREACHABLE:
+        if result.status is Status.UNREACHABLE and not result.ignored:  # ignore_unreachable: stays in the play
             state.unreachable = True
         elif result.status is Status.FAILED and not result.ignored:
             state.failed = True
@@ -534,7 +550,7 @@ class Executor:
         for _ in range(len(play.handlers) + 1):
             ran = False
             for handler in play.handlers:
-                hosts = [h for h in self._active(batch) if handler.name in self.host_state(h).notified]
+                hosts = [h for h in self._handler_hosts(play, batch) if handler.name in self.host_state(h).notified]
                 if not hosts:
                     continue
                 ran = True
@@ -542,7 +558,8 @@ class Executor:
                     state = self.host_state(host)
                     state.notified = [n for n in state.notified if n != handler.name]
                 run = partial(runner.run, handler)
-                results = self._each(hosts, handler.name, run, handler=True, where=handler.where)
+                results = self._each(hosts, handler.name, run, handler=True, where=handler.where,
+                                     forced=play.force_handlers)  # fmt: skip
                 for result in results:
                     if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED) and not self.options.check:
                         self._clear_pending(result.host)
@@ -550,6 +567,13 @@ class Executor:
                         self.host_state(result.host).notified.append(handler.name)  # still pending on the host
             if not ran:
                 return
+
+    def _handler_hosts(self, play: Play, batch: list[str]) -> list[str]:
+        """The hosts whose handlers run: the active ones; with ``force_handlers`` the failed ones too (not the
+        unreachable), as in Ansible."""
+        if not play.force_handlers:
+            return self._active(batch)
+        return [h for h in batch if not self.host_state(h).unreachable and not self.host_state(h).ended]
 
     def _clear_pending(self, host: str) -> None:
         state = self.host_state(host)
@@ -559,6 +583,17 @@ class Executor:
             else:
                 conn = self.connection(host)
                 conn.run(Command.of("rm", "-f", conn.expand_path(PENDING_HANDLERS)), timeout=30)
+
+
+def order_hosts(hosts: list[str], order: str) -> list[str]:
+    """A play's ``order``: inventory (as given), reverse_inventory, sorted, reverse_sorted, shuffle."""
+    if order == "reverse_inventory":
+        return hosts[::-1]
+    if order in ("sorted", "reverse_sorted"):
+        return sorted(hosts, reverse=order == "reverse_sorted")
+    if order == "shuffle":
+        return random.sample(hosts, len(hosts))
+    return hosts
 
 
 def playbook_dir_of(path: str) -> str:

@@ -22,7 +22,7 @@ from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
 from .modules.base import find_controller_file
-from .playbook import Play, Task
+from .playbook import STRATEGIES, Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
 FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once a play gathered facts
@@ -117,6 +117,7 @@ def check_plan(
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
     for play in plays:
         hosts = inventory.select(play.hosts)
+        check_play_keywords(play, extra_vars)
         gathered = gathered or play.gather_facts
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
         if gathered:
@@ -159,6 +160,24 @@ def check_plan(
                         file=task.file,
                         line=task.line,
                     )
+
+
+def check_play_keywords(play: Play, extra_vars: dict[str, Any]) -> None:
+    """A ``vars_prompt`` without a default needs ``-e`` (provision never prompts); a templated ``strategy`` is
+    rendered with the play's vars and ``-e`` and must name one provision runs."""
+    for name, (file, line) in play.prompts.items():
+        if name not in extra_vars:
+            raise PlaybookError(
+                f"vars_prompt {name!r} has no default and provision never prompts: pass it with -e {name}=VALUE",
+                file=file,
+                line=line,
+            )
+    if templating.is_template(play.strategy):
+        value = templating.render(play.strategy, templating.Vars(play.vars, extra_vars), f"strategy of {play.where}")
+        if value not in STRATEGIES:
+            raise PlaybookError(
+                f"strategy {value!r} is not supported (only {', '.join(STRATEGIES)})", file=play.file, line=play.line
+            )
 
 
 def _loop_names(task: Task) -> set[str]:

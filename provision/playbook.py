@@ -29,12 +29,19 @@ PLAY_KEYS = {
     "name", "hosts", "vars", "vars_files", "gather_facts", "serial", "max_fail_percentage", "any_errors_fatal",
     "become", "become_user", "environment", "tasks", "handlers", "tags", "pre_tasks", "post_tasks",
     "no_log", "strategy", "connection", "roles",
+    # accepted play keywords that reach the tasks or the run (see parse_play)
+    "vars_prompt", "force_handlers", "remote_user", "collections", "check_mode", "ignore_unreachable",
+    "gather_subset", "gather_timeout", "run_once", "ignore_errors", "module_defaults", "order", "debugger",
 }  # fmt: skip
+STRATEGIES = ("linear", "free", "host_pinned")  # free/host_pinned run as linear: the same results per host
+HOST_ORDERS = ("inventory", "reverse_inventory", "sorted", "reverse_sorted", "shuffle")
 TASK_KEYS = {
     "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
     "environment", "loop", "loop_control", "with_items", "become", "become_user", "run_once", "delegate_to",
     "retries", "delay", "until", "vars", "no_log", "timeout", "listen", "check_mode", "diff",
+    "module_defaults", "ignore_unreachable", "delegate_facts", "debugger",
 }  # fmt: skip
+ACTION_KEYS = ("action", "local_action")  # `action: MODULE ARGS` / `local_action:` (delegate_to: localhost)
 
 
 class LineDict(dict[str, Any]):
@@ -150,6 +157,9 @@ class Task:
     role_path: str | None = None  # the role this task comes from (its files and templates are looked up there)
     role_defaults: dict[str, Any] = field(default_factory=dict)  # the role's defaults/: under the inventory
     inert_vars: dict[str, Any] = field(default_factory=dict)  # an include's loop item: data, never rendered
+    ignore_unreachable: bool = False  # an unreachable host counts ok+ignored and stays in the play
+    delegate_facts: bool = False  # with delegate_to: the facts a task sets go to the delegated host
+    module_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)  # in force here (includes use it)
 
     @property
     def where(self) -> str:
@@ -182,6 +192,11 @@ class Play:
     handlers: list[Task] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
     no_log: list[str] = field(default_factory=list)
+    prompts: dict[str, Any] = field(default_factory=dict)  # vars_prompt without a default: name -> (file, line)
+    force_handlers: bool = False
+    remote_user: str | None = None
+    order: str = "inventory"
+    strategy: str = "linear"  # free/host_pinned are run as linear (README, "Ansible compatibility")
 
     @property
     def where(self) -> str:
@@ -314,9 +329,76 @@ def _loop(value: Any, key: str, node: Any, path: str) -> Any:
     raise _err(f"{key} must be a list or a template giving one, got {_kind(value)}", node, path)
 
 
+_MODULE_DEFAULTS: contextvars.ContextVar[dict[str, dict[str, Any]]] = contextvars.ContextVar(
+    "module_defaults", default={}
+)
+
+
+def module_defaults(value: Any, node: Any, path: str, inherited: dict[str, dict[str, Any]] | None = None
+                    ) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """``module_defaults`` (a mapping or a list of them) over the ``inherited`` ones: module name (``copy``,
+    ``ansible.builtin.copy``, ``ansible.legacy.copy``) -> default arguments, the nearer level winning per module
+    as in Ansible. ``group/NAME`` entries are accepted: no built-in module is in an action group, so they apply to
+    none (as in Ansible). The defaults must be literal mappings (a template as the whole value is refused)."""
+    out = {k: dict(v) for k, v in (inherited or {}).items()}
+    if value is None:
+        return out
+    for entry in value if isinstance(value, list) else [value]:
+        if not isinstance(entry, dict):
+            raise _err(f"module_defaults must be a mapping of module names to arguments, got {_kind(entry)}",
+                       node, path)  # fmt: skip
+        for name, defaults in entry.items():
+            if not isinstance(name, str) or templating.is_template(name):
+                raise _err(f"module_defaults: {name!r} is not a module name", node, path)
+            if not isinstance(defaults, dict):
+                hint = " (a template is not supported here)" if templating.is_template(defaults) else ""
+                raise _err(f"module_defaults: {name} must be a mapping of arguments{hint}, got {_kind(defaults)}",
+                           node, path)  # fmt: skip
+            if name.startswith("group/"):
+                continue
+            cls = lookup(name.removeprefix("ansible.legacy."))
+            if cls is None:
+                raise _err(f"module_defaults: unknown module {name!r}", node, path)
+            out[cls.name] = dict(defaults)
+    return out
+
+
+def _action_form(node: dict[str, Any], path: str) -> dict[str, Any]:
+    """``action: MODULE ARGS`` / ``action: {module: M, ...}`` and ``local_action:`` (the same, delegated to
+    localhost) rewritten as the ordinary ``MODULE: ARGS`` task."""
+    keys = [k for k in ACTION_KEYS if k in node]
+    if len(keys) > 1:
+        raise _err("action and local_action are mutually exclusive", node, path)
+    key = keys[0]
+    value = node[key]
+    if isinstance(value, dict):
+        rest = dict(value)
+        module = rest.pop("module", None)
+        args: Any = rest or None
+    elif isinstance(value, str) and value.strip():
+        module, _, text = value.strip().partition(" ")
+        args = text.strip() or None
+    else:
+        module, args = None, None
+    if not isinstance(module, str) or not module:
+        raise _err(f"{key} needs a module name (`{key}: MODULE ARGS` or `{key}: {{module: MODULE, ...}}`)", node, path)
+    if module in node or module in ACTION_KEYS:
+        raise _err(f"{key}: module {module!r} is also a key of the task", node, path)
+    out = LineDict({k: v for k, v in node.items() if k != key})
+    out.file, out.line = getattr(node, "file", path), getattr(node, "line", 0)
+    out[module] = args
+    if key == "local_action":
+        if out.get("delegate_to") not in (None, "localhost", "127.0.0.1"):
+            raise _err("local_action and delegate_to are mutually exclusive", node, path)
+        out["delegate_to"] = "localhost"
+    return out
+
+
 def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
     if not isinstance(node, dict):
         raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
+    if any(k in node for k in ACTION_KEYS):
+        node = _action_form(node, path)
     candidates = [k for k in node if k not in TASK_KEYS]
     if "block" in node:
         raise _err("a block is not allowed here (handlers cannot be blocks)", node, path)
@@ -340,6 +422,9 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         args = cls.normalize(node[module])
         if "args" in node:
             args.update(_mapping(node["args"], "args", node, path))
+        defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get())
+        if defaults.get(cls.name):
+            args = {**defaults[cls.name], **args}
         args = cls.validate_static(args, templating.is_template)
     except ArgError as exc:
         raise _err(str(exc), node, path) from None
@@ -406,6 +491,9 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         check_mode=_flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
         diff=_bool(node["diff"], "diff", node, path) if "diff" in node else None,
         given_name=given,
+        ignore_unreachable=_bool(node.get("ignore_unreachable", False), "ignore_unreachable", node, path),
+        delegate_facts=_bool(node.get("delegate_facts", False), "delegate_facts", node, path),
+        module_defaults=defaults,
     )
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
@@ -588,7 +676,8 @@ def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str
 
 BLOCK_KEYS = {
     "block", "rescue", "always", "name", "when", "tags", "vars", "become", "become_user", "environment",
-    "ignore_errors", "no_log", "check_mode",
+    "ignore_errors", "no_log", "check_mode", "delegate_to", "delegate_facts", "module_defaults", "notify",
+    "ignore_unreachable", "run_once", "debugger",
 }  # fmt: skip
 _block_ids = itertools.count(1)
 
@@ -621,10 +710,21 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
     flags = {key: _bool(node[key], key, node, path) for key in ("become", "ignore_errors", "no_log") if key in node}
     check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
     become_user = _optional_str(node.get("become_user"), "become_user", node, path)
+    if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
+        raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
+    notify = _strlist(node.get("notify"), "notify", node, path)
+    flags |= {k: _bool(node[k], k, node, path) for k in ("ignore_unreachable", "delegate_facts") if k in node}
+    run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
+    defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get())
     out: list[Task] = []
     for section, nodes in sections.items():
         ref = BlockRef(ref_id, section, has_rescue, has_always)
-        for task in parse_tasks(nodes, path, block_tags, seen):
+        token = _MODULE_DEFAULTS.set(defaults)
+        try:
+            parsed = parse_tasks(nodes, path, block_tags, seen)
+        finally:
+            _MODULE_DEFAULTS.reset(token)
+        for task in parsed:
             if node.get("when") is not None:
                 conditions = node["when"] if isinstance(node["when"], list) else [node["when"]]
                 own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
@@ -640,6 +740,14 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
                 task.check_mode = check_mode
             task.ignore_errors = task.ignore_errors or flags.get("ignore_errors", False)
             task.no_log = task.no_log or flags.get("no_log", False)
+            task.ignore_unreachable = task.ignore_unreachable or flags.get("ignore_unreachable", False)
+            if task.delegate_to is None and node.get("delegate_to") is not None:
+                task.delegate_to = node["delegate_to"]
+                task.delegate_facts = task.delegate_facts or flags.get("delegate_facts", False)
+            if not task.notify and notify:  # a block's notify is its tasks' unless they name their own
+                task.notify = list(notify)
+            if task.run_once is False and run_once is not None:
+                task.run_once = run_once
             task.blocks = (ref, *task.blocks)
             out.append(task)
     if out:
@@ -728,26 +836,8 @@ def _serial(value: Any, node: Any, path: str) -> list[int | str]:
     return out
 
 
-def parse_play(node: Any, path: str) -> Play:
-    if not isinstance(node, dict):
-        raise _err("a play must be a mapping", node, path)
-    unknown = [k for k in node if k not in PLAY_KEYS]
-    if unknown:
-        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
-    if "hosts" not in node:
-        raise _err("play has no 'hosts'", node, path)
-    if node.get("strategy", "linear") != "linear":
-        raise _err(f"strategy {node['strategy']!r} is not supported (only linear)", node, path)
-    if node.get("connection", "ssh") not in ("ssh", "smart"):
-        raise _err(
-            f"play connection {node['connection']!r} is not supported (set ansible_connection per host)", node, path
-        )
-    hosts = node["hosts"]
-    if not (isinstance(hosts, str) and hosts.strip()) and not (
-        isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
-    ):
-        raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
-    tags = _tags(node.get("tags"), node, path)
+def _play_tasks(node: Any, path: str, tags: set[str]) -> tuple[list[Task], set[int], list[Task]]:
+    """The play's roles, pre_tasks, tasks and post_tasks (and the points where handlers flush), and handlers."""
     tasks: list[Task] = []
     flush_points: set[int] = set()
     _ROLE_HANDLERS.set([])
@@ -772,6 +862,70 @@ def parse_play(node: Any, path: str) -> Play:
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)
     handlers = [*_ROLE_HANDLERS.get(), *(parse_task(t, path, handler=True) for t in raw_handlers)]
+    return tasks, flush_points, handlers
+
+
+def _vars_prompt(value: Any, node: Any, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``vars_prompt`` in a run that never prompts (as ansible-playbook without a terminal): a prompt's
+    ``default`` becomes the play variable; one without a default must come from ``-e`` (the planner refuses the
+    run before any host is touched otherwise). Returns (the defaults, the names without one)."""
+    if value is None:
+        return {}, {}
+    if not isinstance(value, list):
+        raise _err(f"vars_prompt must be a list, got {_kind(value)}", node, path)
+    defaults: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
+    for entry in value:
+        where = entry if isinstance(entry, LineDict) else node
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].isidentifier():
+            raise _err("vars_prompt: each entry needs name: VARIABLE", where, path)
+        unknown = sorted(set(entry) - VARS_PROMPT_KEYS)
+        if unknown:
+            raise _err(f"vars_prompt: {unknown[0]!r} is not supported", where, path)
+        if entry.get("encrypt"):
+            raise _err(f"vars_prompt {entry['name']}: encrypt is not supported (pass the hashed value with -e)",
+                       where, path)  # fmt: skip
+        if "default" in entry and entry["default"] is not None:
+            defaults[entry["name"]] = entry["default"]
+        else:
+            missing[entry["name"]] = (getattr(where, "file", "") or path, getattr(where, "line", 0) or None)
+    return defaults, missing
+
+
+VARS_PROMPT_KEYS = {"name", "prompt", "default", "private", "confirm", "encrypt", "salt_size", "salt", "unsafe"}
+
+
+def parse_play(node: Any, path: str) -> Play:
+    if not isinstance(node, dict):
+        raise _err("a play must be a mapping", node, path)
+    unknown = [k for k in node if k not in PLAY_KEYS]
+    if unknown:
+        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
+    if "hosts" not in node:
+        raise _err("play has no 'hosts'", node, path)
+    strategy = node.get("strategy", "linear")
+    if not (strategy in STRATEGIES or templating.is_template(strategy)):  # a template: checked by the planner
+        raise _err(f"strategy {strategy!r} is not supported (only {', '.join(STRATEGIES)})", node, path)
+    order = node.get("order", "inventory")
+    if order not in HOST_ORDERS:
+        raise _err(f"order must be one of {', '.join(HOST_ORDERS)}, got {_kind(order)}", node, path)
+    _strlist(node.get("collections"), "collections", node, path)  # accepted: module names resolve as builtin
+    if node.get("connection", "ssh") not in ("ssh", "smart"):
+        raise _err(
+            f"play connection {node['connection']!r} is not supported (set ansible_connection per host)", node, path
+        )
+    hosts = node["hosts"]
+    if not (isinstance(hosts, str) and hosts.strip()) and not (
+        isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
+    ):
+        raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
+    tags = _tags(node.get("tags"), node, path)
+    token = _MODULE_DEFAULTS.set(module_defaults(node.get("module_defaults"), node, path))
+    try:
+        tasks, flush_points, handlers = _play_tasks(node, path, tags)
+    finally:
+        _MODULE_DEFAULTS.reset(token)
+    prompted, missing = _vars_prompt(node.get("vars_prompt"), node, path)
     mfp = node.get("max_fail_percentage")
     play = Play(
         name=str(node.get("name") or node["hosts"]),
@@ -792,10 +946,18 @@ def parse_play(node: Any, path: str) -> Play:
         handlers=handlers,
         tags=tags,
         no_log=_strlist(node.get("no_log"), "no_log", node, path) if not isinstance(node.get("no_log"), bool) else [],
+        prompts=missing,
+        force_handlers=_bool(node.get("force_handlers", False), "force_handlers", node, path),
+        remote_user=_optional_str(node.get("remote_user"), "remote_user", node, path),
+        order=order,
+        strategy=str(strategy),
     )
     if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
         for task in tasks + handlers:
             task.no_log = True
+    _play_keywords(node, path, tasks + handlers)
+    if strategy in ("free", "host_pinned"):
+        _free_strategy(play, node, path)
     names = {h.name for h in handlers} | {n for h in handlers for n in h.listen}
     for task in tasks + handlers:
         for target in task.notify:
@@ -809,6 +971,7 @@ def parse_play(node: Any, path: str) -> Play:
         if data is not None and not isinstance(data, dict):
             raise PlaybookError("vars file must be a mapping", file=str(base / vf))
         play.vars.update(_mapping(data, "vars file", data, str(base / vf)))
+    play.vars.update(prompted)  # as Ansible: the prompted value is a play variable, over vars and vars_files
     try:
         templating.names_used(play.vars)
     except TemplateError as exc:
@@ -816,6 +979,34 @@ def parse_play(node: Any, path: str) -> Play:
             f"vars: {exc.msg}", node.get("vars") if isinstance(node.get("vars"), LineDict) else node, path
         ) from None
     return play
+
+
+def _free_strategy(play: Play, node: Any, path: str) -> None:
+    """``strategy: free``/``host_pinned`` run as linear: each host gets the same results, only the interleaving
+    differs. Where Ansible's free strategy gives other results, provision follows it: ``run_once`` is not
+    honoured (the task runs on every host, as Ansible warns); ``max_fail_percentage`` and ``any_errors_fatal``
+    are not supported there by Ansible, so they are refused."""
+    for key in ("max_fail_percentage", "any_errors_fatal"):
+        if node.get(key) not in (None, False):
+            raise _err(f"{key} is not supported with strategy {node['strategy']} (Ansible ignores it there)",
+                       node, path)  # fmt: skip
+    for task in play.tasks + play.handlers:
+        task.run_once = False
+
+
+def _play_keywords(node: Any, path: str, tasks: list[Task]) -> None:
+    """The play's check_mode, ignore_errors, ignore_unreachable and run_once: every task's unless it sets its own."""
+    check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
+    run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
+    ignore_errors = _bool(node.get("ignore_errors", False), "ignore_errors", node, path)
+    ignore_unreachable = _bool(node.get("ignore_unreachable", False), "ignore_unreachable", node, path)
+    for task in tasks:
+        if task.check_mode is None and check_mode is not None:
+            task.check_mode = check_mode
+        if task.run_once is False and run_once is not None:
+            task.run_once = run_once
+        task.ignore_errors = task.ignore_errors or ignore_errors
+        task.ignore_unreachable = task.ignore_unreachable or ignore_unreachable
 
 
 def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:

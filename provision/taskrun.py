@@ -47,6 +47,7 @@ class TaskOutcome:
     register_on: list[str] = field(default_factory=list)
     notify: list[str] = field(default_factory=list)
     gathered: dict[str, Any] | None = None
+    facts_to: str | None = None  # delegate_facts: the host the facts go to (else the task's host)
 
 
 class HostVarsView(Mapping[str, Any]):
@@ -169,9 +170,11 @@ class TaskRunner:
             # a bug, but its text may quote the task's arguments: no_log hides it like any other output
             result = TaskResult(host, task.name, Status.FAILED, f"internal error ({task.where})")
         result.duration = time.monotonic() - started
-        if result.failed and task.ignore_errors:
+        if (result.failed and task.ignore_errors) or (result.status is Status.UNREACHABLE and task.ignore_unreachable):
             result.ignored = True
         outcome = TaskOutcome(result, facts=dict(pending))
+        if task.delegate_facts and task.delegate_to and pending:  # the facts belong to the delegated host
+            outcome.facts_to = str(templating.render(task.delegate_to, self.host_vars(host, task), task.where))
         if task.register and result.status is not Status.UNREACHABLE:
             # registered before no_log censors the output: as in Ansible, later tasks can read the result
             outcome.register, outcome.registered = task.register, result.registered()

@@ -150,3 +150,83 @@ def test_role_mistakes_are_refused_before_the_run(tmp_path: Path, roles: str, me
     (tmp_path / "pb.yml").write_text(f"- hosts: all\n  roles: {roles}\n")
     with pytest.raises(PlaybookError, match=message):
         load_playbook(tmp_path / "pb.yml")
+
+
+def _play(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    (tmp_path / "pb.yml").write_text(text)
+    return load_playbook(tmp_path / "pb.yml")[0]
+
+
+def test_play_keywords_reach_the_tasks_and_the_play(tmp_path: Path) -> None:
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  order: sorted\n  remote_user: deploy\n  force_handlers: true\n  collections: [x.y]\n"
+        "  check_mode: true\n  run_once: true\n  ignore_errors: true\n  ignore_unreachable: true\n"
+        "  gather_subset: [min]\n  debugger: never\n"
+        "  vars: {v: 1}\n  vars_prompt: [{name: v, prompt: give v, default: 2}, {name: w, prompt: give w}]\n"
+        "  tasks:\n    - {name: a, debug: {msg: a}}\n    - {name: b, debug: {msg: b}, check_mode: false, run_once: false}\n",
+    )
+    assert (play.order, play.remote_user, play.force_handlers) == ("sorted", "deploy", True)
+    assert play.vars["v"] == 2 and list(play.prompts) == ["w"]  # the prompt's default wins over vars
+    a, b = play.tasks
+    assert (a.check_mode, a.run_once, a.ignore_errors, a.ignore_unreachable) == (True, True, True, True)
+    assert (b.check_mode, b.run_once) == (False, True)  # run_once: false is not told apart from unset
+
+
+def test_module_defaults_nearest_level_wins_and_action_forms(tmp_path: Path) -> None:
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  module_defaults: {copy: {mode: '0600', content: p}, ansible.builtin.debug: {msg: d}}\n"
+        "  tasks:\n    - {name: a, copy: {dest: /a}}\n    - {name: b, debug: }\n"
+        "    - block:\n        - {name: c, copy: {dest: /c, content: c}, module_defaults: {ansible.legacy.copy: {mode: '0640'}}}\n"
+        "        - {name: d, action: copy dest=/d content=d}\n"
+        "      module_defaults: {copy: {mode: '0644'}}\n      delegate_to: h1\n      notify: x\n"
+        "    - {name: e, local_action: {module: copy, dest: /e, content: e}}\n"
+        "  handlers: [{name: x, debug: {msg: x}}]\n",
+    )
+    a, b, c, d, e = play.tasks
+    assert a.args == {"mode": "0600", "content": "p", "dest": "/a"} and b.args == {"msg": "d"}
+    assert c.args == {"mode": "0640", "dest": "/c", "content": "c"} and c.delegate_to == "h1" and c.notify == ["x"]
+    assert d.args == {"mode": "0644", "dest": "/d", "content": "d"} and d.module == "copy"  # a level replaces the outer's
+    assert e.delegate_to == "localhost" and e.args == {"mode": "0600", "content": "e", "dest": "/e"}
+
+
+@pytest.mark.parametrize(
+    ("play", "message"),
+    [
+        ("  order: random\n", "order must be one of inventory, reverse_inventory"),
+        ("  strategy: mitogen\n", "strategy 'mitogen' is not supported"),
+        ("  strategy: free\n  any_errors_fatal: true\n", "any_errors_fatal is not supported with strategy free"),
+        ("  module_defaults: {nope: {a: 1}}\n", "module_defaults: unknown module 'nope'"),
+        ("  module_defaults: {copy: '{{ d }}'}\n", "a template is not supported here"),
+        ("  module_defaults: {copy: {colour: red}}\n", "copy: unknown argument 'colour'"),
+        ("  vars_prompt: [{name: p, encrypt: sha512_crypt, default: x}]\n", "encrypt is not supported"),
+        ("  vars_prompt: [{prompt: p}]\n", "each entry needs name"),
+        ("  tasks: [{action: {dest: /x}}]\n", "action needs a module name"),
+        ("  tasks: [{local_action: ping, delegate_to: h}]\n", "local_action and delegate_to are mutually exclusive"),
+    ],
+)
+def test_play_keyword_mistakes_are_refused_before_the_run(tmp_path: Path, play: str, message: str) -> None:
+    text = f"- hosts: all\n{play}" + ("  tasks: [{copy: {dest: /x, content: x}}]\n" if "tasks" not in play else "")
+    with pytest.raises(PlaybookError, match=message):
+        _play(tmp_path, text)
+
+
+def test_vars_prompt_without_default_needs_extra_vars_before_any_host(tmp_path: Path) -> None:
+    from provision.errors import InputError
+    from provision.inventory import Inventory
+    from provision.plan import check_plan
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h1: {}\n")
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  strategy: \"{{ s | default('linear') }}\"\n  vars_prompt:\n    - name: p\n"
+        "      prompt: give p\n  tasks: [{debug: {msg: '{{ p }}'}}]\n",
+    )
+    inventory = Inventory.load([str(tmp_path / "inv.yml")])
+    with pytest.raises(InputError, match="vars_prompt 'p' has no default and provision never prompts") as err:
+        check_plan([play], inventory, {}, None, None, str(tmp_path))
+    assert err.value.exit_code == 5 and err.value.line == 4
+    check_plan([play], inventory, {"p": 1}, None, None, str(tmp_path))
+    with pytest.raises(InputError, match="strategy 'debug' is not supported"):
+        check_plan([play], inventory, {"p": 1, "s": "debug"}, None, None, str(tmp_path))
