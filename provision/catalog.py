@@ -21,6 +21,7 @@ MODULES: dict[str, str] = {
     "set_fact": "provision.modules.builtin",
     "meta": "provision.modules.builtin",
     "include_tasks": "provision.modules.builtin",
+    "include_role": "provision.modules.builtin",
     "command": "provision.modules.commands_mod",
     "shell": "provision.modules.commands_mod",
     "copy": "provision.modules.files",

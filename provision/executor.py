@@ -39,7 +39,7 @@ from .commands import MASKER, Command
 from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
-from .playbook import Play, Task, include_path, load_yaml, parse_tasks
+from .playbook import Play, Task, include_path, load_included, load_role
 from .report import Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
@@ -261,7 +261,7 @@ class Executor:
             stop = self._meta(play, task, self._live(hosts, task), batch, runner)
             if stop:
                 return stop == "play"
-        elif task.module == "include_tasks":
+        elif task.module in ("include_tasks", "include_role"):
             if self._include(play, task, self._live(hosts, task), batch, runner):
                 return True
         elif hosts:
@@ -277,12 +277,13 @@ class Executor:
         return None
 
     def _include(self, play: Play, task: Task, hosts: list[str], batch: list[str], runner: TaskRunner) -> bool:
-        """``include_tasks``: per host and loop item, the file its ``when`` and template give; the hosts that
-        got the same file with the same item run its tasks together (each "included" counts ok, as in
-        Ansible); the include's vars and item reach every included task, and its place in blocks too."""
+        """``include_tasks``/``include_role``: per host and loop item, the file (role) its ``when`` and templates
+        give; the hosts that got the same one with the same item run its tasks together (each "included" counts
+        ok, as in Ansible); the include's vars and item reach every included task, and its place in blocks too.
+        A role's handlers join the play's."""
         if not hosts:
             return False
-        groups: dict[tuple[str, str], tuple[list[str], dict[str, Any]]] = {}
+        groups: dict[tuple[str, str], tuple[list[str], dict[str, Any], dict[str, Any]]] = {}
         results: list[TaskResult] = []
         self.reporter.task_start(task.name)
         for host in hosts:
@@ -293,33 +294,61 @@ class Executor:
                 continue
             if not found:
                 results.append(TaskResult(host, task.name, Status.SKIPPED))
-            for extra, file in found:
-                target = include_path(file, task.file)
+            for extra, args in found:
+                target = self._include_target(task, args)
                 if target is None:
-                    results.append(TaskResult(host, task.name, Status.FAILED, f"include_tasks: {file} not found"))
+                    msg = f"include_tasks: {args['file']} not found"
+                    results.append(TaskResult(host, task.name, Status.FAILED, msg))
                     continue
                 label = f" => (item={extra[task.loop_var]})" if extra else ""
                 results.append(TaskResult(host, task.name, Status.OK, f"included: {target}{label}"))
-                key = (str(target), json.dumps(extra, sort_keys=True, default=str))
-                groups.setdefault(key, ([], extra))[0].append(host)
+                key = (json.dumps([target, args], sort_keys=True, default=str), json.dumps(extra, sort_keys=True, default=str))
+                groups.setdefault(key, ([], extra, args))[0].append(host)
         for result in results:
             self._record(result, rescued=self._caught(result, task))
-        for (path, _), (members, extra) in groups.items():
+        for members, extra, args in groups.values():
             try:
-                data = load_yaml(path)
-                tasks = parse_tasks(data if isinstance(data, list) else [], path, set(play.tags))
+                tasks = self._included_tasks(play, task, args, extra)
             except ProvisionError as exc:
                 for host in members:
                     self._record(TaskResult(host, task.name, Status.FAILED, str(exc)))
                 continue
             for included in tasks:
-                included.vars = {**included.vars, **task.vars}  # the include's vars win, as Ansible's params
-                included.inert_vars = {**included.inert_vars, **extra}
-                included.blocks = (*task.blocks, *included.blocks)
                 stop = self._task(play, included, batch, runner, only=set(members))
                 if stop:
                     return True
         return False
+
+    def _include_target(self, task: Task, args: dict[str, Any]) -> str | None:
+        if task.module == "include_role":
+            return f"role {args['name']}"
+        target = include_path(str(args["file"]), task.file)
+        return None if target is None else str(target)
+
+    def _included_tasks(self, play: Play, task: Task, args: dict[str, Any], extra: dict[str, Any]) -> list[Task]:
+        """What an include brings, read now, placed where the include is: under its vars (the role's own
+        ``role_path``/``role_name`` kept), its loop item, in its blocks; an included file keeps the role of the
+        include (its files, defaults)."""
+        include_vars = dict(task.vars)
+        if task.module == "include_role":
+            tasks, handlers = load_role(task, args, str(Path(self.playbook_dir) / "playbook.yml"), set(play.tags))
+            for handler in handlers:
+                if not any(h.file == handler.file and h.line == handler.line for h in play.handlers):
+                    play.handlers.append(handler)
+            include_vars.pop("role_path", None)
+            include_vars.pop("role_name", None)
+        else:
+            target = include_path(str(args["file"]), task.file)
+            assert target is not None
+            tasks = load_included(task, target, set(play.tags))
+        for included in tasks:
+            included.vars = {**included.vars, **include_vars}  # the include's vars win, as Ansible's params
+            included.inert_vars = {**task.inert_vars, **included.inert_vars, **extra}
+            included.blocks = (*task.blocks, *included.blocks)
+            if included.role_path is None:
+                included.role_path = task.role_path
+                included.role_defaults = {**task.role_defaults, **included.role_defaults}
+        return tasks
 
     def _selected(self, task: Task, batch: list[str], runner: TaskRunner) -> list[str]:
         """The hosts of the batch that run ``task`` by the tags (templated tags are rendered per host)."""

@@ -405,8 +405,6 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     for key in ("rescue", "always"):
         if key in node:
             raise _err(f"{key} is a key of a block, and this task has no block", node, path)
-    if "include_role" in node or "ansible.builtin.include_role" in node:
-        raise _err("include_role is not supported (use import_role or roles:, read before the run)", node, path)
     if not candidates:
         raise _err("task has no module (one of its keys must name a module)", node, path)
     if len(candidates) > 1:
@@ -498,8 +496,12 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
     _check_templates(task, node, path)
+    if task.module in ("include_tasks", "include_role"):
+        _check_apply(task, node, path)
     if task.module == "include_tasks":
         _check_include(task, node, path)
+    if task.module == "include_role":
+        _check_include_role(task, node, path)
     return task
 
 
@@ -516,6 +518,94 @@ def _check_include(task: Task, node: Any, path: str) -> None:
     if not isinstance(data, list):
         raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
     parse_tasks(data, str(target), set())
+
+
+APPLY_KEYS = {"when", "tags", "vars", "become", "become_user", "environment", "ignore_errors", "no_log",
+              "check_mode", "delegate_to", "delegate_facts", "module_defaults", "notify", "ignore_unreachable",
+              "run_once", "name", "debugger"}  # fmt: skip
+ROLE_FROM_KEYS = ("tasks_from", "vars_from", "defaults_from", "handlers_from")
+_ROLES_CHECKING: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("roles_checking", default=frozenset())
+_PLAYBOOK: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook", default=None)
+
+
+def _check_apply(task: Task, node: Any, path: str) -> None:
+    """An include's ``apply``: block keywords (as a block around the included tasks)."""
+    apply = task.args.get("apply")
+    if apply is None or templating.is_template(apply):
+        if apply is not None:
+            raise _err(f"{task.module}: apply must be a mapping of keywords (a template is not supported here)",
+                       node, path)  # fmt: skip
+        return
+    unknown = sorted(str(k) for k in apply if k not in APPLY_KEYS)
+    if unknown:
+        raise _err(f"{task.module}: apply: {unknown[0]!r} is not supported (supported: {', '.join(sorted(APPLY_KEYS))})",
+                   node, path)  # fmt: skip
+
+
+def _apply_block(data: list[Any], apply: dict[str, Any] | None, file: str, line: int) -> list[Any]:
+    """The included task list, inside a block carrying the include's ``apply`` keywords (as Ansible does)."""
+    if not apply:
+        return data
+    block = LineDict({k: v for k, v in apply.items() if k != "name"})
+    block.file, block.line = file, line
+    block["block"] = data
+    return [block]
+
+
+def _check_include_role(task: Task, node: Any, path: str) -> None:
+    """An ``include_role`` whose name (and ``*_from``) are not templates is read now: a missing role or a bad
+    task in it is refused before the run; a templated one is read when it runs."""
+    if task.args.get("public") is True:
+        raise _err("include_role: public: true is not supported (the role's vars stay inside the role)", node, path)
+    args = task.args
+    if any(templating.is_template(args.get(k)) for k in ("name", *ROLE_FROM_KEYS)) or not isinstance(
+        args.get("name"), str
+    ):
+        return
+    key = f"{args['name']}|{args.get('tasks_from')}|{Path(task.file).resolve()}"
+    checking = _ROLES_CHECKING.get()
+    if key in checking:  # a role that includes itself (under a condition): checked once
+        return
+    token = _ROLES_CHECKING.set(checking | {key})
+    try:
+        load_role(task, args, _PLAYBOOK.get(), set())
+    finally:
+        _ROLES_CHECKING.reset(token)
+
+
+def load_role(task: Task, args: dict[str, Any], playbook: str | None, tags: set[str]) -> tuple[list[Task], list[Task]]:
+    """An ``include_role`` with its arguments rendered: the role's tasks (its ``apply`` around them, its defaults,
+    vars and files as for ``roles:``) and its handlers. Read afresh each time (an include runs the role again,
+    as Ansible does). The role is looked up from the playbook, then beside the role the include is in."""
+    spec: dict[str, Any] = {"role": args["name"], **{k: args[k] for k in ROLE_FROM_KEYS if args.get(k)}}
+    where = LineDict()
+    where.file, where.line = task.file, task.line
+    extra = []
+    if Path(task.file).parent.name == "tasks":  # an include in a role's tasks/: its sibling roles
+        extra.append(Path(task.file).resolve().parent.parent.parent)
+
+    def read() -> tuple[list[Task], list[Task]]:
+        _ROLE_HANDLERS.set([])
+        _ROLES_SEEN.set(set())
+        _MODULE_DEFAULTS.set(task.module_defaults)
+        apply = task.args.get("apply")  # not rendered: the included tasks render their keywords
+        tasks = _role(spec, task.file, tags, (), where, playbook or task.file, apply=apply, search=extra)
+        return tasks, _ROLE_HANDLERS.get()
+
+    return contextvars.copy_context().run(read)
+
+
+def load_included(task: Task, file: Path, tags: set[str]) -> list[Task]:
+    """An ``include_tasks`` file's tasks, with the include's ``apply`` around them and the module defaults in
+    force where the include is."""
+    data = load_yaml(file)
+    data = data if isinstance(data, list) else []
+
+    def read() -> list[Task]:
+        _MODULE_DEFAULTS.set(task.module_defaults)
+        return parse_tasks(_apply_block(data, task.args.get("apply"), task.file, task.line), str(file), tags)
+
+    return contextvars.copy_context().run(read)
 
 
 def include_path(file: str, task_file: str) -> Path | None:
@@ -548,14 +638,14 @@ def roles_path(playbook: str) -> list[Path]:
     return [base / "roles", base, *extra, *defaults]
 
 
-def _role_dir(name: str, node: Any, path: str) -> Path:
-    """``path``: the playbook (roles are found from its directory and the roles path)."""
+def _role_dir(name: str, node: Any, path: str, search: list[Path] | None = None) -> Path:
+    """``path``: the playbook (roles are found from its directory and the roles path, then in ``search``)."""
     if "/" in name:
         found = Path(path).parent / os.path.expanduser(name)
         if found.is_dir():
             return found.resolve()
     else:
-        for where in roles_path(path):
+        for where in [*roles_path(path), *(search or [])]:
             if (where / name).is_dir():
                 return (where / name).resolve()
     searched = ", ".join(str(p) for p in roles_path(path))
@@ -581,7 +671,8 @@ def _role_mapping(role: Path, folder: str, stem: str) -> dict[str, Any]:
 
 
 def _role(
-    entry: Any, path: str, tags: set[str], chain: tuple[str, ...], node: Any = None, playbook: str | None = None
+    entry: Any, path: str, tags: set[str], chain: tuple[str, ...], node: Any = None, playbook: str | None = None,
+    *, apply: dict[str, Any] | None = None, search: list[Path] | None = None,
 ) -> list[Task]:
     """One ``roles:`` entry (a name, or a mapping with ``role``/``name`` and its options and parameters),
     its ``meta/main.yml`` dependencies first, flattened into tasks; its handlers join the play's."""
@@ -595,7 +686,7 @@ def _role(
         raise _err(f"role {name!r}: {loose[0]!r} is not a role keyword (pass role parameters under vars:)",
                    where, path)  # fmt: skip
     params: dict[str, Any] = {}
-    directory = _role_dir(name, where, playbook or path)
+    directory = _role_dir(name, where, playbook or path, search or [])
     key = f"{directory}|{sorted(params.items(), key=str)}|{spec.get('tasks_from')}"
     if str(directory) in chain:
         raise _err(f"role {name!r} depends on itself ({' -> '.join([*chain, str(directory)])})", where, path)
@@ -614,12 +705,17 @@ def _role(
     role_vars.update(_mapping(spec.get("vars"), "vars", where, path))
     own_tags = tags | _tags(spec.get("tags"), where, path)
     tasks_file = _role_file(directory, "tasks", str(spec.get("tasks_from") or "main"))
+    for key, folder in (("tasks_from", "tasks"), ("vars_from", "vars"), ("defaults_from", "defaults"),
+                        ("handlers_from", "handlers")):  # fmt: skip
+        if spec.get(key) and _role_file(directory, folder, str(spec[key])) is None:
+            raise _err(f"role {name!r}: {key}: no {folder}/{spec[key]}(.yml) in {directory}", where, path)
     tasks: list[Task] = []
     if tasks_file is not None:
         data = load_yaml(tasks_file) or []
         if not isinstance(data, list):
             raise PlaybookError("a task file must be a list of tasks", file=str(tasks_file), line=1)
-        tasks = parse_tasks(data, str(tasks_file), own_tags)
+        tasks = parse_tasks(_apply_block(data, apply, getattr(where, "file", path), getattr(where, "line", 0)),
+                            str(tasks_file), own_tags)  # fmt: skip
     handlers_file = _role_file(directory, "handlers", str(spec.get("handlers_from") or "main"))
     if handlers_file is not None:
         data = load_yaml(handlers_file) or []
@@ -1018,6 +1114,14 @@ def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
     data = load_yaml(path)
     if data is None or data == []:
         raise PlaybookError("the playbook is empty: it must be a list of plays", file=path, line=1)
+    token = _PLAYBOOK.set(path)  # an include_role read now looks its role up from here
+    try:
+        return _load_plays(data, path, real, _seen)
+    finally:
+        _PLAYBOOK.reset(token)
+
+
+def _load_plays(data: Any, path: str, real: str, _seen: tuple[str, ...]) -> list[Play]:
     if not isinstance(data, list):
         raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
     plays: list[Play] = []

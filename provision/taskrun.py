@@ -188,9 +188,9 @@ class TaskRunner:
         return outcome
 
     # ------------------------------------------------------------------ templated task keys
-    def include_items(self, task: Task, host: str) -> list[tuple[dict[str, Any], str]]:
-        """An ``include_tasks`` on ``host``: (the loop item's vars, the file as rendered) for each item its
-        ``when`` lets through ([{}] without a loop)."""
+    def include_items(self, task: Task, host: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """An ``include_tasks``/``include_role`` on ``host``: (the loop item's vars, the arguments as rendered,
+        ``apply`` left to the included tasks) for each item its ``when`` lets through ([{}] without a loop)."""
         variables = self.host_vars(host, task)
         items = self._items(task, variables, task.where) if task.loop is not None else [None]
         out = []
@@ -199,7 +199,8 @@ class TaskRunner:
             scope = variables.child(**extra) if extra else variables
             if task.when is not None and not templating.condition(task.when, scope, task.where):
                 continue
-            out.append((extra, str(templating.render(task.args["file"], scope, task.where))))
+            args = {k: v for k, v in task.args.items() if k != "apply"}
+            out.append((extra, templating.render(args, scope, task.where)))
         return out
 
     def condition(self, task: Task, host: str) -> bool:
@@ -209,10 +210,13 @@ class TaskRunner:
         return templating.condition(task.when, self.host_vars(host, task), task.where)
 
     def title(self, task: Task, hosts: list[str]) -> str:
-        """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered)."""
-        if not hosts or not templating.is_template(task.name):
-            return task.name
-        return templating.render_name(task.name, self.host_vars(hosts[0], task))
+        """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered); a role's
+        task as ``ROLE : NAME``, as Ansible shows it."""
+        name = task.name
+        if hosts and templating.is_template(task.name):
+            name = templating.render_name(task.name, self.host_vars(hosts[0], task))
+        role = task.vars.get("role_name") if task.role_path else None
+        return f"{role} : {name}" if isinstance(role, str) else name
 
     def run_once(self, task: Task, hosts: list[str]) -> bool:
         """``run_once``, rendered with the first host's variables when it is a template."""

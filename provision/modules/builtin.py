@@ -168,12 +168,30 @@ class Meta(Module):
 @register
 class IncludeTasks(Module):
     """``include_tasks: FILE`` (dynamic): the executor reads FILE when the task runs, per host and loop item
-    (:meth:`provision.executor.Executor._include`); ``apply`` is outside the subset."""
+    (:meth:`provision.executor.Executor._include`); ``apply``: block keywords given to every included task."""
 
     name = "include_tasks"
     free_form = "file"
     controller_only = True
-    args = {"file": Arg("str", required=True)}
+    args = {"file": Arg("str", required=True), "apply": Arg("dict")}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return ModuleResult()
+
+
+@register
+class IncludeRole(Module):
+    """``include_role: {name: ROLE, ...}`` (dynamic): the executor reads the role when the task runs, per host
+    and loop item, as ``include_tasks`` (:meth:`provision.executor.Executor._include`)."""
+
+    name = "include_role"
+    free_form = "name"
+    controller_only = True
+    args = {
+        "name": Arg("str", required=True), "tasks_from": Arg("str"), "vars_from": Arg("str"),
+        "defaults_from": Arg("str"), "handlers_from": Arg("str"), "apply": Arg("dict"), "public": Arg("bool"),
+        "allow_duplicates": Arg("bool"), "rolespec_validate": Arg("bool"),
+    }  # fmt: skip
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         return ModuleResult()

@@ -100,7 +100,6 @@ def test_a_block_is_flattened_with_its_place_and_what_it_passes_down(tmp_path: P
         ("- {debug: {msg: x}, rescue: [{debug: {msg: y}}]}", "rescue is a key of a block"),
         ("- block: {debug: {msg: x}}", "block must be a list of tasks"),
         ("- include_tasks: other.yml", "include_tasks: other.yml does not exist"),
-        ("- include_role: {name: r}", "include_role is not supported"),
     ],
 )
 def test_what_a_block_cannot_carry_is_refused_with_its_line(tmp_path: Path, task: str, message: str) -> None:
@@ -230,3 +229,37 @@ def test_vars_prompt_without_default_needs_extra_vars_before_any_host(tmp_path: 
     check_plan([play], inventory, {"p": 1}, None, None, str(tmp_path))
     with pytest.raises(InputError, match="strategy 'debug' is not supported"):
         check_plan([play], inventory, {"p": 1, "s": "debug"}, None, None, str(tmp_path))
+
+
+def test_include_role_is_a_dynamic_task_checked_before_the_run(tmp_path: Path) -> None:
+    _role(tmp_path, "svc", "- {name: s, debug: {msg: s}}\n- include_role: {name: svc, tasks_from: main}\n  when: false\n")
+    (tmp_path / "roles" / "svc" / "tasks" / "extra.yml").write_text("- {name: e, debug: {msg: e}}\n")
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  tasks:\n    - include_role: {name: svc, tasks_from: extra, apply: {tags: [x], become: true}}\n"
+        "      loop: [1, 2]\n    - ansible.builtin.include_role: {name: '{{ r }}'}\n",
+    )
+    first, second = play.tasks  # read at run time: the include stays one task
+    assert (first.module, first.loop, first.args["apply"]) == ("include_role", [1, 2], {"tags": ["x"], "become": True})
+    assert second.module == "include_role" and second.args == {"name": "{{ r }}"}
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("include_role: {name: nope}", "role 'nope' not found"),
+        ("include_role: {name: svc, tasks_from: missing}", "role 'svc': tasks_from: no tasks/missing"),
+        ("import_role: {name: svc, vars_from: missing}", "role 'svc': vars_from: no vars/missing"),
+        ("include_role: {name: svc, apply: {loop: [1]}}", "include_role: apply: 'loop' is not supported"),
+        ("include_role: {name: svc, public: true}", "public: true is not supported"),
+        ("include_role: {name: svc, colour: red}", "include_role: unknown argument 'colour'"),
+        ("include_tasks: {file: t.yml, apply: {until: x}}", "include_tasks: apply: 'until' is not supported"),
+        ("include_role: {name: bad}", "unknown module 'nope'"),
+    ],
+)
+def test_include_role_mistakes_are_refused_before_the_run(tmp_path: Path, task: str, message: str) -> None:
+    _role(tmp_path, "svc", "- {debug: {msg: s}}\n")
+    _role(tmp_path, "bad", "- {nope: {}}\n")
+    (tmp_path / "t.yml").write_text("- {debug: {msg: t}}\n")
+    with pytest.raises(PlaybookError, match=message):
+        _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
