@@ -22,6 +22,7 @@ MODULES: dict[str, str] = {
     "meta": "provision.modules.builtin",
     "include_tasks": "provision.modules.builtin",
     "include_role": "provision.modules.builtin",
+    "include_vars": "provision.modules.varsfiles",
     "command": "provision.modules.commands_mod",
     "shell": "provision.modules.commands_mod",
     "copy": "provision.modules.files",

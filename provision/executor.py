@@ -490,6 +490,8 @@ class Executor:
         state = self.host_state(host)
         if outcome.gathered is not None:
             state.facts = outcome.gathered
+        if outcome.included_vars:
+            state.included_vars.update(outcome.included_vars)
         if outcome.facts:
             target = self.host_state(outcome.facts_to) if outcome.facts_to else state
             target.set_vars.update(outcome.facts)

@@ -107,13 +107,18 @@ def check_plan(
         inventory.select(limit)
     if start_at_task and not any(t.name == start_at_task for p in plays for t in p.tasks):
         raise InputError(f"--start-at-task: no task named {start_at_task!r} in the playbook")
-    produced: set[str] = set()  # register/set_fact names: they persist across plays of a run
+    produced: set[str] = set()  # register/set_fact/include_vars names: they persist across plays of a run
+    open_names = False  # an include_vars whose names cannot be known before the run: undefined names pass
     for play in plays:
         for task in play.tasks + play.handlers:
             if task.register:
                 produced.add(task.register)
             if task.module == "set_fact":
                 produced |= set(task.args)
+            if task.module == "include_vars":
+                names = include_vars_names(task, playbook_dir)
+                open_names = open_names or names is None
+                produced |= names or set()
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
     for play in plays:
         hosts = inventory.select(play.hosts)
@@ -133,7 +138,7 @@ def check_plan(
             if any(ref.section != "block" for ref in task.blocks):  # what a rescue sees of the failure
                 local |= {"ansible_failed_task", "ansible_failed_result"}
             missing_common = needed - local
-            if not missing_common:
+            if not missing_common or open_names:
                 continue
             lookups = sorted(missing_common & UNSUPPORTED_GLOBALS)
             if lookups:
@@ -178,6 +183,35 @@ def check_play_keywords(play: Play, extra_vars: dict[str, Any]) -> None:
             raise PlaybookError(
                 f"strategy {value!r} is not supported (only {', '.join(STRATEGIES)})", file=play.file, line=play.line
             )
+
+
+def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:
+    """The names an ``include_vars`` task defines, read from its files now (None when they cannot be known
+    before the run: a templated path, a missing or bad file, which the task then reports when it runs)."""
+    from .modules.varsfiles import IncludeVars, read_vars_file, vars_dir, vars_file_candidates
+
+    args = task.args
+    if isinstance(args.get("name"), str) and not templating.is_template(args["name"]):
+        return {args["name"]}
+    source = args.get("file") or args.get("dir")
+    if not isinstance(source, str) or templating.is_template(source) or any(
+        templating.is_template(v) for v in _strings(args)
+    ):
+        return None
+    task_file = str(args.get("_origin") or task.file)
+    try:
+        if args.get("dir"):
+            coerced = IncludeVars.coerce(args)
+            files = IncludeVars._walk(vars_dir(source, task.role_path, task_file, playbook_dir), coerced, task.role_path)
+        else:
+            candidates = vars_file_candidates(source, task.role_path, task_file, playbook_dir)
+            files = [c for c in candidates if c.is_file()][:1]
+        names: set[str] = set()
+        for path in files:
+            names |= set(read_vars_file(path))
+        return names if files else None
+    except (ValueError, OSError):
+        return None
 
 
 def _loop_names(task: Task) -> set[str]:

@@ -36,6 +36,7 @@ class HostState:
     name: str
     facts: dict[str, Any] = field(default_factory=dict)  # gathered facts (ansible_facts)
     set_vars: dict[str, Any] = field(default_factory=dict)  # register + set_fact, kept across plays
+    included_vars: dict[str, Any] = field(default_factory=dict)  # include_vars (under set_vars), kept too
     failed: bool = False
     unreachable: bool = False
     notified: list[str] = field(default_factory=list)

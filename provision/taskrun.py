@@ -47,6 +47,7 @@ class TaskOutcome:
     register_on: list[str] = field(default_factory=list)
     notify: list[str] = field(default_factory=list)
     gathered: dict[str, Any] | None = None
+    included_vars: dict[str, Any] = field(default_factory=dict)  # what include_vars read
     facts_to: str | None = None  # delegate_facts: the host the facts go to (else the task's host)
 
 
@@ -120,6 +121,7 @@ class TaskRunner:
             base,
             self.play.vars,
             task.vars if task else {},
+            state.included_vars,  # include_vars: the controller's files (templates), over task vars
             templating.inert(task.inert_vars if task else {}),  # an include's loop item
             templating.inert(state.set_vars),
             templating.inert(self._pending.get(host, {})),
@@ -173,6 +175,11 @@ class TaskRunner:
         if (result.failed and task.ignore_errors) or (result.status is Status.UNREACHABLE and task.ignore_unreachable):
             result.ignored = True
         outcome = TaskOutcome(result, facts=dict(pending))
+        if task.module == "include_vars":
+            for res in result.item_results or [result]:
+                if res.status is not Status.FAILED and isinstance(res.data.get("ansible_facts"), dict):
+                    outcome.included_vars.update(res.data["ansible_facts"])
+            MASKER.add_vars(outcome.included_vars, self.play.no_log)
         if task.delegate_facts and task.delegate_to and pending:  # the facts belong to the delegated host
             outcome.facts_to = str(templating.render(task.delegate_to, self.host_vars(host, task), task.where))
         if task.register and result.status is not Status.UNREACHABLE:

@@ -263,3 +263,36 @@ def test_include_role_mistakes_are_refused_before_the_run(tmp_path: Path, task: 
     (tmp_path / "t.yml").write_text("- {debug: {msg: t}}\n")
     with pytest.raises(PlaybookError, match=message):
         _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("include_vars: {file: a.yml, dir: d}", "give exactly one of file"),
+        ("include_vars: {name: x}", "give exactly one of file"),
+        ("include_vars: {file: a.yml, name: 1x}", "name '1x' is not a valid variable name"),
+        ("include_vars: {file: a.yml, hash_behaviour: deep}", "hash_behaviour='deep' is not one of"),
+    ],
+)
+def test_include_vars_mistakes_are_refused_before_the_run(tmp_path: Path, task: str, message: str) -> None:
+    with pytest.raises(PlaybookError, match=message):
+        _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
+
+
+def test_the_planner_knows_the_names_include_vars_reads(tmp_path: Path) -> None:
+    from provision.errors import TemplateError
+    from provision.inventory import Inventory
+    from provision.plan import check_plan
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h1: {}\n")
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "vars" / "a.yml").write_text("from_file: 1\n")
+    inventory = Inventory.load([str(tmp_path / "inv.yml")])
+    known = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_file }}'}\n")
+    check_plan([known], inventory, {}, None, None, str(tmp_path))
+    typo = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_fil }}'}\n")
+    with pytest.raises(TemplateError, match="undefined variable 'from_fil'"):
+        check_plan([typo], inventory, {}, None, None, str(tmp_path))
+    named = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: {dir: vars, name: bag}\n"
+                            "    - debug: {msg: '{{ bag }}'}\n")  # fmt: skip
+    check_plan([named], inventory, {}, None, None, str(tmp_path))
