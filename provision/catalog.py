@@ -23,6 +23,8 @@ MODULES: dict[str, str] = {
     "include_tasks": "provision.modules.builtin",
     "include_role": "provision.modules.builtin",
     "include_vars": "provision.modules.varsfiles",
+    "add_host": "provision.modules.runtime_inventory",
+    "group_by": "provision.modules.runtime_inventory",
     "command": "provision.modules.commands_mod",
     "shell": "provision.modules.commands_mod",
     "copy": "provision.modules.files",

@@ -36,7 +36,7 @@ from typing import Any
 
 from . import templating
 from .commands import MASKER, Command
-from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
+from .errors import HostError, Interrupted, InventoryError, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task, include_path, load_included, load_role
@@ -106,13 +106,14 @@ class Executor:
         self._handler_list: list[Task] = []
         self._remote_user: str | None = None  # the play's remote_user (under the inventory's ansible_user)
         self._conn_users: dict[str, Any] = {}  # the user each cached connection was opened with
+        self._inventory_lock = threading.Lock()  # add_host/group_by change the inventory from worker threads
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
     def connection(self, host: str) -> Connection:
         with self._conn_lock:
             conn = self._conns.get(host)
-            variables = self.inventory.hosts[host].vars if host in self.inventory.hosts else {}
+            variables = self.inventory.connection_vars(host) if host in self.inventory.hosts else {}
             user = variables.get("ansible_user") or self._remote_user
             if conn is not None and self._conn_users.get(host) != user:  # another play's remote_user
                 conn.close()
@@ -177,7 +178,10 @@ class Executor:
         return error
 
     def play_hosts(self, play: Play) -> list[str]:
-        selected = [h.name for h in self.inventory.select(play.hosts)]
+        try:
+            selected = [h.name for h in self.inventory.select(play.hosts)]
+        except InventoryError:  # a group add_host/group_by did not make after all: no hosts, as in Ansible
+            return []
         if self.options.limit:
             allowed = {h.name for h in self.inventory.select(self.options.limit)}
             selected = [h for h in selected if h in allowed]
@@ -492,6 +496,8 @@ class Executor:
             state.facts = outcome.gathered
         if outcome.included_vars:
             state.included_vars.update(outcome.included_vars)
+        if outcome.inventory_changes:
+            self._change_inventory(outcome)
         if outcome.facts:
             target = self.host_state(outcome.facts_to) if outcome.facts_to else state
             target.set_vars.update(outcome.facts)
@@ -501,6 +507,27 @@ class Executor:
                 self.host_state(name).set_vars[outcome.register] = outcome.registered
         if outcome.notify:
             self._notify(host, outcome.notify)
+
+    def _change_inventory(self, outcome: TaskOutcome) -> None:
+        """add_host/group_by: their results applied to the inventory (later tasks and plays see it); a result
+        is changed when the inventory changed, as in Ansible."""
+        changed = False
+        with self._inventory_lock:
+            for res in outcome.inventory_changes:
+                if "add_host" in res.data:
+                    new = res.data["add_host"]
+                    MASKER.add_vars(new["host_vars"])
+                    done = self.inventory.add_dynamic_host(new["host_name"], new["groups"], new["host_vars"])
+                else:
+                    done = self.inventory.add_dynamic_group(
+                        outcome.result.host, res.data["add_group"], res.data["parent_groups"]
+                    )
+                if done and res.status is Status.OK:
+                    res.status = Status.CHANGED
+                changed = changed or done
+        result = outcome.result
+        if changed and result.status is Status.OK:
+            result.status = Status.CHANGED
 
     def _record(self, result: TaskResult, *, rescued: bool = False) -> None:
         state = self.host_state(result.host)

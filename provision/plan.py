@@ -17,7 +17,7 @@ import jinja2
 import jinja2.nodes
 
 from . import templating
-from .errors import InputError, PlaybookError, TemplateError
+from .errors import InputError, InventoryError, PlaybookError, TemplateError
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
@@ -120,8 +120,17 @@ def check_plan(
                 open_names = open_names or names is None
                 produced |= names or set()
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
+    changes_inventory = False  # after an add_host/group_by, a play may name a group that does not exist yet
     for play in plays:
-        hosts = inventory.select(play.hosts)
+        try:
+            hosts = inventory.select(play.hosts)
+        except InventoryError:
+            if not changes_inventory:
+                raise
+            hosts = []
+        changes_inventory = changes_inventory or any(
+            t.module in ("add_host", "group_by") for t in play.tasks + play.handlers
+        )
         check_play_keywords(play, extra_vars)
         gathered = gathered or play.gather_facts
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)

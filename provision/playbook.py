@@ -493,6 +493,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         delegate_facts=_bool(node.get("delegate_facts", False), "delegate_facts", node, path),
         module_defaults=defaults,
     )
+    if task.module == "add_host":
+        task.run_once = True  # it bypasses the host loop, as in Ansible: once per batch (each loop item)
     if task.module == "include_vars":
         task.args["_origin"] = task.file  # its relative paths start from the task's file, as Ansible's
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):

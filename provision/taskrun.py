@@ -48,6 +48,7 @@ class TaskOutcome:
     notify: list[str] = field(default_factory=list)
     gathered: dict[str, Any] | None = None
     included_vars: dict[str, Any] = field(default_factory=dict)  # what include_vars read
+    inventory_changes: list[TaskResult] = field(default_factory=list)  # add_host/group_by results (items)
     facts_to: str | None = None  # delegate_facts: the host the facts go to (else the task's host)
 
 
@@ -119,6 +120,7 @@ class TaskRunner:
             self.options.defaults,  # the shipped defaults, under everything (trusted text: templates)
             task.role_defaults if task else {},  # a role's defaults/: under the inventory, as in Ansible
             base,
+            templating.inert(inv.runtime_vars.get(host, {})),  # what add_host gave the host: data
             self.play.vars,
             task.vars if task else {},
             state.included_vars,  # include_vars: the controller's files (templates), over task vars
@@ -175,6 +177,8 @@ class TaskRunner:
         if (result.failed and task.ignore_errors) or (result.status is Status.UNREACHABLE and task.ignore_unreachable):
             result.ignored = True
         outcome = TaskOutcome(result, facts=dict(pending))
+        if task.module in ("add_host", "group_by") and not result.failed:
+            outcome.inventory_changes = [r for r in result.item_results or [result] if r.status is not Status.SKIPPED]
         if task.module == "include_vars":
             for res in result.item_results or [result]:
                 if res.status is not Status.FAILED and isinstance(res.data.get("ansible_facts"), dict):
