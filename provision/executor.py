@@ -335,7 +335,11 @@ class Executor:
         include (its files, defaults)."""
         include_vars = dict(task.vars)
         if task.module == "include_role":
-            tasks, handlers = load_role(task, args, str(Path(self.playbook_dir) / "playbook.yml"), set(play.tags))
+            playbook = str(Path(self.playbook_dir) / "playbook.yml")
+            tasks, handlers, (defaults, role_vars) = load_role(task, args, playbook, set(play.tags))
+            if args.get("public"):  # the role's defaults and vars stay for the rest of the play, as in Ansible
+                play.role_defaults.update(defaults)
+                play.role_vars.update(role_vars)
             for handler in handlers:
                 if not any(h.file == handler.file and h.line == handler.line for h in play.handlers):
                     play.handlers.append(handler)

@@ -121,6 +121,7 @@ def check_plan(
                 produced |= names or set()
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
     changes_inventory = False  # after an add_host/group_by, a play may name a group that does not exist yet
+    public_names = _public_role_names(plays)  # what include_role with public: true may expose
     for play in plays:
         try:
             hosts = inventory.select(play.hosts)
@@ -134,6 +135,7 @@ def check_plan(
         check_play_keywords(play, extra_vars)
         gathered = gathered or play.gather_facts
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
+        play_known |= set(play.role_defaults) | set(play.role_vars) | public_names
         if gathered:
             play_known |= FACT_VARS
         for text in _strings(play.vars):
@@ -192,6 +194,26 @@ def check_play_keywords(play: Play, extra_vars: dict[str, Any]) -> None:
             raise PlaybookError(
                 f"strategy {value!r} is not supported (only {', '.join(STRATEGIES)})", file=play.file, line=play.line
             )
+
+
+def _public_role_names(plays: list[Play]) -> set[str]:
+    """The names of the defaults and vars an ``include_role`` with ``public: true`` exposes (a role read now)."""
+    from .playbook import load_role
+
+    out: set[str] = set()
+    for play in plays:
+        for task in play.tasks:
+            if task.module != "include_role" or not task.args.get("public"):
+                continue
+            name = task.args.get("name")
+            if not isinstance(name, str) or templating.is_template(name):
+                continue
+            try:
+                _tasks, _handlers, (role_defaults, role_vars) = load_role(task, task.args, None, set())
+            except PlaybookError:
+                continue
+            out |= set(role_defaults) | set(role_vars)
+    return out
 
 
 def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:

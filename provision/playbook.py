@@ -197,6 +197,10 @@ class Play:
     remote_user: str | None = None
     order: str = "inventory"
     strategy: str = "linear"  # free/host_pinned are run as linear (README, "Ansible compatibility")
+    # what the play's roles expose to all its tasks, as Ansible (static roles, include_role with public: true):
+    # their defaults (under the inventory) and their vars (over the play's vars)
+    role_defaults: dict[str, Any] = field(default_factory=dict)
+    role_vars: dict[str, Any] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -559,8 +563,6 @@ def _apply_block(data: list[Any], apply: dict[str, Any] | None, file: str, line:
 def _check_include_role(task: Task, node: Any, path: str) -> None:
     """An ``include_role`` whose name (and ``*_from``) are not templates is read now: a missing role or a bad
     task in it is refused before the run; a templated one is read when it runs."""
-    if task.args.get("public") is True:
-        raise _err("include_role: public: true is not supported (the role's vars stay inside the role)", node, path)
     args = task.args
     if any(templating.is_template(args.get(k)) for k in ("name", *ROLE_FROM_KEYS)) or not isinstance(
         args.get("name"), str
@@ -577,10 +579,13 @@ def _check_include_role(task: Task, node: Any, path: str) -> None:
         _ROLES_CHECKING.reset(token)
 
 
-def load_role(task: Task, args: dict[str, Any], playbook: str | None, tags: set[str]) -> tuple[list[Task], list[Task]]:
+def load_role(
+    task: Task, args: dict[str, Any], playbook: str | None, tags: set[str]
+) -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
     """An ``include_role`` with its arguments rendered: the role's tasks (its ``apply`` around them, its defaults,
     vars and files as for ``roles:``) and its handlers. Read afresh each time (an include runs the role again,
-    as Ansible does). The role is looked up from the playbook, then beside the role the include is in."""
+    as Ansible does). The role is looked up from the playbook, then beside the role the include is in. Also
+    returns the defaults and vars of the role (and its dependencies), which ``public: true`` exposes."""
     spec: dict[str, Any] = {"role": args["name"], **{k: args[k] for k in ROLE_FROM_KEYS if args.get(k)}}
     where = LineDict()
     where.file, where.line = task.file, task.line
@@ -588,13 +593,19 @@ def load_role(task: Task, args: dict[str, Any], playbook: str | None, tags: set[
     if Path(task.file).parent.name == "tasks":  # an include in a role's tasks/: its sibling roles
         extra.append(Path(task.file).resolve().parent.parent.parent)
 
-    def read() -> tuple[list[Task], list[Task]]:
+    def read() -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
         _ROLE_HANDLERS.set([])
         _ROLES_SEEN.set(set())
+        _ROLE_EXPOSED.set([])
         _MODULE_DEFAULTS.set(task.module_defaults)
         apply = task.args.get("apply")  # not rendered: the included tasks render their keywords
         tasks = _role(spec, task.file, tags, (), where, playbook or task.file, apply=apply, search=extra)
-        return tasks, _ROLE_HANDLERS.get()
+        defaults: dict[str, Any] = {}
+        role_vars: dict[str, Any] = {}
+        for role_defaults, own_vars in _ROLE_EXPOSED.get():
+            defaults.update(role_defaults)
+            role_vars.update(own_vars)
+        return tasks, _ROLE_HANDLERS.get(), (defaults, role_vars)
 
     return contextvars.copy_context().run(read)
 
@@ -628,6 +639,10 @@ LOOP_CONTROL_KEYS = {"loop_var", "label", "index_var", "extended", "break_when",
 ROLE_KEYS = {"role", "name", "tags", "when", "vars", "become", "become_user", "environment",
              "tasks_from", "vars_from", "defaults_from", "handlers_from"}  # fmt: skip
 _ROLE_HANDLERS: contextvars.ContextVar[list[Task]] = contextvars.ContextVar("role_handlers")
+# the defaults and vars of each role read (dependencies too), in order: a play's static roles expose them
+_ROLE_EXPOSED: contextvars.ContextVar[list[tuple[dict[str, Any], dict[str, Any]]]] = contextvars.ContextVar(
+    "role_exposed"
+)
 _ROLES_SEEN: contextvars.ContextVar[set[str]] = contextvars.ContextVar("roles_seen")
 
 
@@ -685,20 +700,23 @@ def _role(
     if not isinstance(spec, dict) or not isinstance(spec.get("role", spec.get("name")), str):
         raise _err("a role must be a name or a mapping with role: NAME", where, path)
     name = str(spec.get("role", spec.get("name")))
-    loose = [k for k in spec if k not in ROLE_KEYS]
-    if loose:  # ansible-core 2.19 does not pass them on either: the role would fail on an undefined variable
-        raise _err(f"role {name!r}: {loose[0]!r} is not a role keyword (pass role parameters under vars:)",
-                   where, path)  # fmt: skip
-    params: dict[str, Any] = {}
+    # the other keys of a roles: entry are role parameters (over the role's vars, as in Ansible)
+    params: dict[str, Any] = {k: v for k, v in spec.items() if k not in ROLE_KEYS}
+    bad = [k for k in params if not (isinstance(k, str) and k.isidentifier())]
+    if bad:
+        raise _err(f"role {name!r}: {bad[0]!r} is not a role keyword nor a valid parameter name", where, path)
+    allow_duplicates = _bool(params.pop("allow_duplicates", False), "allow_duplicates", where, path)
     directory = _role_dir(name, where, playbook or path, search or [])
     key = f"{directory}|{sorted(params.items(), key=str)}|{spec.get('tasks_from')}"
     if str(directory) in chain:
         raise _err(f"role {name!r} depends on itself ({' -> '.join([*chain, str(directory)])})", where, path)
+    meta = _role_mapping(directory, "meta", "main")
+    if meta.get("allow_duplicates") is not None:
+        allow_duplicates = allow_duplicates or _bool(meta["allow_duplicates"], "allow_duplicates", meta, path)
     seen = _ROLES_SEEN.get()
-    if key in seen:  # as Ansible: a role runs once per play unless its parameters differ
+    if key in seen and not allow_duplicates:  # as Ansible: a role runs once per play unless its parameters differ
         return []
     seen.add(key)
-    meta = _role_mapping(directory, "meta", "main")
     out: list[Task] = []
     for dep in meta.get("dependencies") or []:  # looked up from the playbook, as the role itself
         out += _role(
@@ -706,6 +724,7 @@ def _role(
         )
     defaults = _role_mapping(directory, "defaults", str(spec.get("defaults_from") or "main"))
     role_vars = _role_mapping(directory, "vars", str(spec.get("vars_from") or "main"))
+    _ROLE_EXPOSED.get([]).append((dict(defaults), dict(role_vars)))
     role_vars.update(_mapping(spec.get("vars"), "vars", where, path))
     own_tags = tags | _tags(spec.get("tags"), where, path)
     tasks_file = _role_file(directory, "tasks", str(spec.get("tasks_from") or "main"))
@@ -942,6 +961,7 @@ def _play_tasks(node: Any, path: str, tags: set[str]) -> tuple[list[Task], set[i
     flush_points: set[int] = set()
     _ROLE_HANDLERS.set([])
     _ROLES_SEEN.set(set())
+    _ROLE_EXPOSED.set([])
     for key in ("pre_tasks", "tasks", "post_tasks"):
         section = node.get(key)
         if key == "tasks" and node.get("roles") is not None:  # roles run before the play's own tasks
@@ -1026,6 +1046,11 @@ def parse_play(node: Any, path: str) -> Play:
     finally:
         _MODULE_DEFAULTS.reset(token)
     prompted, missing = _vars_prompt(node.get("vars_prompt"), node, path)
+    exposed_defaults: dict[str, Any] = {}
+    exposed_vars: dict[str, Any] = {}
+    for role_defaults, role_vars in _ROLE_EXPOSED.get():
+        exposed_defaults.update(role_defaults)
+        exposed_vars.update(role_vars)
     mfp = node.get("max_fail_percentage")
     play = Play(
         name=str(node.get("name") or node["hosts"]),
@@ -1051,6 +1076,8 @@ def parse_play(node: Any, path: str) -> Play:
         remote_user=_optional_str(node.get("remote_user"), "remote_user", node, path),
         order=order,
         strategy=str(strategy),
+        role_defaults=exposed_defaults,
+        role_vars=exposed_vars,
     )
     if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
         for task in tasks + handlers:

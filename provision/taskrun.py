@@ -118,10 +118,12 @@ class TaskRunner:
         # Ansible's order: task vars lose to registered results and set_fact, loop items win over both
         variables = templating.Vars(
             self.options.defaults,  # the shipped defaults, under everything (trusted text: templates)
+            self.play.role_defaults,  # the defaults the play's roles expose, under the inventory
             task.role_defaults if task else {},  # a role's defaults/: under the inventory, as in Ansible
             base,
             templating.inert(inv.runtime_vars.get(host, {})),  # what add_host gave the host: data
             self.play.vars,
+            self.play.role_vars,  # the vars the play's roles expose: over play vars, as Ansible's role vars
             task.vars if task else {},
             state.included_vars,  # include_vars: the controller's files (templates), over task vars
             templating.inert(task.inert_vars if task else {}),  # an include's loop item

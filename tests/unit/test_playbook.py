@@ -132,13 +132,14 @@ def test_roles_come_before_tasks_with_their_dependencies_once_and_their_defaults
     a = play.tasks[2]
     assert a.role_defaults == {"x": 1} and "x" not in a.vars and a.vars["role_name"] == "a"
     assert a.role_path == str((tmp_path / "roles" / "a").resolve())
+    assert play.role_defaults == {"x": 1}  # a static role's defaults and vars reach the whole play
 
 
 @pytest.mark.parametrize(
     ("roles", "message"),
     [
         ("[nope]", "role 'nope' not found \\(looked in "),
-        ("[{role: a, port: 1}]", "'port' is not a role keyword"),
+        ("[{role: a, 9port: 1}]", "'9port' is not a role keyword nor a valid parameter name"),
         ("[loop]", "role 'loop' depends on itself"),
         ("[{include_role: {name: a}}]", "a role must be a name"),
     ],
@@ -251,7 +252,7 @@ def test_include_role_is_a_dynamic_task_checked_before_the_run(tmp_path: Path) -
         ("include_role: {name: svc, tasks_from: missing}", "role 'svc': tasks_from: no tasks/missing"),
         ("import_role: {name: svc, vars_from: missing}", "role 'svc': vars_from: no vars/missing"),
         ("include_role: {name: svc, apply: {loop: [1]}}", "include_role: apply: 'loop' is not supported"),
-        ("include_role: {name: svc, public: true}", "public: true is not supported"),
+        ("include_role: {name: svc, public: maybe}", "public"),
         ("include_role: {name: svc, colour: red}", "include_role: unknown argument 'colour'"),
         ("include_tasks: {file: t.yml, apply: {until: x}}", "include_tasks: apply: 'until' is not supported"),
         ("include_role: {name: bad}", "unknown module 'nope'"),
