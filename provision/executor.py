@@ -105,7 +105,8 @@ class Executor:
         self._ended_play = False  # meta: end_play
         self._handler_list: list[Task] = []
         self._remote_user: str | None = None  # the play's remote_user (under the inventory's ansible_user)
-        self._conn_users: dict[str, Any] = {}  # the user each cached connection was opened with
+        self._play_connection: str | None = None  # the play's connection (under the inventory's)
+        self._conn_users: dict[str, Any] = {}  # the (user, connection) each cached connection was opened with
         self._inventory_lock = threading.Lock()  # add_host/group_by change the inventory from worker threads
         register_inventory_secrets(inventory, options.extra_vars)
 
@@ -115,7 +116,8 @@ class Executor:
             conn = self._conns.get(host)
             variables = self.inventory.connection_vars(host) if host in self.inventory.hosts else {}
             user = variables.get("ansible_user") or self._remote_user
-            if conn is not None and self._conn_users.get(host) != user:  # another play's remote_user
+            kind = variables.get("ansible_connection") or self._play_connection
+            if conn is not None and self._conn_users.get(host) != (user, kind):  # another play's user/connection
                 conn.close()
                 conn = None
             if conn is None:
@@ -124,13 +126,15 @@ class Executor:
                     opts = dataclasses.replace(self.options.connect, run_lock=self.options.run_lock)
                     if user and not variables.get("ansible_user"):
                         variables = {**variables, "ansible_user": user}
+                    if kind and not variables.get("ansible_connection"):
+                        variables = {**variables, "ansible_connection": kind}
                     conn = open_connection(host, variables, opts)
                 elif host in ("localhost", "127.0.0.1"):
                     conn = LocalConnection(host)  # the controller itself (delegate_to): not a managed host
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
-                self._conn_users[host] = user
+                self._conn_users[host] = (user, kind)
             return conn
 
     def close(self) -> None:
@@ -204,6 +208,7 @@ class Executor:
     def _play(self, play: Play) -> None:
         self._handler_list = play.handlers
         self._remote_user = play.remote_user
+        self._play_connection = play.connection
         hosts = self.play_hosts(play)
         self._play_hosts = hosts
         self.reporter.play_start(play.name, hosts)
@@ -261,6 +266,8 @@ class Executor:
             hosts = [h for h in hosts if h in only]
         if task.blocks:
             hosts = [h for h in hosts if self._in_flow(h, task)]
+        if task.role_run is not None:  # meta: end_role ended this role for some hosts
+            hosts = [h for h in hosts if task.role_run not in self.host_state(h).ended_roles]
         if task.module == "meta":
             stop = self._meta(play, task, self._live(hosts, task), batch, runner)
             if stop:
@@ -354,7 +361,7 @@ class Executor:
             included.inert_vars = {**task.inert_vars, **included.inert_vars, **extra}
             included.blocks = (*task.blocks, *included.blocks)
             if included.role_path is None:
-                included.role_path = task.role_path
+                included.role_path, included.role_run = task.role_path, task.role_run
                 included.role_defaults = {**task.role_defaults, **included.role_defaults}
         return tasks
 
@@ -385,6 +392,15 @@ class Executor:
         elif action == "end_host":
             for h in hosts:
                 self.host_state(h).ended = True
+        elif action == "end_role":
+            for h in hosts:
+                self.host_state(h).ended_roles.add(task.role_run or 0)
+        elif action == "reset_connection":  # the next task opens a new connection (new login, new env)
+            for h in hosts:
+                with self._conn_lock:
+                    conn = self._conns.pop(h, None)
+                if conn is not None:
+                    conn.close()
         elif action == "clear_facts":
             for h in hosts:
                 self.host_state(h).facts = {}

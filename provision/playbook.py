@@ -35,6 +35,7 @@ PLAY_KEYS = {
 }  # fmt: skip
 STRATEGIES = ("linear", "free", "host_pinned")  # free/host_pinned run as linear: the same results per host
 HOST_ORDERS = ("inventory", "reverse_inventory", "sorted", "reverse_sorted", "shuffle")
+PLAY_CONNECTIONS = ("ssh", "smart", "paramiko", "local")  # under the inventory's ansible_connection
 TASK_KEYS = {
     "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
     "environment", "loop", "loop_control", "with_items", "become", "become_user", "run_once", "delegate_to",
@@ -160,6 +161,7 @@ class Task:
     ignore_unreachable: bool = False  # an unreachable host counts ok+ignored and stays in the play
     delegate_facts: bool = False  # with delegate_to: the facts a task sets go to the delegated host
     module_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)  # in force here (includes use it)
+    role_run: int | None = None  # which reading of its role this task is (meta: end_role ends that one)
 
     @property
     def where(self) -> str:
@@ -195,6 +197,7 @@ class Play:
     prompts: dict[str, Any] = field(default_factory=dict)  # vars_prompt without a default: name -> (file, line)
     force_handlers: bool = False
     remote_user: str | None = None
+    connection: str | None = None  # the play's connection keyword (the inventory's ansible_connection wins)
     order: str = "inventory"
     strategy: str = "linear"  # free/host_pinned are run as linear (README, "Ansible compatibility")
     # what the play's roles expose to all its tasks, as Ansible (static roles, include_role with public: true):
@@ -717,6 +720,7 @@ def _role(
     if key in seen and not allow_duplicates:  # as Ansible: a role runs once per play unless its parameters differ
         return []
     seen.add(key)
+    run = next(_role_runs)
     out: list[Task] = []
     for dep in meta.get("dependencies") or []:  # looked up from the playbook, as the role itself
         out += _role(
@@ -745,20 +749,22 @@ def _role(
         if not isinstance(data, list):
             raise PlaybookError("a handlers file must be a list of tasks", file=str(handlers_file), line=1)
         for handler in (parse_task(h, str(handlers_file), handler=True) for h in data):
-            _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path)
+            _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path, run)
             _ROLE_HANDLERS.get().append(handler)
     for task in tasks:
-        _adopt(task, directory, name, defaults, role_vars, params, spec, where, path)
+        _adopt(task, directory, name, defaults, role_vars, params, spec, where, path, run)
     return out + tasks
 
 
 def _adopt(
     task: Task, directory: Path, name: str, defaults: dict[str, Any], role_vars: dict[str, Any],
-    params: dict[str, Any], spec: dict[str, Any], where: Any, path: str,
+    params: dict[str, Any], spec: dict[str, Any], where: Any, path: str, run: int,
 ) -> None:  # fmt: skip
     """A role's task: its files and templates come from the role; its defaults are under the inventory; the
     role's vars under the task's, its parameters over them (Ansible's order); the entry's when/become apply."""
     task.role_path = str(directory)
+    if task.role_run is None:
+        task.role_run = run
     task.role_defaults = {**defaults, **task.role_defaults}
     task.vars = {**role_vars, **task.vars, **params, "role_path": str(directory), "role_name": name}
     if spec.get("when") is not None:
@@ -799,6 +805,7 @@ BLOCK_KEYS = {
     "ignore_unreachable", "run_once", "debugger",
 }  # fmt: skip
 _block_ids = itertools.count(1)
+_role_runs = itertools.count(1)
 
 
 def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) -> list[Task]:
@@ -1030,10 +1037,9 @@ def parse_play(node: Any, path: str) -> Play:
     if order not in HOST_ORDERS:
         raise _err(f"order must be one of {', '.join(HOST_ORDERS)}, got {_kind(order)}", node, path)
     _strlist(node.get("collections"), "collections", node, path)  # accepted: module names resolve as builtin
-    if node.get("connection", "ssh") not in ("ssh", "smart"):
-        raise _err(
-            f"play connection {node['connection']!r} is not supported (set ansible_connection per host)", node, path
-        )
+    if node.get("connection", "ssh") not in PLAY_CONNECTIONS:
+        raise _err(f"play connection {node['connection']!r} is not supported (only {', '.join(PLAY_CONNECTIONS)})",
+                   node, path)  # fmt: skip
     hosts = node["hosts"]
     if not (isinstance(hosts, str) and hosts.strip()) and not (
         isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
@@ -1074,6 +1080,7 @@ def parse_play(node: Any, path: str) -> Play:
         prompts=missing,
         force_handlers=_bool(node.get("force_handlers", False), "force_handlers", node, path),
         remote_user=_optional_str(node.get("remote_user"), "remote_user", node, path),
+        connection=node.get("connection"),
         order=order,
         strategy=str(strategy),
         role_defaults=exposed_defaults,
@@ -1083,6 +1090,9 @@ def parse_play(node: Any, path: str) -> Play:
         for task in tasks + handlers:
             task.no_log = True
     _play_keywords(node, path, tasks + handlers)
+    for task in tasks + handlers:
+        if task.module == "meta" and task.args.get("_raw_params") == "end_role" and task.role_run is None:
+            raise PlaybookError("meta: end_role is only allowed in a role's tasks", file=task.file, line=task.line)
     if strategy in ("free", "host_pinned"):
         _free_strategy(play, node, path)
     names = {h.name for h in handlers} | {n for h in handlers for n in h.listen}

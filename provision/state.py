@@ -46,6 +46,7 @@ class HostState:
     blocks: dict[int, str] = field(default_factory=dict)
     always_due: set[int] = field(default_factory=set)  # blocks whose always this failed host still runs
     ended: bool = False  # meta: end_host: no more tasks for this host in this play (not a failure)
+    ended_roles: set[int] = field(default_factory=set)  # meta: end_role: the role runs (Task.role_run) it left
 
     @property
     def active(self) -> bool:

@@ -148,7 +148,10 @@ class Assert(Module):
         return ModuleResult(msg=msg, data={"evaluated_to": True})
 
 
-META_ACTIONS = ("flush_handlers", "noop", "end_play", "end_host", "end_batch", "clear_facts", "clear_host_errors")
+META_ACTIONS = (
+    "flush_handlers", "noop", "end_play", "end_host", "end_batch", "clear_facts", "clear_host_errors", "end_role",
+    "reset_connection",
+)  # fmt: skip
 
 
 @register

@@ -204,6 +204,8 @@ def test_module_defaults_nearest_level_wins_and_action_forms(tmp_path: Path) -> 
         ("  vars_prompt: [{prompt: p}]\n", "each entry needs name"),
         ("  tasks: [{action: {dest: /x}}]\n", "action needs a module name"),
         ("  tasks: [{local_action: ping, delegate_to: h}]\n", "local_action and delegate_to are mutually exclusive"),
+        ("  tasks: [{meta: end_role}]\n", "meta: end_role is only allowed in a role's tasks"),
+        ("  connection: winrm\n", "play connection 'winrm' is not supported"),
     ],
 )
 def test_play_keyword_mistakes_are_refused_before_the_run(tmp_path: Path, play: str, message: str) -> None:
