@@ -262,6 +262,7 @@ class Executor:
         """One task over the batch (``only``: the hosts an include gave it to); True/False when the batch must
         stop (True: the play too), None to go on."""
         hosts = self._selected(task, batch, runner)
+        failed_before = {h for h in batch if self.host_state(h).failed}
         if only is not None:
             hosts = [h for h in hosts if h in only]
         if task.blocks:
@@ -283,6 +284,10 @@ class Executor:
         for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
             for h in batch:
                 self.host_state(h).always_due.discard(block)
+        if task.any_errors_fatal and any(self.host_state(h).failed for h in set(batch) - failed_before):
+            failed = sorted(h for h in set(batch) - failed_before if self.host_state(h).failed)
+            self.summary.aborted = f"any_errors_fatal: {', '.join(failed)} failed"
+            return True
         if self._check_abort(play, batch):
             return True
         return None

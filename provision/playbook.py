@@ -40,7 +40,7 @@ TASK_KEYS = {
     "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
     "environment", "loop", "loop_control", "with_items", "become", "become_user", "run_once", "delegate_to",
     "retries", "delay", "until", "vars", "no_log", "timeout", "listen", "check_mode", "diff",
-    "module_defaults", "ignore_unreachable", "delegate_facts", "debugger",
+    "module_defaults", "ignore_unreachable", "delegate_facts", "debugger", "any_errors_fatal",
 }  # fmt: skip
 ACTION_KEYS = ("action", "local_action")  # `action: MODULE ARGS` / `local_action:` (delegate_to: localhost)
 
@@ -162,6 +162,7 @@ class Task:
     delegate_facts: bool = False  # with delegate_to: the facts a task sets go to the delegated host
     module_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)  # in force here (includes use it)
     role_run: int | None = None  # which reading of its role this task is (meta: end_role ends that one)
+    any_errors_fatal: bool = False  # a host failing this task ends the play for all (as the play's keyword)
 
     @property
     def where(self) -> str:
@@ -498,6 +499,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         given_name=given,
         ignore_unreachable=_bool(node.get("ignore_unreachable", False), "ignore_unreachable", node, path),
         delegate_facts=_bool(node.get("delegate_facts", False), "delegate_facts", node, path),
+        any_errors_fatal=_bool(node.get("any_errors_fatal", False), "any_errors_fatal", node, path),
         module_defaults=defaults,
     )
     if task.module == "add_host":
@@ -533,7 +535,7 @@ def _check_include(task: Task, node: Any, path: str) -> None:
 
 APPLY_KEYS = {"when", "tags", "vars", "become", "become_user", "environment", "ignore_errors", "no_log",
               "check_mode", "delegate_to", "delegate_facts", "module_defaults", "notify", "ignore_unreachable",
-              "run_once", "name", "debugger"}  # fmt: skip
+              "run_once", "name", "debugger", "any_errors_fatal"}  # fmt: skip
 ROLE_FROM_KEYS = ("tasks_from", "vars_from", "defaults_from", "handlers_from")
 _ROLES_CHECKING: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("roles_checking", default=frozenset())
 _PLAYBOOK: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook", default=None)
@@ -781,7 +783,7 @@ def _adopt(
 
 def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str, ...]) -> list[Task]:
     """``import_role: {name: R, tasks_from: ...}`` (static, read now), with the task's when/tags/vars."""
-    allowed = {key, "name", "tags", "when", "vars"}
+    allowed = {key, "name", "tags", "when", "vars"} | APPLY_KEYS  # the others as a block around the role
     unknown = [k for k in node if k not in allowed]
     if unknown:
         raise _err(f"import_role: {unknown[0]!r} is not supported here (allowed: {', '.join(sorted(allowed))})",
@@ -790,19 +792,20 @@ def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str
     if not isinstance(options, dict) or not isinstance(options.get("name", options.get("role")), str):
         raise _err("import_role needs name: ROLE", node, path)
     spec = {**options, "tags": node.get("tags"), "when": node.get("when")}
-    spec = {k: v for k, v in spec.items() if v is not None}
+    spec = {k: v for k, v in spec.items() if v is not None and k not in ("public", "rolespec_validate")}
+    around = {k: v for k, v in node.items() if k in APPLY_KEYS and k not in ("name", "tags", "when", "vars")}
     if node.get("vars") is not None:
         spec["vars"] = {
             **_mapping(options.get("vars"), "vars", node, path),
             **_mapping(node["vars"], "vars", node, path),
         }
-    return _role(spec, path, tags, (), node)
+    return _role(spec, path, tags, (), node, apply=around or None)
 
 
 BLOCK_KEYS = {
     "block", "rescue", "always", "name", "when", "tags", "vars", "become", "become_user", "environment",
     "ignore_errors", "no_log", "check_mode", "delegate_to", "delegate_facts", "module_defaults", "notify",
-    "ignore_unreachable", "run_once", "debugger",
+    "ignore_unreachable", "run_once", "debugger", "any_errors_fatal",
 }  # fmt: skip
 _block_ids = itertools.count(1)
 _role_runs = itertools.count(1)
@@ -839,7 +842,9 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
     if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
         raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
     notify = _strlist(node.get("notify"), "notify", node, path)
-    flags |= {k: _bool(node[k], k, node, path) for k in ("ignore_unreachable", "delegate_facts") if k in node}
+    flags |= {
+        k: _bool(node[k], k, node, path) for k in ("ignore_unreachable", "delegate_facts", "any_errors_fatal") if k in node
+    }
     run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
     defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get())
     out: list[Task] = []
@@ -867,6 +872,7 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
             task.ignore_errors = task.ignore_errors or flags.get("ignore_errors", False)
             task.no_log = task.no_log or flags.get("no_log", False)
             task.ignore_unreachable = task.ignore_unreachable or flags.get("ignore_unreachable", False)
+            task.any_errors_fatal = task.any_errors_fatal or flags.get("any_errors_fatal", False)
             if task.delegate_to is None and node.get("delegate_to") is not None:
                 task.delegate_to = node["delegate_to"]
                 task.delegate_facts = task.delegate_facts or flags.get("delegate_facts", False)
@@ -902,10 +908,12 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
         if not (isinstance(node, dict) and "import_tasks" in node):
             out.append(parse_task(node, path, inherited_tags=tags))
             continue
-        unknown = [k for k in node if k not in IMPORT_KEYS]
+        unknown = [k for k in node if k not in IMPORT_KEYS | APPLY_KEYS]
         if unknown:
             raise _err(
-                f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS))})", node, path
+                f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS | APPLY_KEYS))})",
+                node,
+                path,
             )
         _condition(node.get("when"), "when", node, path)
         target = Path(path).parent / str(node["import_tasks"])
@@ -917,6 +925,8 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
         data = load_yaml(target)
         if not isinstance(data, list):
             raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        around = {k: v for k, v in node.items() if k in APPLY_KEYS and k not in IMPORT_KEYS}  # as a block
+        data = _apply_block(data, around, getattr(node, "file", path), getattr(node, "line", 0))
         imported = parse_tasks(data, str(target), tags | _tags(node.get("tags"), node, path), (*_seen, real))
         extra_vars = _mapping(node.get("vars"), "vars", node, path)
         for task in imported:
