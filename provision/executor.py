@@ -640,6 +640,12 @@ class Executor:
                 for host in hosts:  # consumed before it runs: a handler may notify itself again
                     state = self.host_state(host)
                     state.notified = [n for n in state.notified if n != handler.name]
+                if handler.module in ("include_tasks", "include_role"):  # a handler that includes tasks
+                    self._include(play, handler, hosts, batch, runner)
+                    for host in hosts:
+                        if not self.options.check:
+                            self._clear_pending(host)
+                    continue
                 run = partial(runner.run, handler)
                 results = self._each(hosts, handler.name, run, handler=True, where=handler.where,
                                      forced=play.force_handlers)  # fmt: skip

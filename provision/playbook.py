@@ -23,6 +23,7 @@ from . import templating
 from .catalog import lookup
 from .errors import PlaybookError, TemplateError
 from .modules import ArgError
+from .modules.base import parse_kv
 from .modules.base import Module
 
 PLAY_KEYS = {
@@ -629,9 +630,12 @@ def load_included(task: Task, file: Path, tags: set[str]) -> list[Task]:
 
 
 def include_path(file: str, task_file: str) -> Path | None:
-    """Where an included task file is: relative to the file of the task that includes it (a role's tasks/),
-    then to the current directory, as Ansible looks."""
-    for base in (Path(task_file).parent, Path.cwd()):
+    """Where an included task file is: relative to the file of the task that includes it, then (in a role's
+    ``tasks/`` or ``handlers/``) the role's ``tasks/`` and the role itself, then the current directory, as
+    Ansible looks."""
+    here = Path(task_file).parent
+    role = [here.parent / "tasks", here.parent] if here.name in ("tasks", "handlers") else []
+    for base in (here, *role, Path.cwd()):
         candidate = base / os.path.expanduser(file)
         if candidate.is_file():
             return candidate
@@ -696,7 +700,7 @@ def _role_mapping(role: Path, folder: str, stem: str) -> dict[str, Any]:
 
 def _role(
     entry: Any, path: str, tags: set[str], chain: tuple[str, ...], node: Any = None, playbook: str | None = None,
-    *, apply: dict[str, Any] | None = None, search: list[Path] | None = None,
+    *, apply: dict[str, Any] | None = None, search: list[Path] | None = None, once: bool = True,
 ) -> list[Task]:
     """One ``roles:`` entry (a name, or a mapping with ``role``/``name`` and its options and parameters),
     its ``meta/main.yml`` dependencies first, flattened into tasks; its handlers join the play's."""
@@ -719,7 +723,7 @@ def _role(
     if meta.get("allow_duplicates") is not None:
         allow_duplicates = allow_duplicates or _bool(meta["allow_duplicates"], "allow_duplicates", meta, path)
     seen = _ROLES_SEEN.get()
-    if key in seen and not allow_duplicates:  # as Ansible: a role runs once per play unless its parameters differ
+    if key in seen and once and not allow_duplicates:  # as Ansible: once per play unless its parameters differ
         return []
     seen.add(key)
     run = next(_role_runs)
@@ -789,6 +793,8 @@ def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str
         raise _err(f"import_role: {unknown[0]!r} is not supported here (allowed: {', '.join(sorted(allowed))})",
                    node, path)  # fmt: skip
     options = node[key]
+    if isinstance(options, str) and "=" in options:  # `import_role: name=ROLE tasks_from=...`
+        options = parse_kv(options)
     if not isinstance(options, dict) or not isinstance(options.get("name", options.get("role")), str):
         raise _err("import_role needs name: ROLE", node, path)
     spec = {**options, "tags": node.get("tags"), "when": node.get("when")}
@@ -799,7 +805,7 @@ def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str
             **_mapping(options.get("vars"), "vars", node, path),
             **_mapping(node["vars"], "vars", node, path),
         }
-    return _role(spec, path, tags, (), node, apply=around or None)
+    return _role(spec, path, tags, (), node, apply=around or None, once=False)  # each import runs, as Ansible
 
 
 BLOCK_KEYS = {

@@ -4,13 +4,14 @@ read and set variables through the context (``ctx.evaluate``: a Jinja2 expressio
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jinja2
 
 from ..errors import ProvisionError, TemplateError
-from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 UNDEFINED = "VARIABLE IS NOT DEFINED!"
 
@@ -178,8 +179,17 @@ class IncludeTasks(Module):
     controller_only = True
     args = {"file": Arg("str", required=True), "apply": Arg("dict")}
 
+    @classmethod
+    def normalize(cls, raw: Any) -> dict[str, Any]:
+        return parse_kv(raw) if _is_kv(raw) else super().normalize(raw)
+
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         return ModuleResult()
+
+
+def _is_kv(raw: Any) -> bool:
+    """``include_tasks: file=X`` / ``include_role: name=R tasks_from=T``: the ``k=v`` form of an include."""
+    return isinstance(raw, str) and re.match(r"^\s*\w+=", raw) is not None
 
 
 @register
@@ -195,6 +205,10 @@ class IncludeRole(Module):
         "defaults_from": Arg("str"), "handlers_from": Arg("str"), "apply": Arg("dict"), "public": Arg("bool"),
         "allow_duplicates": Arg("bool"), "rolespec_validate": Arg("bool"),
     }  # fmt: skip
+
+    @classmethod
+    def normalize(cls, raw: Any) -> dict[str, Any]:
+        return parse_kv(raw) if _is_kv(raw) else super().normalize(raw)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         return ModuleResult()
