@@ -108,13 +108,16 @@ def check_plan(
     if start_at_task and not any(t.name == start_at_task for p in plays for t in p.tasks):
         raise InputError(f"--start-at-task: no task named {start_at_task!r} in the playbook")
     produced: set[str] = set()  # register/set_fact/include_vars names: they persist across plays of a run
-    open_names = False  # an include_vars whose names cannot be known before the run: undefined names pass
+    # names that cannot be known before the run (a templated set_fact name, an include_vars of a templated
+    # path): then undefined names are not refused up front
+    open_names = False
     for play in plays:
         for task in play.tasks + play.handlers:
             if task.register:
                 produced.add(task.register)
             if task.module == "set_fact":
-                produced |= set(task.args)
+                produced |= {k for k in task.args if not templating.is_template(k)}
+                open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
             if task.module == "include_vars":
                 names = include_vars_names(task, playbook_dir)
                 open_names = open_names or names is None

@@ -90,8 +90,8 @@ class SetFact(Module):
         names = [k for k in args if k != "cacheable"]
         if not names:
             raise ArgError("set_fact: give at least one name: value")
-        for key in names:
-            if not isinstance(key, str) or not key.isidentifier():
+        for key in names:  # a templated name is rendered, and checked, when the task runs
+            if not isinstance(key, str) or not (key.isidentifier() or is_template(key)):
                 raise ArgError(f"set_fact: {key!r} is not a valid variable name")
         return dict(args)
 
@@ -100,7 +100,14 @@ class SetFact(Module):
         return dict(args)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        facts = {k: v for k, v in args.items() if k != "cacheable"}
+        facts = {}
+        for key, value in args.items():
+            if key == "cacheable":
+                continue
+            name = ctx.render(key) if "{{" in key or "{%" in key else key  # the playbook's text: a template
+            if not name.isidentifier():
+                return ModuleResult(failed=True, msg=f"set_fact: {name!r} is not a valid variable name")
+            facts[name] = value
         return ModuleResult(facts=facts, data={"ansible_facts": facts})
 
 
