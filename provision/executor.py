@@ -400,6 +400,10 @@ class Executor:
         elif action == "end_role":
             for h in hosts:
                 self.host_state(h).ended_roles.add(task.role_run or 0)
+        elif action == "refresh_inventory" and hosts:  # the sources read again, the run's changes made again
+            with self._inventory_lock:
+                self.inventory.refresh(self.options.extra_vars)
+            register_inventory_secrets(self.inventory, self.options.extra_vars)
         elif action == "reset_connection":  # the next task opens a new connection (new login, new env)
             for h in hosts:
                 with self._conn_lock:

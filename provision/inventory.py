@@ -661,6 +661,8 @@ class Inventory:
     _members: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
     # per host, the variables add_host gave it during the run (data: never rendered, see taskrun.host_vars)
     runtime_vars: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # the changes made after loading (add_group, add_host, group_by), in order: refresh() makes them again
+    _changes: list[tuple[Any, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, paths: list[str], extra_vars: dict[str, Any] | None = None, *, trace: bool = False) -> Inventory:
@@ -706,6 +708,7 @@ class Inventory:
         loading (the CLI's implicit ``router`` group). ValueError when the group exists or a host does not."""
         if name in self.groups or any(h not in self.hosts for h in hosts):
             raise ValueError(f"cannot add group {name!r} with hosts {hosts!r}")
+        self._changes.append(("group", name, list(hosts)))
         self.groups[name] = Group(name, {}, list(hosts), [], ["all"])
         self.groups["all"].children.append(name)
         for host in hosts:
@@ -768,12 +771,14 @@ class Inventory:
         if changed and "ungrouped" in self.groups and group not in ("all", "ungrouped"):
             if host in self.groups["ungrouped"].hosts:
                 self.groups["ungrouped"].hosts.remove(host)
+            entry.groups = [g for g in entry.groups if g != "ungrouped"]  # as Ansible's reconcile
         self._members = None
         return changed
 
     def add_dynamic_host(self, name: str, groups: list[str], host_vars: dict[str, Any]) -> bool:
         """``add_host``: a new host (the ``all`` group's vars, then its groups'), or new vars and groups for a
         known one. ``host_vars`` are kept in :attr:`runtime_vars` (data, never rendered). True when changed."""
+        self._changes.append(("add_host", name, list(groups), dict(host_vars)))
         changed = new = name not in self.hosts
         if new:
             self.hosts[name] = Host(name, {}, [])
@@ -799,8 +804,26 @@ class Inventory:
 
     def add_dynamic_group(self, host: str, group: str, parents: list[str]) -> bool:
         """``group_by``: ``host`` joins ``group`` (a child of ``parents``). True when the inventory changed."""
+        self._changes.append(("group_by", host, group, list(parents)))
         changed = self._new_group(group, parents)
         return self._join(host, group) or changed
+
+    def refresh(self, extra_vars: dict[str, Any] | None = None) -> None:
+        """``meta: refresh_inventory``: read the sources again, then make the run's changes again (add_host,
+        group_by, add_group), as Ansible keeps its dynamic hosts and groups across a refresh."""
+        fresh = Inventory.load(self.sources, extra_vars)
+        changes = self._changes
+        self.hosts, self.groups = fresh.hosts, fresh.groups
+        self.runtime_vars, self._changes, self._members = {}, [], None
+        for change in changes:
+            kind, *rest = change
+            if kind == "add_host":
+                self.add_dynamic_host(*rest)
+            elif kind == "group_by" and rest[0] in self.hosts:
+                self.add_dynamic_group(*rest)
+            elif kind == "group":
+                with contextlib.suppress(ValueError):
+                    self.add_group(*rest)
 
     def connection_vars(self, host: str) -> dict[str, Any]:
         """The variables a connection to ``host`` is opened with: the inventory's, then what ``add_host`` set."""

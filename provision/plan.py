@@ -133,7 +133,9 @@ def check_plan(
                 raise
             hosts = []
         changes_inventory = changes_inventory or any(
-            t.module in ("add_host", "group_by") for t in play.tasks + play.handlers
+            t.module in ("add_host", "group_by")
+            or (t.module == "meta" and t.args.get("_raw_params") == "refresh_inventory")
+            for t in play.tasks + play.handlers
         )
         check_play_keywords(play, extra_vars)
         gathered = gathered or play.gather_facts

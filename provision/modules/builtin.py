@@ -158,7 +158,7 @@ class Assert(Module):
 
 META_ACTIONS = (
     "flush_handlers", "noop", "end_play", "end_host", "end_batch", "clear_facts", "clear_host_errors", "end_role",
-    "reset_connection",
+    "reset_connection", "refresh_inventory",
 )  # fmt: skip
 
 

@@ -70,3 +70,42 @@ def test_add_host_runs_once_and_a_later_play_may_name_a_group_it_makes(tmp_path:
     (tmp_path / "pb.yml").write_text("- hosts: made\n  tasks: [{ping: }]\n")  # no add_host before: a typo
     with pytest.raises(InventoryError, match="matches no host or group"):
         check_plan(load_playbook(tmp_path / "pb.yml"), inv, {}, None, None, str(tmp_path))
+
+
+def _tool_recap(tmp_path: Path, tool: str) -> str:
+    """Run the refresh playbook under ``tool`` in a copy of its folder; the lines the playbook wrote."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    work = tmp_path / tool
+    work.mkdir()
+    inventory = "all:\n  vars: {ansible_connection: local, ansible_python_interpreter: " + sys.executable + "}\n"
+    (work / "inv.yml").write_text(inventory + "  hosts: {one: {}, two: {}}\n")
+    (work / "new.yml").write_text(inventory + "  hosts: {two: {}, three: {}}\n")
+    out = work / "seen"
+    (work / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - add_host: {name: added, groups: extra, ansible_connection: local}\n"
+        "    - group_by: {key: 'by_{{ inventory_hostname }}'}\n"
+        f"    - command: cp {work / 'new.yml'} {work / 'inv.yml'}\n      run_once: true\n"
+        "    - meta: refresh_inventory\n"
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - shell: echo '{{{{ inventory_hostname }}}} {{{{ group_names | join(\",\") }}}}' >> {out}\n"
+    )
+    if tool == "ansible":
+        env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(work / "tmp"), "ANSIBLE_RETRY_FILES_ENABLED": "False"}
+        argv = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", "inv.yml", "pb.yml", "-f", "1"]
+    else:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        argv = [sys.executable, "-m", "provision", "run", "pb.yml", "-i", "inv.yml", "-f", "1"]
+    proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return "\n".join(sorted(out.read_text().splitlines()))
+
+
+def test_refresh_inventory_reads_the_sources_again_and_keeps_the_runs_changes_as_ansible(tmp_path: Path) -> None:
+    ours = _tool_recap(tmp_path, "provision")
+    assert ours == _tool_recap(tmp_path, "ansible")
+    assert "one" not in ours and "three " in ours and "added extra" in ours and "two by_two" in ours
