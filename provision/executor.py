@@ -219,7 +219,10 @@ class Executor:
         self._ended_play = False
         for name in hosts:
             self.host_state(name).ended = False  # meta: end_host lasts one play
-        for batch in self.batches(order_hosts(hosts, play.order), play.serial):  # the play's vars keep hosts
+        order = play.order  # a template is rendered with the play's vars and -e (the planner checked it)
+        if templating.is_template(order):
+            order = str(templating.render(order, templating.Vars(play.vars, self.options.extra_vars), play.where))
+        for batch in self.batches(order_hosts(hosts, order), play.serial):  # the play's vars keep the order
             for name in batch:  # as Ansible's recap: the hosts a batch reached (not those an abort spared)
                 self.summary.stat(name)
             if self._batch(play, batch, hosts) or self.summary.aborted or self._ended_play:

@@ -22,7 +22,7 @@ from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
 from .modules.base import find_controller_file
-from .playbook import STRATEGIES, Play, Task
+from .playbook import HOST_ORDERS, STRATEGIES, Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
 FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once a play gathered facts
@@ -192,6 +192,12 @@ def check_play_keywords(play: Play, extra_vars: dict[str, Any]) -> None:
                 f"vars_prompt {name!r} has no default and provision never prompts: pass it with -e {name}=VALUE",
                 file=file,
                 line=line,
+            )
+    if templating.is_template(play.order):
+        value = templating.render(play.order, templating.Vars(play.vars, extra_vars), f"order of {play.where}")
+        if value not in HOST_ORDERS:
+            raise PlaybookError(
+                f"order must be one of {', '.join(HOST_ORDERS)}, got {value!r}", file=play.file, line=play.line
             )
     if templating.is_template(play.strategy):
         value = templating.render(play.strategy, templating.Vars(play.vars, extra_vars), f"strategy of {play.where}")

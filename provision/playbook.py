@@ -1050,7 +1050,7 @@ def parse_play(node: Any, path: str) -> Play:
     if not (strategy in STRATEGIES or templating.is_template(strategy)):  # a template: checked by the planner
         raise _err(f"strategy {strategy!r} is not supported (only {', '.join(STRATEGIES)})", node, path)
     order = node.get("order", "inventory")
-    if order not in HOST_ORDERS:
+    if order not in HOST_ORDERS and not templating.is_template(order):  # a template: checked by the planner
         raise _err(f"order must be one of {', '.join(HOST_ORDERS)}, got {_kind(order)}", node, path)
     _strlist(node.get("collections"), "collections", node, path)  # accepted: module names resolve as builtin
     if node.get("connection", "ssh") not in PLAY_CONNECTIONS:

@@ -65,7 +65,10 @@ def test_vars_prompt_without_default_or_extra_var_exits_5_before_any_host(tmp_pa
     assert (tmp_path / "out").read_text() == "blue"
 
 
-@pytest.mark.parametrize(("order", "first"), [("inventory", "b"), ("sorted", "a"), ("reverse_sorted", "c")])
+@pytest.mark.parametrize(
+    ("order", "first"),
+    [("inventory", "b"), ("sorted", "a"), ("reverse_sorted", "c"), ("\"{{ o | default('sorted') }}\"", "a")],
+)
 def test_order_is_the_order_hosts_run_in(tmp_path: Path, order: str, first: str) -> None:
     (tmp_path / "inv.yml").write_text(
         "all:\n  vars: {ansible_connection: local}\n  hosts:\n    b:\n    c:\n    a:\n"
