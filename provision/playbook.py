@@ -73,6 +73,30 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _unsafe(value: Any) -> Any:
+    if isinstance(value, str):
+        return templating.Unsafe(value)
+    if isinstance(value, dict):
+        out = LineDict({k: _unsafe(v) for k, v in value.items()})
+        out.file, out.line = getattr(value, "file", ""), getattr(value, "line", 0)
+        return out
+    if isinstance(value, list):
+        return [_unsafe(v) for v in value]
+    return value
+
+
+def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
+    """``!unsafe``: Ansible's mark for text that is never rendered (a literal ``{{`` in a value)."""
+    if isinstance(node, yaml.ScalarNode):
+        return _unsafe(loader.construct_scalar(node))
+    if isinstance(node, yaml.SequenceNode):
+        return _unsafe(loader.construct_sequence(node, deep=True))
+    return _unsafe(_construct_mapping(loader, node))  # type: ignore[arg-type]
+
+
+_Loader.add_constructor("!unsafe", _construct_unsafe)
+
+
 def load_yaml(path: str | Path) -> Any:
     """Load YAML keeping line numbers on mappings; syntax errors become PlaybookError with file:line."""
     path = str(path)
