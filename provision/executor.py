@@ -321,7 +321,10 @@ class Executor:
                     continue
                 label = f" => (item={extra[task.loop_var]})" if extra else ""
                 results.append(TaskResult(host, task.name, Status.OK, f"included: {target}{label}"))
-                key = (json.dumps([target, args], sort_keys=True, default=str), json.dumps(extra, sort_keys=True, default=str))
+                key = (
+                    json.dumps([target, args], sort_keys=True, default=str),
+                    json.dumps(extra, sort_keys=True, default=str),
+                )
                 groups.setdefault(key, ([], extra, args))[0].append(host)
         for result in results:
             self._record(result, rescued=self._caught(result, task))

@@ -795,10 +795,10 @@ class Inventory:
             for group in sorted(self.hosts[name].groups, key=lambda g: (self._depth(g), g)):
                 merged.update(copy.deepcopy(self.groups[group].vars))
             self.hosts[name].vars = merged
-        if not groups and len(self.hosts[name].groups) <= 1 and "ungrouped" in self.groups:
-            if name not in self.groups["ungrouped"].hosts:
-                self.groups["ungrouped"].hosts.append(name)
-                self.hosts[name].groups = sorted({*self.hosts[name].groups, "ungrouped"})
+        lone = not groups and len(self.hosts[name].groups) <= 1 and "ungrouped" in self.groups
+        if lone and name not in self.groups["ungrouped"].hosts:
+            self.groups["ungrouped"].hosts.append(name)
+            self.hosts[name].groups = sorted({*self.hosts[name].groups, "ungrouped"})
         self._members = None
         return changed
 

@@ -236,15 +236,19 @@ def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:
     if isinstance(args.get("name"), str) and not templating.is_template(args["name"]):
         return {args["name"]}
     source = args.get("file") or args.get("dir")
-    if not isinstance(source, str) or templating.is_template(source) or any(
-        templating.is_template(v) for v in _strings(args)
+    if (
+        not isinstance(source, str)
+        or templating.is_template(source)
+        or any(templating.is_template(v) for v in _strings(args))
     ):
         return None
     task_file = str(args.get("_origin") or task.file)
     try:
         if args.get("dir"):
             coerced = IncludeVars.coerce(args)
-            files = IncludeVars._walk(vars_dir(source, task.role_path, task_file, playbook_dir), coerced, task.role_path)
+            files = IncludeVars._walk(
+                vars_dir(source, task.role_path, task_file, playbook_dir), coerced, task.role_path
+            )
         else:
             candidates = vars_file_candidates(source, task.role_path, task_file, playbook_dir)
             files = [c for c in candidates if c.is_file()][:1]

@@ -23,8 +23,7 @@ from . import templating
 from .catalog import lookup
 from .errors import PlaybookError, TemplateError
 from .modules import ArgError
-from .modules.base import parse_kv
-from .modules.base import Module
+from .modules.base import Module, parse_kv
 
 PLAY_KEYS = {
     "name", "hosts", "vars", "vars_files", "gather_facts", "serial", "max_fail_percentage", "any_errors_fatal",
@@ -164,7 +163,7 @@ class Task:
     failed_when: Any = None
     ignore_errors: bool = False
     environment: dict[str, Any] | str = field(default_factory=dict)  # a str is one template giving a mapping
-    become: bool | None = None
+    become: bool | str | None = None  # a str is a template, rendered per host and item
     become_user: str | None = None
     run_once: bool | str = False  # a str is a template, rendered for the first host of the batch
     delegate_to: str | None = None
@@ -362,9 +361,8 @@ def _loop(value: Any, key: str, node: Any, path: str) -> Any:
     raise _err(f"{key} must be a list or a template giving one, got {_kind(value)}", node, path)
 
 
-_MODULE_DEFAULTS: contextvars.ContextVar[dict[str, dict[str, Any]]] = contextvars.ContextVar(
-    "module_defaults", default={}
-)
+# the module_defaults in force where tasks are being read (a block or play sets it around its tasks)
+_MODULE_DEFAULTS: contextvars.ContextVar[dict[str, dict[str, Any]]] = contextvars.ContextVar("module_defaults")
 
 
 def module_defaults(value: Any, node: Any, path: str, inherited: dict[str, dict[str, Any]] | None = None
@@ -453,7 +451,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         args = cls.normalize(node[module])
         if "args" in node:
             args.update(_mapping(node["args"], "args", node, path))
-        defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get())
+        defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get({}))
         if defaults.get(cls.name):
             args = {**defaults[cls.name], **args}
         args = cls.validate_static(args, templating.is_template)
@@ -508,7 +506,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         failed_when=node.get("failed_when"),
         ignore_errors=_bool(node.get("ignore_errors", False), "ignore_errors", node, path),
         environment=_environment(node.get("environment"), node, path),
-        become=_bool(node["become"], "become", node, path) if "become" in node else None,
+        become=_flag(node["become"], "become", node, path) if "become" in node else None,
         become_user=_optional_str(node.get("become_user"), "become_user", node, path),
         run_once=_flag(node.get("run_once", False), "run_once", node, path),
         delegate_to=node.get("delegate_to"),
@@ -576,8 +574,8 @@ def _check_apply(task: Task, node: Any, path: str) -> None:
         return
     unknown = sorted(str(k) for k in apply if k not in APPLY_KEYS)
     if unknown:
-        raise _err(f"{task.module}: apply: {unknown[0]!r} is not supported (supported: {', '.join(sorted(APPLY_KEYS))})",
-                   node, path)  # fmt: skip
+        supported = ", ".join(sorted(APPLY_KEYS))
+        raise _err(f"{task.module}: apply: {unknown[0]!r} is not supported (supported: {supported})", node, path)
 
 
 def _apply_block(data: list[Any], apply: dict[str, Any] | None, file: str, line: int) -> list[Any]:
@@ -723,8 +721,16 @@ def _role_mapping(role: Path, folder: str, stem: str) -> dict[str, Any]:
 
 
 def _role(
-    entry: Any, path: str, tags: set[str], chain: tuple[str, ...], node: Any = None, playbook: str | None = None,
-    *, apply: dict[str, Any] | None = None, search: list[Path] | None = None, once: bool = True,
+    entry: Any,
+    path: str,
+    tags: set[str],
+    chain: tuple[str, ...],
+    node: Any = None,
+    playbook: str | None = None,
+    *,
+    apply: dict[str, Any] | None = None,
+    search: list[Path] | None = None,
+    once: bool = True,
 ) -> list[Task]:
     """One ``roles:`` entry (a name, or a mapping with ``role``/``name`` and its options and parameters),
     its ``meta/main.yml`` dependencies first, flattened into tasks; its handlers join the play's."""
@@ -802,7 +808,7 @@ def _adopt(
         own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
         task.when = [*conditions, *own]
     if task.become is None and "become" in spec:
-        task.become = _bool(spec["become"], "become", where, path)
+        task.become = _flag(spec["become"], "become", where, path)
     if task.become_user is None and spec.get("become_user") is not None:
         task.become_user = str(spec["become_user"])
     if not task.environment and spec.get("environment") is not None:
@@ -866,17 +872,20 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
     block_tags = tags | _tags(node.get("tags"), node, path)
     block_vars = _mapping(node.get("vars"), "vars", node, path)
     env = _environment(node.get("environment"), node, path) if node.get("environment") is not None else None
-    flags = {key: _bool(node[key], key, node, path) for key in ("become", "ignore_errors", "no_log") if key in node}
+    flags = {k: _bool(node[k], k, node, path) for k in ("ignore_errors", "no_log") if k in node}
+    become = _flag(node["become"], "become", node, path) if "become" in node else None
     check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
     become_user = _optional_str(node.get("become_user"), "become_user", node, path)
     if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
         raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
     notify = _strlist(node.get("notify"), "notify", node, path)
     flags |= {
-        k: _bool(node[k], k, node, path) for k in ("ignore_unreachable", "delegate_facts", "any_errors_fatal") if k in node
+        k: _bool(node[k], k, node, path)
+        for k in ("ignore_unreachable", "delegate_facts", "any_errors_fatal")
+        if k in node
     }
     run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
-    defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get())
+    defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get({}))
     out: list[Task] = []
     for section, nodes in sections.items():
         ref = BlockRef(ref_id, section, has_rescue, has_always)
@@ -891,8 +900,8 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
                 own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
                 task.when = [*conditions, *own]
             task.vars = {**block_vars, **task.vars}
-            if task.become is None and "become" in flags:
-                task.become = flags["become"]
+            if task.become is None and become is not None:
+                task.become = become
             if task.become_user is None and become_user is not None:
                 task.become_user = become_user
             if not task.environment and env:

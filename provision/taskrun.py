@@ -330,6 +330,8 @@ class TaskRunner:
                 raise TemplateError(f"environment must give a mapping, got {type(rendered).__name__}")
             env.update(rendered)
         become = task.become if task.become is not None else self.play.become
+        if isinstance(become, str):  # a template: rendered for this host and item
+            become = templating.truthy(templating.render(become, variables, where))
         check = self.options.check
         if task.check_mode is not None:
             check = templating.truthy(templating.render(task.check_mode, variables, where))

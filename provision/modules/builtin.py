@@ -104,7 +104,8 @@ class SetFact(Module):
         for key, value in args.items():
             if key == "cacheable":
                 continue
-            name = ctx.render(key) if "{{" in key or "{%" in key else key  # the playbook's text: a template
+            templated = "{{" in key or "{%" in key  # the playbook's text: a template
+            name = str(ctx.render(key)) if templated and ctx.render is not None else key
             if not name.isidentifier():
                 return ModuleResult(failed=True, msg=f"set_fact: {name!r} is not a valid variable name")
             facts[name] = value

@@ -103,11 +103,11 @@ class IncludeVars(Module):
 
     @classmethod
     def check_combination(cls, args: Mapping[str, Any], is_template: Any) -> None:
-        if ("file" in args) == ("dir" in args):  # noqa: SIM102
+        if ("file" in args) == ("dir" in args):
             raise ArgError("include_vars: give exactly one of file (or a free-form path) or dir")
-        if "name" in args and isinstance(args["name"], str) and not is_template(args["name"]):
-            if not args["name"].isidentifier():
-                raise ArgError(f"include_vars: name {args['name']!r} is not a valid variable name")
+        name = args.get("name")
+        if isinstance(name, str) and not is_template(name) and not name.isidentifier():
+            raise ArgError(f"include_vars: name {name!r} is not a valid variable name")
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         playbook_dir = str(ctx.variables.get("playbook_dir") or ctx.controller_dir)

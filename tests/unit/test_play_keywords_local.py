@@ -70,9 +70,7 @@ def test_vars_prompt_without_default_or_extra_var_exits_5_before_any_host(tmp_pa
     [("inventory", "b"), ("sorted", "a"), ("reverse_sorted", "c"), ("\"{{ o | default('sorted') }}\"", "a")],
 )
 def test_order_is_the_order_hosts_run_in(tmp_path: Path, order: str, first: str) -> None:
-    (tmp_path / "inv.yml").write_text(
-        "all:\n  vars: {ansible_connection: local}\n  hosts:\n    b:\n    c:\n    a:\n"
-    )
+    (tmp_path / "inv.yml").write_text("all:\n  vars: {ansible_connection: local}\n  hosts:\n    b:\n    c:\n    a:\n")
     (tmp_path / "pb.yml").write_text(
         f"- hosts: all\n  gather_facts: false\n  order: {order}\n  tasks:\n"
         "    - command: echo {{ inventory_hostname }}\n      run_once: true\n      register: first\n"
@@ -82,3 +80,18 @@ def test_order_is_the_order_hosts_run_in(tmp_path: Path, order: str, first: str)
     doc = json.loads(result.out)
     shown = next(iter(doc["plays"][0]["tasks"][1]["hosts"].values()))
     assert shown["msg"].split(",", 1) == [first, "b,c,a"]  # runs in that order; the play's host list is kept
+
+
+def test_become_may_be_a_template_rendered_per_item(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    one: {ansible_connection: local}\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - command: echo {{ item }}\n      become: '{{ item }}'\n      loop: [false, 'no']\n      register: r\n"
+        '    - block:\n        - command: echo in block\n      become: "{{ 1 == 2 }}"\n'
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml"), "--json"])
+    assert result.code == 0, result.out + result.err
+    from provision.playbook import load_playbook
+
+    tasks = load_playbook(tmp_path / "pb.yml")[0].tasks
+    assert tasks[0].become == "{{ item }}" and tasks[1].become == "{{ 1 == 2 }}"

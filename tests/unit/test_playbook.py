@@ -165,7 +165,8 @@ def test_play_keywords_reach_the_tasks_and_the_play(tmp_path: Path) -> None:
         "  check_mode: true\n  run_once: true\n  ignore_errors: true\n  ignore_unreachable: true\n"
         "  gather_subset: [min]\n  debugger: never\n"
         "  vars: {v: 1}\n  vars_prompt: [{name: v, prompt: give v, default: 2}, {name: w, prompt: give w}]\n"
-        "  tasks:\n    - {name: a, debug: {msg: a}}\n    - {name: b, debug: {msg: b}, check_mode: false, run_once: false}\n",
+        "  tasks:\n    - {name: a, debug: {msg: a}}\n"
+        "    - {name: b, debug: {msg: b}, check_mode: false, run_once: false}\n",
     )
     assert (play.order, play.remote_user, play.force_handlers) == ("sorted", "deploy", True)
     assert play.vars["v"] == 2 and list(play.prompts) == ["w"]  # the prompt's default wins over vars
@@ -179,7 +180,8 @@ def test_module_defaults_nearest_level_wins_and_action_forms(tmp_path: Path) -> 
         tmp_path,
         "- hosts: all\n  module_defaults: {copy: {mode: '0600', content: p}, ansible.builtin.debug: {msg: d}}\n"
         "  tasks:\n    - {name: a, copy: {dest: /a}}\n    - {name: b, debug: }\n"
-        "    - block:\n        - {name: c, copy: {dest: /c, content: c}, module_defaults: {ansible.legacy.copy: {mode: '0640'}}}\n"
+        "    - block:\n        - {name: c, copy: {dest: /c, content: c},\n"
+        "           module_defaults: {ansible.legacy.copy: {mode: '0640'}}}\n"
         "        - {name: d, action: copy dest=/d content=d}\n"
         "      module_defaults: {copy: {mode: '0644'}}\n      delegate_to: h1\n      notify: x\n"
         "    - {name: e, local_action: {module: copy, dest: /e, content: e}}\n"
@@ -188,7 +190,9 @@ def test_module_defaults_nearest_level_wins_and_action_forms(tmp_path: Path) -> 
     a, b, c, d, e = play.tasks
     assert a.args == {"mode": "0600", "content": "p", "dest": "/a"} and b.args == {"msg": "d"}
     assert c.args == {"mode": "0640", "dest": "/c", "content": "c"} and c.delegate_to == "h1" and c.notify == ["x"]
-    assert d.args == {"mode": "0644", "dest": "/d", "content": "d"} and d.module == "copy"  # a level replaces the outer's
+    assert (
+        d.args == {"mode": "0644", "dest": "/d", "content": "d"} and d.module == "copy"
+    )  # a level replaces the outer's
     assert e.delegate_to == "localhost" and e.args == {"mode": "0600", "content": "e", "dest": "/e"}
 
 
@@ -236,7 +240,9 @@ def test_vars_prompt_without_default_needs_extra_vars_before_any_host(tmp_path: 
 
 
 def test_include_role_is_a_dynamic_task_checked_before_the_run(tmp_path: Path) -> None:
-    _role(tmp_path, "svc", "- {name: s, debug: {msg: s}}\n- include_role: {name: svc, tasks_from: main}\n  when: false\n")
+    _role(
+        tmp_path, "svc", "- {name: s, debug: {msg: s}}\n- include_role: {name: svc, tasks_from: main}\n  when: false\n"
+    )
     (tmp_path / "roles" / "svc" / "tasks" / "extra.yml").write_text("- {name: e, debug: {msg: e}}\n")
     play = _play(
         tmp_path,
@@ -292,7 +298,9 @@ def test_the_planner_knows_the_names_include_vars_reads(tmp_path: Path) -> None:
     (tmp_path / "vars").mkdir()
     (tmp_path / "vars" / "a.yml").write_text("from_file: 1\n")
     inventory = Inventory.load([str(tmp_path / "inv.yml")])
-    known = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_file }}'}\n")
+    known = _play(
+        tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_file }}'}\n"
+    )
     check_plan([known], inventory, {}, None, None, str(tmp_path))
     typo = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_fil }}'}\n")
     with pytest.raises(TemplateError, match="undefined variable 'from_fil'"):
