@@ -65,7 +65,8 @@ def task_names(task: Task) -> set[str]:
     """Free names a task needs, minus the guarded ones."""
     needed: set[str] = set()
     texts = [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
-    for text in _strings([*texts, task.run_once, task.check_mode, sorted(task.tags)]):
+    keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become]
+    for text in _strings([*texts, *keywords]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)
     # debug's `var` shows an undefined name as such (as Ansible does): it is not needed

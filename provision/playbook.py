@@ -167,8 +167,8 @@ class Task:
     become_user: str | None = None
     run_once: bool | str = False  # a str is a template, rendered for the first host of the batch
     delegate_to: str | None = None
-    retries: int | None = None
-    delay: float = 5.0
+    retries: int | str | None = None  # a str is a template, rendered per host (a whole number >= 0)
+    delay: float | str = 5.0  # a str is a template, rendered per host (seconds >= 0)
     until: Any = None
     vars: dict[str, Any] = field(default_factory=dict)
     no_log: bool = False
@@ -478,8 +478,11 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
             raise _err(f"loop_control: {key} {value!r} is not a valid variable name", node, path)
     _condition(loop_control.get("break_when"), "loop_control: break_when", node, path)
     pause = _number(loop_control.get("pause"), "loop_control: pause", "seconds", node, path)
-    retries = _number(node.get("retries"), "retries", "count", node, path)
-    delay = _number(node.get("delay"), "delay", "seconds", node, path)
+    # a template is rendered when the task runs (the runner checks the value then)
+    retries = _number(_untemplated(node.get("retries")), "retries", "count", node, path)
+    delay = _number(_untemplated(node.get("delay")), "delay", "seconds", node, path)
+    default_retries = 3 if "until" in node else None
+    retry_count = int(retries) if retries is not None else _template_or(node.get("retries"), default_retries)
     for key in ("when", "changed_when", "failed_when", "until"):
         _condition(node.get(key), key, node, path)
     if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
@@ -510,8 +513,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         become_user=_optional_str(node.get("become_user"), "become_user", node, path),
         run_once=_flag(node.get("run_once", False), "run_once", node, path),
         delegate_to=node.get("delegate_to"),
-        retries=int(retries) if retries is not None else (3 if "until" in node else None),
-        delay=5.0 if delay is None else delay,
+        retries=retry_count,
+        delay=_template_or(node.get("delay"), 5.0) if delay is None else delay,
         until=node.get("until"),
         vars=_mapping(node.get("vars"), "vars", node, path),
         no_log=_bool(node.get("no_log", False), "no_log", node, path),
@@ -539,6 +542,14 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     if task.module == "include_role":
         _check_include_role(task, node, path)
     return task
+
+
+def _untemplated(value: Any) -> Any:
+    return None if templating.is_template(value) else value
+
+
+def _template_or(value: Any, default: Any) -> Any:
+    return str(value) if templating.is_template(value) else default
 
 
 def _check_include(task: Task, node: Any, path: str) -> None:
@@ -985,7 +996,8 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
         templating.names_used(
             [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
         )
-        templating.names_used([task.run_once, task.check_mode, sorted(task.tags)])
+        keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become]
+        templating.names_used(keywords)
         for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
             for item in expr if isinstance(expr, list) else [expr]:
                 if isinstance(item, str):

@@ -368,7 +368,13 @@ class TaskRunner:
         ctx = self._context(task, host, variables, where)
         # Ansible: `retries` more runs after the first (3 by default with `until`); without `until`, a task with
         # `retries` is retried while it fails; `attempts` is in the result
-        attempts = (task.retries or 0) + 1
+        retries: float = 0.0 if task.retries is None else 0.0 if isinstance(task.retries, str) else task.retries
+        if isinstance(task.retries, str):
+            retries = _whole(templating.render(task.retries, variables, where), "retries", integer=True)
+        delay = task.delay
+        if isinstance(delay, str):
+            delay = _whole(templating.render(delay, variables, where), "delay", integer=False)
+        attempts = int(retries) + 1
         result = TaskResult(host, task.name, Status.OK)
         for attempt in range(1, attempts + 1):
             result = self._once(task, host, cls, args, ctx, variables, where, attempt if attempts > 1 else None)
@@ -379,7 +385,7 @@ class TaskRunner:
             if done:
                 break
             if attempt < attempts:
-                time.sleep(task.delay)
+                time.sleep(float(delay))
         else:
             result.data["attempts"] = attempts - 1  # what Ansible reports when the attempts run out
             if not result.failed:
@@ -448,6 +454,18 @@ def _censor(result: TaskResult) -> None:
     for item in result.item_results:
         _censor(item)
         item.data["item_label"] = NO_LOG_ITEM
+
+
+def _whole(value: Any, key: str, *, integer: bool) -> float:
+    """A templated ``retries`` (a whole number) or ``delay`` (seconds), checked once rendered."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if number < 0 or (integer and not number.is_integer()) or number != number:
+        kind = "a whole number >= 0" if integer else "a number of seconds >= 0"
+        raise TemplateError(f"{key} must be {kind}, got {value!r}")
+    return number
 
 
 def _loop_info(items: list[Any], index: int) -> dict[str, Any]:

@@ -95,3 +95,19 @@ def test_become_may_be_a_template_rendered_per_item(tmp_path: Path) -> None:
 
     tasks = load_playbook(tmp_path / "pb.yml")[0].tasks
     assert tasks[0].become == "{{ item }}" and tasks[1].become == "{{ 1 == 2 }}"
+
+
+def test_retries_and_delay_may_be_templates(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    one: {ansible_connection: local, n: 2}\n")
+    counter = tmp_path / "n"
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        f"    - shell: echo x >> {counter}; exit 1\n"
+        "      register: r\n      until: r.rc == 0\n      retries: '{{ n + 1 }}'\n      delay: '{{ 0 }}'\n"
+        "      ignore_errors: true\n"
+        "    - assert: {that: r.attempts == 3}\n"
+        "    - command: 'true'\n      retries: '{{ \"many\" }}'\n      until: true\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    assert counter.read_text().count("x") == 4  # the first run and 3 retries
+    assert result.code == 2 and "retries must be a whole number >= 0, got 'many'" in result.out + result.err
