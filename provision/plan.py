@@ -65,7 +65,7 @@ def task_names(task: Task) -> set[str]:
     """Free names a task needs, minus the guarded ones."""
     needed: set[str] = set()
     texts = [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
-    keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become]
+    keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become, task.no_log]
     for text in _strings([*texts, *keywords]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)

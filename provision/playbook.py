@@ -171,7 +171,7 @@ class Task:
     delay: float | str = 5.0  # a str is a template, rendered per host (seconds >= 0)
     until: Any = None
     vars: dict[str, Any] = field(default_factory=dict)
-    no_log: bool = False
+    no_log: bool | str = False  # a str is a template: rendered per host, and until then taken as true
     timeout: float | None = None
     listen: list[str] = field(default_factory=list)
     check_mode: bool | str | None = None  # a str is a template, rendered per host
@@ -517,7 +517,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         delay=_template_or(node.get("delay"), 5.0) if delay is None else delay,
         until=node.get("until"),
         vars=_mapping(node.get("vars"), "vars", node, path),
-        no_log=_bool(node.get("no_log", False), "no_log", node, path),
+        no_log=_flag(node.get("no_log", False), "no_log", node, path),
         timeout=_number(node.get("timeout"), "timeout", "timeout", node, path),
         listen=_strlist(node.get("listen"), "listen", node, path),
         check_mode=_flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
@@ -996,7 +996,15 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
         templating.names_used(
             [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
         )
-        keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become]
+        keywords = [
+            task.run_once,
+            task.check_mode,
+            sorted(task.tags),
+            task.retries,
+            task.delay,
+            task.become,
+            task.no_log,
+        ]
         templating.names_used(keywords)
         for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
             for item in expr if isinstance(expr, list) else [expr]:

@@ -196,9 +196,18 @@ class TaskRunner:
             pending[task.register] = outcome.registered  # the notify names below see it, as they see facts
         if result.changed and task.notify:
             outcome.notify = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
-        if task.no_log:
+        if task.no_log and self._hidden(task, host):
             _censor(result)
         return outcome
+
+    def _hidden(self, task: Task, host: str) -> bool:
+        """``no_log``; a template is rendered for the host (one that cannot be rendered hides the output)."""
+        if not isinstance(task.no_log, str):
+            return bool(task.no_log)
+        try:
+            return templating.truthy(templating.render(task.no_log, self.host_vars(host, task), task.where))
+        except TemplateError:
+            return True
 
     # ------------------------------------------------------------------ templated task keys
     def include_items(self, task: Task, host: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:

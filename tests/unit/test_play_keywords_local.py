@@ -111,3 +111,18 @@ def test_retries_and_delay_may_be_templates(tmp_path: Path) -> None:
     result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
     assert counter.read_text().count("x") == 4  # the first run and 3 retries
     assert result.code == 2 and "retries must be a whole number >= 0, got 'many'" in result.out + result.err
+
+
+def test_no_log_may_be_a_template_rendered_per_host(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(
+        "all:\n  vars: {ansible_connection: local}\n  hosts:\n    quiet: {hide: true}\n    loud: {hide: false}\n"
+    )
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - debug: {msg: 'said by {{ inventory_hostname }}'}\n      no_log: '{{ hide }}'\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml"), "--json"])
+    assert result.code == 0, result.err
+    hosts = json.loads(result.out)["plays"][0]["tasks"][0]["hosts"]
+    assert hosts["loud"]["msg"] == "said by loud"
+    assert "said by quiet" not in result.out and "hidden due to no_log" in hosts["quiet"]["msg"]
