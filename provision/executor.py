@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,10 +36,10 @@ from typing import Any
 
 from . import templating
 from .commands import MASKER, Command
-from .errors import HostError, Interrupted, ProvisionError, SigTerm, Terminated, UnreachableError
+from .errors import HostError, Interrupted, InventoryError, ProvisionError, SigTerm, Terminated, UnreachableError
 from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
-from .playbook import Play, Task, include_path, load_yaml, parse_tasks
+from .playbook import Play, Task, include_path, load_included, load_role
 from .prefetch import Prefetch, enabled
 from .report import Sink
 from .results import RunSummary, Status, TaskResult
@@ -105,23 +106,38 @@ class Executor:
         self._ended_play = False  # meta: end_play
         self._handler_list: list[Task] = []
         self.prefetch = Prefetch(enabled(options.batch_probes))  # batched state checks (provision.prefetch)
+        self._remote_user: str | None = None  # the play's remote_user (under the inventory's ansible_user)
+        self._play_connection: str | None = None  # the play's connection (under the inventory's)
+        self._conn_users: dict[str, Any] = {}  # the (user, connection) each cached connection was opened with
+        self._inventory_lock = threading.Lock()  # add_host/group_by change the inventory from worker threads
         register_inventory_secrets(inventory, options.extra_vars)
 
     # ------------------------------------------------------------------ connections
     def connection(self, host: str) -> Connection:
         with self._conn_lock:
             conn = self._conns.get(host)
+            variables = self.inventory.connection_vars(host) if host in self.inventory.hosts else {}
+            user = variables.get("ansible_user") or self._remote_user
+            kind = variables.get("ansible_connection") or self._play_connection
+            if conn is not None and self._conn_users.get(host) != (user, kind):  # another play's user/connection
+                conn.close()
+                conn = None
             if conn is None:
                 # a run holds each host's run lock while connected: no two runs ever overlap on a host
                 if host in self.inventory.hosts:
                     opts = dataclasses.replace(self.options.connect, run_lock=self.options.run_lock)
-                    conn = open_connection(host, self.inventory.hosts[host].vars, opts)
+                    if user and not variables.get("ansible_user"):
+                        variables = {**variables, "ansible_user": user}
+                    if kind and not variables.get("ansible_connection"):
+                        variables = {**variables, "ansible_connection": kind}
+                    conn = open_connection(host, variables, opts)
                 elif host in ("localhost", "127.0.0.1"):
                     conn = LocalConnection(host)  # the controller itself (delegate_to): not a managed host
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn
-        return self.prefetch.watch(conn)
+                self._conn_users[host] = (user, kind)
+            return self.prefetch.watch(conn)
 
     def close(self) -> None:
         """Close every connection (also mid-task, on an interrupt: the hosts then kill what still runs)."""
@@ -169,7 +185,10 @@ class Executor:
         return error
 
     def play_hosts(self, play: Play) -> list[str]:
-        selected = [h.name for h in self.inventory.select(play.hosts)]
+        try:
+            selected = [h.name for h in self.inventory.select(play.hosts)]
+        except InventoryError:  # a group add_host/group_by did not make after all: no hosts, as in Ansible
+            return []
         if self.options.limit:
             allowed = {h.name for h in self.inventory.select(self.options.limit)}
             selected = [h for h in selected if h in allowed]
@@ -191,6 +210,8 @@ class Executor:
 
     def _play(self, play: Play) -> None:
         self._handler_list = play.handlers
+        self._remote_user = play.remote_user
+        self._play_connection = play.connection
         hosts = self.play_hosts(play)
         self._play_hosts = hosts
         self.reporter.play_start(play.name, hosts)
@@ -201,7 +222,10 @@ class Executor:
         self._ended_play = False
         for name in hosts:
             self.host_state(name).ended = False  # meta: end_host lasts one play
-        for batch in self.batches(hosts, play.serial):
+        order = play.order  # a template is rendered with the play's vars and -e (the planner checked it)
+        if templating.is_template(order):
+            order = str(templating.render(order, templating.Vars(play.vars, self.options.extra_vars), play.where))
+        for batch in self.batches(order_hosts(hosts, order), play.serial):  # the play's vars keep the order
             for name in batch:  # as Ansible's recap: the hosts a batch reached (not those an abort spared)
                 self.summary.stat(name)
             if self._batch(play, batch, hosts) or self.summary.aborted or self._ended_play:
@@ -230,6 +254,8 @@ class Executor:
                 self._prefetch(play, index - 1, batch, runner)
                 stop = self._task(play, task, batch, runner)
                 if stop is not None:
+                    if play.force_handlers and not self._ended_play:  # the failed hosts' handlers still run
+                        self._handlers(play, batch, runner)
                     return stop
             if index in play.flush_points:  # the end of pre_tasks, tasks, post_tasks
                 self._handlers(play, batch, runner)
@@ -248,15 +274,18 @@ class Executor:
         """One task over the batch (``only``: the hosts an include gave it to); True/False when the batch must
         stop (True: the play too), None to go on."""
         hosts = self._selected(task, batch, runner)
+        failed_before = {h for h in batch if self.host_state(h).failed}
         if only is not None:
             hosts = [h for h in hosts if h in only]
         if task.blocks:
             hosts = [h for h in hosts if self._in_flow(h, task)]
+        if task.role_run is not None:  # meta: end_role ended this role for some hosts
+            hosts = [h for h in hosts if task.role_run not in self.host_state(h).ended_roles]
         if task.module == "meta":
             stop = self._meta(play, task, self._live(hosts, task), batch, runner)
             if stop:
                 return stop == "play"
-        elif task.module == "include_tasks":
+        elif task.module in ("include_tasks", "include_role"):
             if self._include(play, task, self._live(hosts, task), batch, runner):
                 return True
         elif hosts:
@@ -268,17 +297,22 @@ class Executor:
         for block in task.ends_blocks:  # a block is over: its failed hosts owe it nothing more
             for h in batch:
                 self.host_state(h).always_due.discard(block)
+        if task.any_errors_fatal and any(self.host_state(h).failed for h in set(batch) - failed_before):
+            failed = sorted(h for h in set(batch) - failed_before if self.host_state(h).failed)
+            self.summary.aborted = f"any_errors_fatal: {', '.join(failed)} failed"
+            return True
         if self._check_abort(play, batch):
             return True
         return None
 
     def _include(self, play: Play, task: Task, hosts: list[str], batch: list[str], runner: TaskRunner) -> bool:
-        """``include_tasks``: per host and loop item, the file its ``when`` and template give; the hosts that
-        got the same file with the same item run its tasks together (each "included" counts ok, as in
-        Ansible); the include's vars and item reach every included task, and its place in blocks too."""
+        """``include_tasks``/``include_role``: per host and loop item, the file (role) its ``when`` and templates
+        give; the hosts that got the same one with the same item run its tasks together (each "included" counts
+        ok, as in Ansible); the include's vars and item reach every included task, and its place in blocks too.
+        A role's handlers join the play's."""
         if not hosts:
             return False
-        groups: dict[tuple[str, str], tuple[list[str], dict[str, Any]]] = {}
+        groups: dict[tuple[str, str], tuple[list[str], dict[str, Any], dict[str, Any]]] = {}
         results: list[TaskResult] = []
         self.reporter.task_start(task.name)
         for host in hosts:
@@ -289,33 +323,68 @@ class Executor:
                 continue
             if not found:
                 results.append(TaskResult(host, task.name, Status.SKIPPED))
-            for extra, file in found:
-                target = include_path(file, task.file)
+            for extra, args in found:
+                target = self._include_target(task, args)
                 if target is None:
-                    results.append(TaskResult(host, task.name, Status.FAILED, f"include_tasks: {file} not found"))
+                    msg = f"include_tasks: {args['file']} not found"
+                    results.append(TaskResult(host, task.name, Status.FAILED, msg))
                     continue
                 label = f" => (item={extra[task.loop_var]})" if extra else ""
                 results.append(TaskResult(host, task.name, Status.OK, f"included: {target}{label}"))
-                key = (str(target), json.dumps(extra, sort_keys=True, default=str))
-                groups.setdefault(key, ([], extra))[0].append(host)
+                key = (
+                    json.dumps([target, args], sort_keys=True, default=str),
+                    json.dumps(extra, sort_keys=True, default=str),
+                )
+                groups.setdefault(key, ([], extra, args))[0].append(host)
         for result in results:
             self._record(result, rescued=self._caught(result, task))
-        for (path, _), (members, extra) in groups.items():
+        for members, extra, args in groups.values():
             try:
-                data = load_yaml(path)
-                tasks = parse_tasks(data if isinstance(data, list) else [], path, set(play.tags))
+                tasks = self._included_tasks(play, task, args, extra)
             except ProvisionError as exc:
                 for host in members:
                     self._record(TaskResult(host, task.name, Status.FAILED, str(exc)))
                 continue
             for included in tasks:
-                included.vars = {**included.vars, **task.vars}  # the include's vars win, as Ansible's params
-                included.inert_vars = {**included.inert_vars, **extra}
-                included.blocks = (*task.blocks, *included.blocks)
                 stop = self._task(play, included, batch, runner, only=set(members))
                 if stop:
                     return True
         return False
+
+    def _include_target(self, task: Task, args: dict[str, Any]) -> str | None:
+        if task.module == "include_role":
+            return f"role {args['name']}"
+        target = include_path(str(args["file"]), task.file)
+        return None if target is None else str(target)
+
+    def _included_tasks(self, play: Play, task: Task, args: dict[str, Any], extra: dict[str, Any]) -> list[Task]:
+        """What an include brings, read now, placed where the include is: under its vars (the role's own
+        ``role_path``/``role_name`` kept), its loop item, in its blocks; an included file keeps the role of the
+        include (its files, defaults)."""
+        include_vars = dict(task.vars)
+        if task.module == "include_role":
+            playbook = str(Path(self.playbook_dir) / "playbook.yml")
+            tasks, handlers, (defaults, role_vars) = load_role(task, args, playbook, set(play.tags))
+            if args.get("public"):  # the role's defaults and vars stay for the rest of the play, as in Ansible
+                play.role_defaults.update(defaults)
+                play.role_vars.update(role_vars)
+            for handler in handlers:
+                if not any(h.file == handler.file and h.line == handler.line for h in play.handlers):
+                    play.handlers.append(handler)
+            include_vars.pop("role_path", None)
+            include_vars.pop("role_name", None)
+        else:
+            target = include_path(str(args["file"]), task.file)
+            assert target is not None
+            tasks = load_included(task, target, set(play.tags))
+        for included in tasks:
+            included.vars = {**included.vars, **include_vars}  # the include's vars win, as Ansible's params
+            included.inert_vars = {**task.inert_vars, **included.inert_vars, **extra}
+            included.blocks = (*task.blocks, *included.blocks)
+            if included.role_path is None:
+                included.role_path, included.role_run = task.role_path, task.role_run
+                included.role_defaults = {**task.role_defaults, **included.role_defaults}
+        return tasks
 
     def _selected(self, task: Task, batch: list[str], runner: TaskRunner) -> list[str]:
         """The hosts of the batch that run ``task`` by the tags (templated tags are rendered per host)."""
@@ -344,6 +413,19 @@ class Executor:
         elif action == "end_host":
             for h in hosts:
                 self.host_state(h).ended = True
+        elif action == "end_role":
+            for h in hosts:
+                self.host_state(h).ended_roles.add(task.role_run or 0)
+        elif action == "refresh_inventory" and hosts:  # the sources read again, the run's changes made again
+            with self._inventory_lock:
+                self.inventory.refresh(self.options.extra_vars)
+            register_inventory_secrets(self.inventory, self.options.extra_vars)
+        elif action == "reset_connection":  # the next task opens a new connection (new login, new env)
+            for h in hosts:
+                with self._conn_lock:
+                    conn = self._conns.pop(h, None)
+                if conn is not None:
+                    conn.close()
         elif action == "clear_facts":
             for h in hosts:
                 self.host_state(h).facts = {}
@@ -414,8 +496,10 @@ class Executor:
         where: str = "",
         task: Task | None = None,
         live: bool = False,
+        forced: bool = False,
     ) -> list[TaskResult]:
-        active = hosts if live else self._live(hosts, task)  # live: the caller has just chosen them
+        # live: the caller has just chosen them; forced: handlers of force_handlers run on failed hosts too
+        active = hosts if live or forced else self._live(hosts, task)
         if not active:
             return []
         if run_once:
@@ -457,14 +541,40 @@ class Executor:
         state = self.host_state(host)
         if outcome.gathered is not None:
             state.facts = outcome.gathered
+        if outcome.included_vars:
+            state.included_vars.update(outcome.included_vars)
+        if outcome.inventory_changes:
+            self._change_inventory(outcome)
         if outcome.facts:
-            state.set_vars.update(outcome.facts)
+            target = self.host_state(outcome.facts_to) if outcome.facts_to else state
+            target.set_vars.update(outcome.facts)
         if outcome.register is not None:
             # run_once: the one result is registered on every host of the batch, as Ansible does
             for name in outcome.register_on:
                 self.host_state(name).set_vars[outcome.register] = outcome.registered
         if outcome.notify:
             self._notify(host, outcome.notify)
+
+    def _change_inventory(self, outcome: TaskOutcome) -> None:
+        """add_host/group_by: their results applied to the inventory (later tasks and plays see it); a result
+        is changed when the inventory changed, as in Ansible."""
+        changed = False
+        with self._inventory_lock:
+            for res in outcome.inventory_changes:
+                if "add_host" in res.data:
+                    new = res.data["add_host"]
+                    MASKER.add_vars(new["host_vars"])
+                    done = self.inventory.add_dynamic_host(new["host_name"], new["groups"], new["host_vars"])
+                else:
+                    done = self.inventory.add_dynamic_group(
+                        outcome.result.host, res.data["add_group"], res.data["parent_groups"]
+                    )
+                if done and res.status is Status.OK:
+                    res.status = Status.CHANGED
+                changed = changed or done
+        result = outcome.result
+        if changed and result.status is Status.OK:
+            result.status = Status.CHANGED
 
     def _record(self, result: TaskResult, *, rescued: bool = False) -> None:
         state = self.host_state(result.host)
@@ -473,7 +583,7 @@ class Executor:
             self.reporter.task_result(result)
             return
         self.summary.stat(result.host).count(result)
-        if result.status is Status.UNREACHABLE:
+        if result.status is Status.UNREACHABLE and not result.ignored:  # ignore_unreachable: stays in the play
             state.unreachable = True
         elif result.status is Status.FAILED and not result.ignored:
             state.failed = True
@@ -545,15 +655,22 @@ class Executor:
         for _ in range(len(play.handlers) + 1):
             ran = False
             for handler in play.handlers:
-                hosts = [h for h in self._active(batch) if handler.name in self.host_state(h).notified]
+                hosts = [h for h in self._handler_hosts(play, batch) if handler.name in self.host_state(h).notified]
                 if not hosts:
                     continue
                 ran = True
                 for host in hosts:  # consumed before it runs: a handler may notify itself again
                     state = self.host_state(host)
                     state.notified = [n for n in state.notified if n != handler.name]
+                if handler.module in ("include_tasks", "include_role"):  # a handler that includes tasks
+                    self._include(play, handler, hosts, batch, runner)
+                    for host in hosts:
+                        if not self.options.check:
+                            self._clear_pending(host)
+                    continue
                 run = partial(runner.run, handler)
-                results = self._each(hosts, handler.name, run, handler=True, where=handler.where)
+                results = self._each(hosts, handler.name, run, handler=True, where=handler.where,
+                                     forced=play.force_handlers)  # fmt: skip
                 for result in results:
                     if result.status in (Status.OK, Status.CHANGED, Status.SKIPPED) and not self.options.check:
                         self._clear_pending(result.host)
@@ -561,6 +678,13 @@ class Executor:
                         self.host_state(result.host).notified.append(handler.name)  # still pending on the host
             if not ran:
                 return
+
+    def _handler_hosts(self, play: Play, batch: list[str]) -> list[str]:
+        """The hosts whose handlers run: the active ones; with ``force_handlers`` the failed ones too (not the
+        unreachable), as in Ansible."""
+        if not play.force_handlers:
+            return self._active(batch)
+        return [h for h in batch if not self.host_state(h).unreachable and not self.host_state(h).ended]
 
     def _clear_pending(self, host: str) -> None:
         state = self.host_state(host)
@@ -570,6 +694,17 @@ class Executor:
             else:
                 conn = self.connection(host)
                 conn.run(Command.of("rm", "-f", conn.expand_path(PENDING_HANDLERS)), timeout=30)
+
+
+def order_hosts(hosts: list[str], order: str) -> list[str]:
+    """A play's ``order``: inventory (as given), reverse_inventory, sorted, reverse_sorted, shuffle."""
+    if order == "reverse_inventory":
+        return hosts[::-1]
+    if order in ("sorted", "reverse_sorted"):
+        return sorted(hosts, reverse=order == "reverse_sorted")
+    if order == "shuffle":
+        return random.sample(hosts, len(hosts))
+    return hosts
 
 
 def playbook_dir_of(path: str) -> str:

@@ -647,6 +647,9 @@ def _gc_paused() -> Generator[None, None, None]:
             gc.enable()
 
 
+_MISSING = object()
+
+
 @dataclass
 class Inventory:
     hosts: dict[str, Host]
@@ -656,6 +659,10 @@ class Inventory:
     # "inventory FILE (host H)", "-e"); only from load(..., trace=True)
     origins: dict[str, dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _members: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
+    # per host, the variables add_host gave it during the run (data: never rendered, see taskrun.host_vars)
+    runtime_vars: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # the changes made after loading (add_group, add_host, group_by), in order: refresh() makes them again
+    _changes: list[tuple[Any, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, paths: list[str], extra_vars: dict[str, Any] | None = None, *, trace: bool = False) -> Inventory:
@@ -701,6 +708,7 @@ class Inventory:
         loading (the CLI's implicit ``router`` group). ValueError when the group exists or a host does not."""
         if name in self.groups or any(h not in self.hosts for h in hosts):
             raise ValueError(f"cannot add group {name!r} with hosts {hosts!r}")
+        self._changes.append(("group", name, list(hosts)))
         self.groups[name] = Group(name, {}, list(hosts), [], ["all"])
         self.groups["all"].children.append(name)
         for host in hosts:
@@ -708,6 +716,120 @@ class Inventory:
             if "ungrouped" in self.groups and host in self.groups["ungrouped"].hosts:
                 self.groups["ungrouped"].hosts.remove(host)
         self._members = None
+
+    # ------------------------------------------------------------------ changes during a run (add_host, group_by)
+    def _new_group(self, name: str, parents: list[str]) -> bool:
+        changed = False
+        for parent in parents:
+            if parent not in self.groups:
+                self._new_group(parent, ["all"])
+                changed = True
+        if name not in self.groups:
+            self.groups[name] = Group(name, {}, [], [], [])
+            changed = True
+        group = self.groups[name]
+        for parent in parents:
+            if parent != name and parent not in group.parents:
+                group.parents.append(parent)
+                self.groups[parent].children.append(name)
+                changed = True
+        return changed
+
+    def _ancestors(self, group: str) -> list[str]:
+        out: list[str] = []
+        todo = [group]
+        while todo:
+            name = todo.pop()
+            if name in out or name not in self.groups:
+                continue
+            out.append(name)
+            todo += self.groups[name].parents
+        return out
+
+    def _depth(self, group: str, seen: frozenset[str] = frozenset()) -> int:
+        if group == "all" or group in seen or group not in self.groups:
+            return 0
+        parents = [p for p in self.groups[group].parents if p in self.groups] or ["all"]
+        return 1 + max(self._depth(p, seen | {group}) for p in parents)
+
+    def _join(self, host: str, group: str, *, new: bool = False) -> bool:
+        """``host`` into ``group`` (and the group's ancestors). A ``new`` host gets its vars afterwards (from all
+        its groups, :meth:`add_dynamic_host`); a known one gets the group's vars only for the names it does not
+        have yet (its own and closer groups' values are kept). True when something changed."""
+        entry = self.hosts[host]
+        changed = False
+        if group != "all" and host not in self.groups[group].hosts:
+            self.groups[group].hosts.append(host)
+            changed = True
+        ancestors = self._ancestors(group)
+        if set(ancestors) - set(entry.groups):
+            entry.groups = sorted({*entry.groups, *ancestors})
+            changed = True
+        for name in [] if new else ancestors:
+            for key, value in self.groups[name].vars.items():
+                entry.vars.setdefault(key, copy.deepcopy(value))
+        if changed and "ungrouped" in self.groups and group not in ("all", "ungrouped"):
+            if host in self.groups["ungrouped"].hosts:
+                self.groups["ungrouped"].hosts.remove(host)
+            entry.groups = [g for g in entry.groups if g != "ungrouped"]  # as Ansible's reconcile
+        self._members = None
+        return changed
+
+    def add_dynamic_host(self, name: str, groups: list[str], host_vars: dict[str, Any]) -> bool:
+        """``add_host``: a new host (the ``all`` group's vars, then its groups'), or new vars and groups for a
+        known one. ``host_vars`` are kept in :attr:`runtime_vars` (data, never rendered). True when changed."""
+        self._changes.append(("add_host", name, list(groups), dict(host_vars)))
+        changed = new = name not in self.hosts
+        if new:
+            self.hosts[name] = Host(name, {}, [])
+        self._join(name, "all", new=new)
+        current = self.runtime_vars.setdefault(name, {})
+        if any(current.get(k, _MISSING) != v for k, v in host_vars.items()):
+            current.update(host_vars)
+            changed = True
+        for group in groups:
+            changed = self._new_group(group, ["all"]) if group not in self.groups else changed
+            changed = self._join(name, group, new=new) or changed
+        if new:  # the groups' vars, the farther first (a child group's value wins), as the inventory merges them
+            merged: dict[str, Any] = {}
+            for group in sorted(self.hosts[name].groups, key=lambda g: (self._depth(g), g)):
+                merged.update(copy.deepcopy(self.groups[group].vars))
+            self.hosts[name].vars = merged
+        lone = not groups and len(self.hosts[name].groups) <= 1 and "ungrouped" in self.groups
+        if lone and name not in self.groups["ungrouped"].hosts:
+            self.groups["ungrouped"].hosts.append(name)
+            self.hosts[name].groups = sorted({*self.hosts[name].groups, "ungrouped"})
+        self._members = None
+        return changed
+
+    def add_dynamic_group(self, host: str, group: str, parents: list[str]) -> bool:
+        """``group_by``: ``host`` joins ``group`` (a child of ``parents``). True when the inventory changed."""
+        self._changes.append(("group_by", host, group, list(parents)))
+        changed = self._new_group(group, parents)
+        return self._join(host, group) or changed
+
+    def refresh(self, extra_vars: dict[str, Any] | None = None) -> None:
+        """``meta: refresh_inventory``: read the sources again, then make the run's changes again (add_host,
+        group_by, add_group), as Ansible keeps its dynamic hosts and groups across a refresh."""
+        fresh = Inventory.load(self.sources, extra_vars)
+        changes = self._changes
+        self.hosts, self.groups = fresh.hosts, fresh.groups
+        self.runtime_vars, self._changes, self._members = {}, [], None
+        for change in changes:
+            kind, *rest = change
+            if kind == "add_host":
+                self.add_dynamic_host(*rest)
+            elif kind == "group_by" and rest[0] in self.hosts:
+                self.add_dynamic_group(*rest)
+            elif kind == "group":
+                with contextlib.suppress(ValueError):
+                    self.add_group(*rest)
+
+    def connection_vars(self, host: str) -> dict[str, Any]:
+        """The variables a connection to ``host`` is opened with: the inventory's, then what ``add_host`` set."""
+        known = self.hosts[host].vars
+        extra = self.runtime_vars.get(host)
+        return {**known, **extra} if extra else known
 
     def group_members(self, group: str) -> list[str]:
         """Hosts in ``group`` or any of its descendants, in inventory order ([] for an unknown group)."""

@@ -62,7 +62,7 @@ def magic_vars(
     magic: dict[str, Any] = {
         "inventory_hostname": host,
         "inventory_hostname_short": host.split(".")[0],
-        "group_names": sorted(g for g in known.groups if g not in ("all", "ungrouped")) if known else [],
+        "group_names": sorted(g for g in known.groups if g != "all") if known else [],  # "ungrouped" too, as Ansible
         "groups": inventory.groups_map() if groups is None else groups,
         "omit": templating.OMIT,  # an argument rendered to it is left out (taskrun)
     }

@@ -17,12 +17,12 @@ import jinja2
 import jinja2.nodes
 
 from . import templating
-from .errors import InputError, PlaybookError, TemplateError
+from .errors import InputError, InventoryError, PlaybookError, TemplateError
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
 from .modules.base import find_controller_file
-from .playbook import Play, Task
+from .playbook import HOST_ORDERS, STRATEGIES, Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
 FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once a play gathered facts
@@ -65,7 +65,8 @@ def task_names(task: Task) -> set[str]:
     """Free names a task needs, minus the guarded ones."""
     needed: set[str] = set()
     texts = [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
-    for text in _strings([*texts, task.run_once, task.check_mode, sorted(task.tags)]):
+    keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become, task.no_log]
+    for text in _strings([*texts, *keywords]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)
     # debug's `var` shows an undefined name as such (as Ansible does): it is not needed
@@ -107,19 +108,41 @@ def check_plan(
         inventory.select(limit)
     if start_at_task and not any(t.name == start_at_task for p in plays for t in p.tasks):
         raise InputError(f"--start-at-task: no task named {start_at_task!r} in the playbook")
-    produced: set[str] = set()  # register/set_fact names: they persist across plays of a run
+    produced: set[str] = set()  # register/set_fact/include_vars names: they persist across plays of a run
+    # names that cannot be known before the run (a templated set_fact name, an include_vars of a templated
+    # path): then undefined names are not refused up front
+    open_names = False
     for play in plays:
         for task in play.tasks + play.handlers:
             if task.register:
                 produced.add(task.register)
             if task.module == "set_fact":
-                produced |= set(task.args)
+                produced |= {k for k in task.args if not templating.is_template(k)}
+                open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
+            if task.module == "include_vars":
+                names = include_vars_names(task, playbook_dir)
+                open_names = open_names or names is None
+                produced |= names or set()
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
+    changes_inventory = False  # after an add_host/group_by, a play may name a group that does not exist yet
+    public_names = _public_role_names(plays)  # what include_role with public: true may expose
     for play in plays:
-        hosts = inventory.select(play.hosts)
+        try:
+            hosts = inventory.select(play.hosts)
+        except InventoryError:
+            if not changes_inventory:
+                raise
+            hosts = []
+        changes_inventory = changes_inventory or any(
+            t.module in ("add_host", "group_by")
+            or (t.module == "meta" and t.args.get("_raw_params") == "refresh_inventory")
+            for t in play.tasks + play.handlers
+        )
+        check_play_keywords(play, extra_vars)
         gathered = gathered or play.gather_facts
         gathered = gathered or any(t.module in ("setup", "ansible.builtin.setup") for t in play.tasks)  # setup too
         play_known = set(play.vars) | set(extra_vars) | MAGIC_VARS | produced | set(defaults)
+        play_known |= set(play.role_defaults) | set(play.role_vars) | public_names
         if gathered:
             play_known |= FACT_VARS
         for text in _strings(play.vars):
@@ -133,7 +156,7 @@ def check_plan(
             if any(ref.section != "block" for ref in task.blocks):  # what a rescue sees of the failure
                 local |= {"ansible_failed_task", "ansible_failed_result"}
             missing_common = needed - local
-            if not missing_common:
+            if not missing_common or open_names:
                 continue
             lookups = sorted(missing_common & UNSUPPORTED_GLOBALS)
             if lookups:
@@ -160,6 +183,83 @@ def check_plan(
                         file=task.file,
                         line=task.line,
                     )
+
+
+def check_play_keywords(play: Play, extra_vars: dict[str, Any]) -> None:
+    """A ``vars_prompt`` without a default needs ``-e`` (provision never prompts); a templated ``strategy`` is
+    rendered with the play's vars and ``-e`` and must name one provision runs."""
+    for name, (file, line) in play.prompts.items():
+        if name not in extra_vars:
+            raise PlaybookError(
+                f"vars_prompt {name!r} has no default and provision never prompts: pass it with -e {name}=VALUE",
+                file=file,
+                line=line,
+            )
+    if templating.is_template(play.order):
+        value = templating.render(play.order, templating.Vars(play.vars, extra_vars), f"order of {play.where}")
+        if value not in HOST_ORDERS:
+            raise PlaybookError(
+                f"order must be one of {', '.join(HOST_ORDERS)}, got {value!r}", file=play.file, line=play.line
+            )
+    if templating.is_template(play.strategy):
+        value = templating.render(play.strategy, templating.Vars(play.vars, extra_vars), f"strategy of {play.where}")
+        if value not in STRATEGIES:
+            raise PlaybookError(
+                f"strategy {value!r} is not supported (only {', '.join(STRATEGIES)})", file=play.file, line=play.line
+            )
+
+
+def _public_role_names(plays: list[Play]) -> set[str]:
+    """The names of the defaults and vars an ``include_role`` with ``public: true`` exposes (a role read now)."""
+    from .playbook import load_role
+
+    out: set[str] = set()
+    for play in plays:
+        for task in play.tasks:
+            if task.module != "include_role" or not task.args.get("public"):
+                continue
+            name = task.args.get("name")
+            if not isinstance(name, str) or templating.is_template(name):
+                continue
+            try:
+                _tasks, _handlers, (role_defaults, role_vars) = load_role(task, task.args, None, set())
+            except PlaybookError:
+                continue
+            out |= set(role_defaults) | set(role_vars)
+    return out
+
+
+def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:
+    """The names an ``include_vars`` task defines, read from its files now (None when they cannot be known
+    before the run: a templated path, a missing or bad file, which the task then reports when it runs)."""
+    from .modules.varsfiles import IncludeVars, read_vars_file, vars_dir, vars_file_candidates
+
+    args = task.args
+    if isinstance(args.get("name"), str) and not templating.is_template(args["name"]):
+        return {args["name"]}
+    source = args.get("file") or args.get("dir")
+    if (
+        not isinstance(source, str)
+        or templating.is_template(source)
+        or any(templating.is_template(v) for v in _strings(args))
+    ):
+        return None
+    task_file = str(args.get("_origin") or task.file)
+    try:
+        if args.get("dir"):
+            coerced = IncludeVars.coerce(args)
+            files = IncludeVars._walk(
+                vars_dir(source, task.role_path, task_file, playbook_dir), coerced, task.role_path
+            )
+        else:
+            candidates = vars_file_candidates(source, task.role_path, task_file, playbook_dir)
+            files = [c for c in candidates if c.is_file()][:1]
+        names: set[str] = set()
+        for path in files:
+            names |= set(read_vars_file(path))
+        return names if files else None
+    except (ValueError, OSError):
+        return None
 
 
 def _loop_names(task: Task) -> set[str]:

@@ -24,18 +24,26 @@ from .catalog import lookup
 from .data import roles_dir
 from .errors import PlaybookError, TemplateError
 from .modules import ArgError
-from .modules.base import Module
+from .modules.base import Module, parse_kv
 
 PLAY_KEYS = {
     "name", "hosts", "vars", "vars_files", "gather_facts", "serial", "max_fail_percentage", "any_errors_fatal",
     "become", "become_user", "environment", "tasks", "handlers", "tags", "pre_tasks", "post_tasks",
     "no_log", "strategy", "connection", "roles",
+    # accepted play keywords that reach the tasks or the run (see parse_play)
+    "vars_prompt", "force_handlers", "remote_user", "collections", "check_mode", "ignore_unreachable",
+    "gather_subset", "gather_timeout", "run_once", "ignore_errors", "module_defaults", "order", "debugger",
 }  # fmt: skip
+STRATEGIES = ("linear", "free", "host_pinned")  # free/host_pinned run as linear: the same results per host
+HOST_ORDERS = ("inventory", "reverse_inventory", "sorted", "reverse_sorted", "shuffle")
+PLAY_CONNECTIONS = ("ssh", "smart", "paramiko", "local")  # under the inventory's ansible_connection
 TASK_KEYS = {
     "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
     "environment", "loop", "loop_control", "with_items", "become", "become_user", "run_once", "delegate_to",
     "retries", "delay", "until", "vars", "no_log", "timeout", "listen", "check_mode", "diff",
+    "module_defaults", "ignore_unreachable", "delegate_facts", "debugger", "any_errors_fatal",
 }  # fmt: skip
+ACTION_KEYS = ("action", "local_action")  # `action: MODULE ARGS` / `local_action:` (delegate_to: localhost)
 
 
 class LineDict(dict[str, Any]):
@@ -63,6 +71,30 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _unsafe(value: Any) -> Any:
+    if isinstance(value, str):
+        return templating.Unsafe(value)
+    if isinstance(value, dict):
+        out = LineDict({k: _unsafe(v) for k, v in value.items()})
+        out.file, out.line = getattr(value, "file", ""), getattr(value, "line", 0)
+        return out
+    if isinstance(value, list):
+        return [_unsafe(v) for v in value]
+    return value
+
+
+def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
+    """``!unsafe``: Ansible's mark for text that is never rendered (a literal ``{{`` in a value)."""
+    if isinstance(node, yaml.ScalarNode):
+        return _unsafe(loader.construct_scalar(node))
+    if isinstance(node, yaml.SequenceNode):
+        return _unsafe(loader.construct_sequence(node, deep=True))
+    return _unsafe(_construct_mapping(loader, node))  # type: ignore[arg-type]
+
+
+_Loader.add_constructor("!unsafe", _construct_unsafe)
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -132,15 +164,15 @@ class Task:
     failed_when: Any = None
     ignore_errors: bool = False
     environment: dict[str, Any] | str = field(default_factory=dict)  # a str is one template giving a mapping
-    become: bool | None = None
+    become: bool | str | None = None  # a str is a template, rendered per host and item
     become_user: str | None = None
     run_once: bool | str = False  # a str is a template, rendered for the first host of the batch
     delegate_to: str | None = None
-    retries: int | None = None
-    delay: float = 5.0
+    retries: int | str | None = None  # a str is a template, rendered per host (a whole number >= 0)
+    delay: float | str = 5.0  # a str is a template, rendered per host (seconds >= 0)
     until: Any = None
     vars: dict[str, Any] = field(default_factory=dict)
-    no_log: bool = False
+    no_log: bool | str = False  # a str is a template: rendered per host, and until then taken as true
     timeout: float | None = None
     listen: list[str] = field(default_factory=list)
     check_mode: bool | str | None = None  # a str is a template, rendered per host
@@ -151,6 +183,11 @@ class Task:
     role_path: str | None = None  # the role this task comes from (its files and templates are looked up there)
     role_defaults: dict[str, Any] = field(default_factory=dict)  # the role's defaults/: under the inventory
     inert_vars: dict[str, Any] = field(default_factory=dict)  # an include's loop item: data, never rendered
+    ignore_unreachable: bool = False  # an unreachable host counts ok+ignored and stays in the play
+    delegate_facts: bool = False  # with delegate_to: the facts a task sets go to the delegated host
+    module_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)  # in force here (includes use it)
+    role_run: int | None = None  # which reading of its role this task is (meta: end_role ends that one)
+    any_errors_fatal: bool = False  # a host failing this task ends the play for all (as the play's keyword)
 
     @property
     def where(self) -> str:
@@ -183,6 +220,16 @@ class Play:
     handlers: list[Task] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
     no_log: list[str] = field(default_factory=list)
+    prompts: dict[str, Any] = field(default_factory=dict)  # vars_prompt without a default: name -> (file, line)
+    force_handlers: bool = False
+    remote_user: str | None = None
+    connection: str | None = None  # the play's connection keyword (the inventory's ansible_connection wins)
+    order: str = "inventory"
+    strategy: str = "linear"  # free/host_pinned are run as linear (README, "Ansible compatibility")
+    # what the play's roles expose to all its tasks, as Ansible (static roles, include_role with public: true):
+    # their defaults (under the inventory) and their vars (over the play's vars)
+    role_defaults: dict[str, Any] = field(default_factory=dict)
+    role_vars: dict[str, Any] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -315,17 +362,81 @@ def _loop(value: Any, key: str, node: Any, path: str) -> Any:
     raise _err(f"{key} must be a list or a template giving one, got {_kind(value)}", node, path)
 
 
+# the module_defaults in force where tasks are being read (a block or play sets it around its tasks)
+_MODULE_DEFAULTS: contextvars.ContextVar[dict[str, dict[str, Any]]] = contextvars.ContextVar("module_defaults")
+
+
+def module_defaults(value: Any, node: Any, path: str, inherited: dict[str, dict[str, Any]] | None = None
+                    ) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """``module_defaults`` (a mapping or a list of them) over the ``inherited`` ones: module name (``copy``,
+    ``ansible.builtin.copy``, ``ansible.legacy.copy``) -> default arguments, the nearer level winning per module
+    as in Ansible. ``group/NAME`` entries are accepted: no built-in module is in an action group, so they apply to
+    none (as in Ansible). The defaults must be literal mappings (a template as the whole value is refused)."""
+    out = {k: dict(v) for k, v in (inherited or {}).items()}
+    if value is None:
+        return out
+    for entry in value if isinstance(value, list) else [value]:
+        if not isinstance(entry, dict):
+            raise _err(f"module_defaults must be a mapping of module names to arguments, got {_kind(entry)}",
+                       node, path)  # fmt: skip
+        for name, defaults in entry.items():
+            if not isinstance(name, str) or templating.is_template(name):
+                raise _err(f"module_defaults: {name!r} is not a module name", node, path)
+            if not isinstance(defaults, dict):
+                hint = " (a template is not supported here)" if templating.is_template(defaults) else ""
+                raise _err(f"module_defaults: {name} must be a mapping of arguments{hint}, got {_kind(defaults)}",
+                           node, path)  # fmt: skip
+            if name.startswith("group/"):
+                continue
+            cls = lookup(name.removeprefix("ansible.legacy."))
+            if cls is None:
+                raise _err(f"module_defaults: unknown module {name!r}", node, path)
+            out[cls.name] = dict(defaults)
+    return out
+
+
+def _action_form(node: dict[str, Any], path: str) -> dict[str, Any]:
+    """``action: MODULE ARGS`` / ``action: {module: M, ...}`` and ``local_action:`` (the same, delegated to
+    localhost) rewritten as the ordinary ``MODULE: ARGS`` task."""
+    keys = [k for k in ACTION_KEYS if k in node]
+    if len(keys) > 1:
+        raise _err("action and local_action are mutually exclusive", node, path)
+    key = keys[0]
+    value = node[key]
+    if isinstance(value, dict):
+        rest = dict(value)
+        module = rest.pop("module", None)
+        args: Any = rest or None
+    elif isinstance(value, str) and value.strip():
+        module, _, text = value.strip().partition(" ")
+        args = text.strip() or None
+    else:
+        module, args = None, None
+    if not isinstance(module, str) or not module:
+        raise _err(f"{key} needs a module name (`{key}: MODULE ARGS` or `{key}: {{module: MODULE, ...}}`)", node, path)
+    if module in node or module in ACTION_KEYS:
+        raise _err(f"{key}: module {module!r} is also a key of the task", node, path)
+    out = LineDict({k: v for k, v in node.items() if k != key})
+    out.file, out.line = getattr(node, "file", path), getattr(node, "line", 0)
+    out[module] = args
+    if key == "local_action":
+        if out.get("delegate_to") not in (None, "localhost", "127.0.0.1"):
+            raise _err("local_action and delegate_to are mutually exclusive", node, path)
+        out["delegate_to"] = "localhost"
+    return out
+
+
 def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
     if not isinstance(node, dict):
         raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
+    if any(k in node for k in ACTION_KEYS):
+        node = _action_form(node, path)
     candidates = [k for k in node if k not in TASK_KEYS]
     if "block" in node:
         raise _err("a block is not allowed here (handlers cannot be blocks)", node, path)
     for key in ("rescue", "always"):
         if key in node:
             raise _err(f"{key} is a key of a block, and this task has no block", node, path)
-    if "include_role" in node or "ansible.builtin.include_role" in node:
-        raise _err("include_role is not supported (use import_role or roles:, read before the run)", node, path)
     if not candidates:
         raise _err("task has no module (one of its keys must name a module)", node, path)
     if len(candidates) > 1:
@@ -341,6 +452,9 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         args = cls.normalize(node[module])
         if "args" in node:
             args.update(_mapping(node["args"], "args", node, path))
+        defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get({}))
+        if defaults.get(cls.name):
+            args = {**defaults[cls.name], **args}
         args = cls.validate_static(args, templating.is_template)
     except ArgError as exc:
         raise _err(str(exc), node, path) from None
@@ -365,8 +479,11 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
             raise _err(f"loop_control: {key} {value!r} is not a valid variable name", node, path)
     _condition(loop_control.get("break_when"), "loop_control: break_when", node, path)
     pause = _number(loop_control.get("pause"), "loop_control: pause", "seconds", node, path)
-    retries = _number(node.get("retries"), "retries", "count", node, path)
-    delay = _number(node.get("delay"), "delay", "seconds", node, path)
+    # a template is rendered when the task runs (the runner checks the value then)
+    retries = _number(_untemplated(node.get("retries")), "retries", "count", node, path)
+    delay = _number(_untemplated(node.get("delay")), "delay", "seconds", node, path)
+    default_retries = 3 if "until" in node else None
+    retry_count = int(retries) if retries is not None else _template_or(node.get("retries"), default_retries)
     for key in ("when", "changed_when", "failed_when", "until"):
         _condition(node.get(key), key, node, path)
     if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
@@ -393,27 +510,47 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         failed_when=node.get("failed_when"),
         ignore_errors=_bool(node.get("ignore_errors", False), "ignore_errors", node, path),
         environment=_environment(node.get("environment"), node, path),
-        become=_bool(node["become"], "become", node, path) if "become" in node else None,
+        become=_flag(node["become"], "become", node, path) if "become" in node else None,
         become_user=_optional_str(node.get("become_user"), "become_user", node, path),
         run_once=_flag(node.get("run_once", False), "run_once", node, path),
         delegate_to=node.get("delegate_to"),
-        retries=int(retries) if retries is not None else (3 if "until" in node else None),
-        delay=5.0 if delay is None else delay,
+        retries=retry_count,
+        delay=_template_or(node.get("delay"), 5.0) if delay is None else delay,
         until=node.get("until"),
         vars=_mapping(node.get("vars"), "vars", node, path),
-        no_log=_bool(node.get("no_log", False), "no_log", node, path),
+        no_log=_flag(node.get("no_log", False), "no_log", node, path),
         timeout=_number(node.get("timeout"), "timeout", "timeout", node, path),
         listen=_strlist(node.get("listen"), "listen", node, path),
         check_mode=_flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None,
         diff=_bool(node["diff"], "diff", node, path) if "diff" in node else None,
         given_name=given,
+        ignore_unreachable=_bool(node.get("ignore_unreachable", False), "ignore_unreachable", node, path),
+        delegate_facts=_bool(node.get("delegate_facts", False), "delegate_facts", node, path),
+        any_errors_fatal=_bool(node.get("any_errors_fatal", False), "any_errors_fatal", node, path),
+        module_defaults=defaults,
     )
+    if task.module == "add_host":
+        task.run_once = True  # it bypasses the host loop, as in Ansible: once per batch (each loop item)
+    if task.module == "include_vars":
+        task.args["_origin"] = task.file  # its relative paths start from the task's file, as Ansible's
     if task.register is not None and not (isinstance(task.register, str) and task.register.isidentifier()):
         raise _err(f"register name {task.register!r} is not a valid variable name", node, path)
     _check_templates(task, node, path)
+    if task.module in ("include_tasks", "include_role"):
+        _check_apply(task, node, path)
     if task.module == "include_tasks":
         _check_include(task, node, path)
+    if task.module == "include_role":
+        _check_include_role(task, node, path)
     return task
+
+
+def _untemplated(value: Any) -> Any:
+    return None if templating.is_template(value) else value
+
+
+def _template_or(value: Any, default: Any) -> Any:
+    return str(value) if templating.is_template(value) else default
 
 
 def _check_include(task: Task, node: Any, path: str) -> None:
@@ -431,10 +568,108 @@ def _check_include(task: Task, node: Any, path: str) -> None:
     parse_tasks(data, str(target), set())
 
 
+APPLY_KEYS = {"when", "tags", "vars", "become", "become_user", "environment", "ignore_errors", "no_log",
+              "check_mode", "delegate_to", "delegate_facts", "module_defaults", "notify", "ignore_unreachable",
+              "run_once", "name", "debugger", "any_errors_fatal"}  # fmt: skip
+ROLE_FROM_KEYS = ("tasks_from", "vars_from", "defaults_from", "handlers_from")
+_ROLES_CHECKING: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("roles_checking", default=frozenset())
+_PLAYBOOK: contextvars.ContextVar[str | None] = contextvars.ContextVar("playbook", default=None)
+
+
+def _check_apply(task: Task, node: Any, path: str) -> None:
+    """An include's ``apply``: block keywords (as a block around the included tasks)."""
+    apply = task.args.get("apply")
+    if apply is None or templating.is_template(apply):
+        if apply is not None:
+            raise _err(f"{task.module}: apply must be a mapping of keywords (a template is not supported here)",
+                       node, path)  # fmt: skip
+        return
+    unknown = sorted(str(k) for k in apply if k not in APPLY_KEYS)
+    if unknown:
+        supported = ", ".join(sorted(APPLY_KEYS))
+        raise _err(f"{task.module}: apply: {unknown[0]!r} is not supported (supported: {supported})", node, path)
+
+
+def _apply_block(data: list[Any], apply: dict[str, Any] | None, file: str, line: int) -> list[Any]:
+    """The included task list, inside a block carrying the include's ``apply`` keywords (as Ansible does)."""
+    if not apply:
+        return data
+    block = LineDict({k: v for k, v in apply.items() if k != "name"})
+    block.file, block.line = file, line
+    block["block"] = data
+    return [block]
+
+
+def _check_include_role(task: Task, node: Any, path: str) -> None:
+    """An ``include_role`` whose name (and ``*_from``) are not templates is read now: a missing role or a bad
+    task in it is refused before the run; a templated one is read when it runs."""
+    args = task.args
+    if any(templating.is_template(args.get(k)) for k in ("name", *ROLE_FROM_KEYS)) or not isinstance(
+        args.get("name"), str
+    ):
+        return
+    key = f"{args['name']}|{args.get('tasks_from')}|{Path(task.file).resolve()}"
+    checking = _ROLES_CHECKING.get()
+    if key in checking:  # a role that includes itself (under a condition): checked once
+        return
+    token = _ROLES_CHECKING.set(checking | {key})
+    try:
+        load_role(task, args, _PLAYBOOK.get(), set())
+    finally:
+        _ROLES_CHECKING.reset(token)
+
+
+def load_role(
+    task: Task, args: dict[str, Any], playbook: str | None, tags: set[str]
+) -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
+    """An ``include_role`` with its arguments rendered: the role's tasks (its ``apply`` around them, its defaults,
+    vars and files as for ``roles:``) and its handlers. Read afresh each time (an include runs the role again,
+    as Ansible does). The role is looked up from the playbook, then beside the role the include is in. Also
+    returns the defaults and vars of the role (and its dependencies), which ``public: true`` exposes."""
+    spec: dict[str, Any] = {"role": args["name"], **{k: args[k] for k in ROLE_FROM_KEYS if args.get(k)}}
+    where = LineDict()
+    where.file, where.line = task.file, task.line
+    extra = []
+    if Path(task.file).parent.name == "tasks":  # an include in a role's tasks/: its sibling roles
+        extra.append(Path(task.file).resolve().parent.parent.parent)
+
+    def read() -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
+        _ROLE_HANDLERS.set([])
+        _ROLES_SEEN.set(set())
+        _ROLE_EXPOSED.set([])
+        _MODULE_DEFAULTS.set(task.module_defaults)
+        apply = task.args.get("apply")  # not rendered: the included tasks render their keywords
+        tasks = _role(spec, task.file, tags, (), where, playbook or task.file, apply=apply, search=extra)
+        defaults: dict[str, Any] = {}
+        role_vars: dict[str, Any] = {}
+        for role_defaults, own_vars in _ROLE_EXPOSED.get():
+            defaults.update(role_defaults)
+            role_vars.update(own_vars)
+        return tasks, _ROLE_HANDLERS.get(), (defaults, role_vars)
+
+    return contextvars.copy_context().run(read)
+
+
+def load_included(task: Task, file: Path, tags: set[str]) -> list[Task]:
+    """An ``include_tasks`` file's tasks, with the include's ``apply`` around them and the module defaults in
+    force where the include is."""
+    data = load_yaml(file)
+    data = data if isinstance(data, list) else []
+
+    def read() -> list[Task]:
+        _MODULE_DEFAULTS.set(task.module_defaults)
+        return parse_tasks(_apply_block(data, task.args.get("apply"), task.file, task.line), str(file), tags)
+
+    return contextvars.copy_context().run(read)
+
+
 def include_path(file: str, task_file: str) -> Path | None:
-    """Where an included task file is: relative to the file of the task that includes it (a role's tasks/),
-    then to the current directory, as Ansible looks."""
-    for base in (Path(task_file).parent, Path.cwd()):
+    """Where an included task file is: relative to the file of the task that includes it, then (in a role's
+    ``tasks/`` or ``handlers/``) the role's ``tasks/`` and the role itself, then the current directory, as
+    Ansible looks."""
+    here = Path(task_file).parent
+    role = [here.parent / "tasks", here.parent] if here.name in ("tasks", "handlers") else []
+    for base in (here, *role, Path.cwd()):
         candidate = base / os.path.expanduser(file)
         if candidate.is_file():
             return candidate
@@ -447,6 +682,10 @@ LOOP_CONTROL_KEYS = {"loop_var", "label", "index_var", "extended", "break_when",
 ROLE_KEYS = {"role", "name", "tags", "when", "vars", "become", "become_user", "environment",
              "tasks_from", "vars_from", "defaults_from", "handlers_from"}  # fmt: skip
 _ROLE_HANDLERS: contextvars.ContextVar[list[Task]] = contextvars.ContextVar("role_handlers")
+# the defaults and vars of each role read (dependencies too), in order: a play's static roles expose them
+_ROLE_EXPOSED: contextvars.ContextVar[list[tuple[dict[str, Any], dict[str, Any]]]] = contextvars.ContextVar(
+    "role_exposed"
+)
 _ROLES_SEEN: contextvars.ContextVar[set[str]] = contextvars.ContextVar("roles_seen")
 
 
@@ -461,14 +700,14 @@ def roles_path(playbook: str) -> list[Path]:
     return [base / "roles", base, *extra, *defaults, roles_dir()]
 
 
-def _role_dir(name: str, node: Any, path: str) -> Path:
-    """``path``: the playbook (roles are found from its directory and the roles path)."""
+def _role_dir(name: str, node: Any, path: str, search: list[Path] | None = None) -> Path:
+    """``path``: the playbook (roles are found from its directory and the roles path, then in ``search``)."""
     if "/" in name:
         found = Path(path).parent / os.path.expanduser(name)
         if found.is_dir():
             return found.resolve()
     else:
-        for where in roles_path(path):
+        for where in [*roles_path(path), *(search or [])]:
             if (where / name).is_dir():
                 return (where / name).resolve()
     searched = ", ".join(str(p) for p in roles_path(path))
@@ -494,7 +733,16 @@ def _role_mapping(role: Path, folder: str, stem: str) -> dict[str, Any]:
 
 
 def _role(
-    entry: Any, path: str, tags: set[str], chain: tuple[str, ...], node: Any = None, playbook: str | None = None
+    entry: Any,
+    path: str,
+    tags: set[str],
+    chain: tuple[str, ...],
+    node: Any = None,
+    playbook: str | None = None,
+    *,
+    apply: dict[str, Any] | None = None,
+    search: list[Path] | None = None,
+    once: bool = True,
 ) -> list[Task]:
     """One ``roles:`` entry (a name, or a mapping with ``role``/``name`` and its options and parameters),
     its ``meta/main.yml`` dependencies first, flattened into tasks; its handlers join the play's."""
@@ -503,20 +751,24 @@ def _role(
     if not isinstance(spec, dict) or not isinstance(spec.get("role", spec.get("name")), str):
         raise _err("a role must be a name or a mapping with role: NAME", where, path)
     name = str(spec.get("role", spec.get("name")))
-    loose = [k for k in spec if k not in ROLE_KEYS]
-    if loose:  # ansible-core 2.19 does not pass them on either: the role would fail on an undefined variable
-        raise _err(f"role {name!r}: {loose[0]!r} is not a role keyword (pass role parameters under vars:)",
-                   where, path)  # fmt: skip
-    params: dict[str, Any] = {}
-    directory = _role_dir(name, where, playbook or path)
+    # the other keys of a roles: entry are role parameters (over the role's vars, as in Ansible)
+    params: dict[str, Any] = {k: v for k, v in spec.items() if k not in ROLE_KEYS}
+    bad = [k for k in params if not (isinstance(k, str) and k.isidentifier())]
+    if bad:
+        raise _err(f"role {name!r}: {bad[0]!r} is not a role keyword nor a valid parameter name", where, path)
+    allow_duplicates = _bool(params.pop("allow_duplicates", False), "allow_duplicates", where, path)
+    directory = _role_dir(name, where, playbook or path, search or [])
     key = f"{directory}|{sorted(params.items(), key=str)}|{spec.get('tasks_from')}"
     if str(directory) in chain:
         raise _err(f"role {name!r} depends on itself ({' -> '.join([*chain, str(directory)])})", where, path)
+    meta = _role_mapping(directory, "meta", "main")
+    if meta.get("allow_duplicates") is not None:
+        allow_duplicates = allow_duplicates or _bool(meta["allow_duplicates"], "allow_duplicates", meta, path)
     seen = _ROLES_SEEN.get()
-    if key in seen:  # as Ansible: a role runs once per play unless its parameters differ
+    if key in seen and once and not allow_duplicates:  # as Ansible: once per play unless its parameters differ
         return []
     seen.add(key)
-    meta = _role_mapping(directory, "meta", "main")
+    run = next(_role_runs)
     out: list[Task] = []
     for dep in meta.get("dependencies") or []:  # looked up from the playbook, as the role itself
         out += _role(
@@ -524,35 +776,43 @@ def _role(
         )
     defaults = _role_mapping(directory, "defaults", str(spec.get("defaults_from") or "main"))
     role_vars = _role_mapping(directory, "vars", str(spec.get("vars_from") or "main"))
+    _ROLE_EXPOSED.get([]).append((dict(defaults), dict(role_vars)))
     role_vars.update(_mapping(spec.get("vars"), "vars", where, path))
     own_tags = tags | _tags(spec.get("tags"), where, path)
     tasks_file = _role_file(directory, "tasks", str(spec.get("tasks_from") or "main"))
+    for key, folder in (("tasks_from", "tasks"), ("vars_from", "vars"), ("defaults_from", "defaults"),
+                        ("handlers_from", "handlers")):  # fmt: skip
+        if spec.get(key) and _role_file(directory, folder, str(spec[key])) is None:
+            raise _err(f"role {name!r}: {key}: no {folder}/{spec[key]}(.yml) in {directory}", where, path)
     tasks: list[Task] = []
     if tasks_file is not None:
         data = load_yaml(tasks_file) or []
         if not isinstance(data, list):
             raise PlaybookError("a task file must be a list of tasks", file=str(tasks_file), line=1)
-        tasks = parse_tasks(data, str(tasks_file), own_tags)
+        tasks = parse_tasks(_apply_block(data, apply, getattr(where, "file", path), getattr(where, "line", 0)),
+                            str(tasks_file), own_tags)  # fmt: skip
     handlers_file = _role_file(directory, "handlers", str(spec.get("handlers_from") or "main"))
     if handlers_file is not None:
         data = load_yaml(handlers_file) or []
         if not isinstance(data, list):
             raise PlaybookError("a handlers file must be a list of tasks", file=str(handlers_file), line=1)
         for handler in (parse_task(h, str(handlers_file), handler=True) for h in data):
-            _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path)
+            _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path, run)
             _ROLE_HANDLERS.get().append(handler)
     for task in tasks:
-        _adopt(task, directory, name, defaults, role_vars, params, spec, where, path)
+        _adopt(task, directory, name, defaults, role_vars, params, spec, where, path, run)
     return out + tasks
 
 
 def _adopt(
     task: Task, directory: Path, name: str, defaults: dict[str, Any], role_vars: dict[str, Any],
-    params: dict[str, Any], spec: dict[str, Any], where: Any, path: str,
+    params: dict[str, Any], spec: dict[str, Any], where: Any, path: str, run: int,
 ) -> None:  # fmt: skip
     """A role's task: its files and templates come from the role; its defaults are under the inventory; the
     role's vars under the task's, its parameters over them (Ansible's order); the entry's when/become apply."""
     task.role_path = str(directory)
+    if task.role_run is None:
+        task.role_run = run
     task.role_defaults = {**defaults, **task.role_defaults}
     task.vars = {**role_vars, **task.vars, **params, "role_path": str(directory), "role_name": name}
     if spec.get("when") is not None:
@@ -560,7 +820,7 @@ def _adopt(
         own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
         task.when = [*conditions, *own]
     if task.become is None and "become" in spec:
-        task.become = _bool(spec["become"], "become", where, path)
+        task.become = _flag(spec["become"], "become", where, path)
     if task.become_user is None and spec.get("become_user") is not None:
         task.become_user = str(spec["become_user"])
     if not task.environment and spec.get("environment") is not None:
@@ -569,29 +829,34 @@ def _adopt(
 
 def _import_role(node: Any, key: str, path: str, tags: set[str], seen: tuple[str, ...]) -> list[Task]:
     """``import_role: {name: R, tasks_from: ...}`` (static, read now), with the task's when/tags/vars."""
-    allowed = {key, "name", "tags", "when", "vars"}
+    allowed = {key, "name", "tags", "when", "vars"} | APPLY_KEYS  # the others as a block around the role
     unknown = [k for k in node if k not in allowed]
     if unknown:
         raise _err(f"import_role: {unknown[0]!r} is not supported here (allowed: {', '.join(sorted(allowed))})",
                    node, path)  # fmt: skip
     options = node[key]
+    if isinstance(options, str) and "=" in options:  # `import_role: name=ROLE tasks_from=...`
+        options = parse_kv(options)
     if not isinstance(options, dict) or not isinstance(options.get("name", options.get("role")), str):
         raise _err("import_role needs name: ROLE", node, path)
     spec = {**options, "tags": node.get("tags"), "when": node.get("when")}
-    spec = {k: v for k, v in spec.items() if v is not None}
+    spec = {k: v for k, v in spec.items() if v is not None and k not in ("public", "rolespec_validate")}
+    around = {k: v for k, v in node.items() if k in APPLY_KEYS and k not in ("name", "tags", "when", "vars")}
     if node.get("vars") is not None:
         spec["vars"] = {
             **_mapping(options.get("vars"), "vars", node, path),
             **_mapping(node["vars"], "vars", node, path),
         }
-    return _role(spec, path, tags, (), node)
+    return _role(spec, path, tags, (), node, apply=around or None, once=False)  # each import runs, as Ansible
 
 
 BLOCK_KEYS = {
     "block", "rescue", "always", "name", "when", "tags", "vars", "become", "become_user", "environment",
-    "ignore_errors", "no_log", "check_mode",
+    "ignore_errors", "no_log", "check_mode", "delegate_to", "delegate_facts", "module_defaults", "notify",
+    "ignore_unreachable", "run_once", "debugger", "any_errors_fatal",
 }  # fmt: skip
 _block_ids = itertools.count(1)
+_role_runs = itertools.count(1)
 
 
 def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) -> list[Task]:
@@ -619,20 +884,36 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
     block_tags = tags | _tags(node.get("tags"), node, path)
     block_vars = _mapping(node.get("vars"), "vars", node, path)
     env = _environment(node.get("environment"), node, path) if node.get("environment") is not None else None
-    flags = {key: _bool(node[key], key, node, path) for key in ("become", "ignore_errors", "no_log") if key in node}
+    flags = {k: _bool(node[k], k, node, path) for k in ("ignore_errors", "no_log") if k in node}
+    become = _flag(node["become"], "become", node, path) if "become" in node else None
     check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
     become_user = _optional_str(node.get("become_user"), "become_user", node, path)
+    if node.get("delegate_to") is not None and not isinstance(node["delegate_to"], str):
+        raise _err(f"delegate_to must be a host name, got {_kind(node['delegate_to'])}", node, path)
+    notify = _strlist(node.get("notify"), "notify", node, path)
+    flags |= {
+        k: _bool(node[k], k, node, path)
+        for k in ("ignore_unreachable", "delegate_facts", "any_errors_fatal")
+        if k in node
+    }
+    run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
+    defaults = module_defaults(node.get("module_defaults"), node, path, _MODULE_DEFAULTS.get({}))
     out: list[Task] = []
     for section, nodes in sections.items():
         ref = BlockRef(ref_id, section, has_rescue, has_always)
-        for task in parse_tasks(nodes, path, block_tags, seen):
+        token = _MODULE_DEFAULTS.set(defaults)
+        try:
+            parsed = parse_tasks(nodes, path, block_tags, seen)
+        finally:
+            _MODULE_DEFAULTS.reset(token)
+        for task in parsed:
             if node.get("when") is not None:
                 conditions = node["when"] if isinstance(node["when"], list) else [node["when"]]
                 own = [] if task.when is None else task.when if isinstance(task.when, list) else [task.when]
                 task.when = [*conditions, *own]
             task.vars = {**block_vars, **task.vars}
-            if task.become is None and "become" in flags:
-                task.become = flags["become"]
+            if task.become is None and become is not None:
+                task.become = become
             if task.become_user is None and become_user is not None:
                 task.become_user = become_user
             if not task.environment and env:
@@ -641,6 +922,15 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
                 task.check_mode = check_mode
             task.ignore_errors = task.ignore_errors or flags.get("ignore_errors", False)
             task.no_log = task.no_log or flags.get("no_log", False)
+            task.ignore_unreachable = task.ignore_unreachable or flags.get("ignore_unreachable", False)
+            task.any_errors_fatal = task.any_errors_fatal or flags.get("any_errors_fatal", False)
+            if task.delegate_to is None and node.get("delegate_to") is not None:
+                task.delegate_to = node["delegate_to"]
+                task.delegate_facts = task.delegate_facts or flags.get("delegate_facts", False)
+            if not task.notify and notify:  # a block's notify is its tasks' unless they name their own
+                task.notify = list(notify)
+            if task.run_once is False and run_once is not None:
+                task.run_once = run_once
             task.blocks = (ref, *task.blocks)
             out.append(task)
     if out:
@@ -669,10 +959,12 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
         if not (isinstance(node, dict) and "import_tasks" in node):
             out.append(parse_task(node, path, inherited_tags=tags))
             continue
-        unknown = [k for k in node if k not in IMPORT_KEYS]
+        unknown = [k for k in node if k not in IMPORT_KEYS | APPLY_KEYS]
         if unknown:
             raise _err(
-                f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS))})", node, path
+                f"import_tasks: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(IMPORT_KEYS | APPLY_KEYS))})",
+                node,
+                path,
             )
         _condition(node.get("when"), "when", node, path)
         target = Path(path).parent / str(node["import_tasks"])
@@ -684,6 +976,8 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
         data = load_yaml(target)
         if not isinstance(data, list):
             raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        around = {k: v for k, v in node.items() if k in APPLY_KEYS and k not in IMPORT_KEYS}  # as a block
+        data = _apply_block(data, around, getattr(node, "file", path), getattr(node, "line", 0))
         imported = parse_tasks(data, str(target), tags | _tags(node.get("tags"), node, path), (*_seen, real))
         extra_vars = _mapping(node.get("vars"), "vars", node, path)
         for task in imported:
@@ -703,7 +997,16 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
         templating.names_used(
             [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
         )
-        templating.names_used([task.run_once, task.check_mode, sorted(task.tags)])
+        keywords = [
+            task.run_once,
+            task.check_mode,
+            sorted(task.tags),
+            task.retries,
+            task.delay,
+            task.become,
+            task.no_log,
+        ]
+        templating.names_used(keywords)
         for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
             for item in expr if isinstance(expr, list) else [expr]:
                 if isinstance(item, str):
@@ -729,30 +1032,13 @@ def _serial(value: Any, node: Any, path: str) -> list[int | str]:
     return out
 
 
-def parse_play(node: Any, path: str) -> Play:
-    if not isinstance(node, dict):
-        raise _err("a play must be a mapping", node, path)
-    unknown = [k for k in node if k not in PLAY_KEYS]
-    if unknown:
-        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
-    if "hosts" not in node:
-        raise _err("play has no 'hosts'", node, path)
-    if node.get("strategy", "linear") != "linear":
-        raise _err(f"strategy {node['strategy']!r} is not supported (only linear)", node, path)
-    if node.get("connection", "ssh") not in ("ssh", "smart"):
-        raise _err(
-            f"play connection {node['connection']!r} is not supported (set ansible_connection per host)", node, path
-        )
-    hosts = node["hosts"]
-    if not (isinstance(hosts, str) and hosts.strip()) and not (
-        isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
-    ):
-        raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
-    tags = _tags(node.get("tags"), node, path)
+def _play_tasks(node: Any, path: str, tags: set[str]) -> tuple[list[Task], set[int], list[Task]]:
+    """The play's roles, pre_tasks, tasks and post_tasks (and the points where handlers flush), and handlers."""
     tasks: list[Task] = []
     flush_points: set[int] = set()
     _ROLE_HANDLERS.set([])
     _ROLES_SEEN.set(set())
+    _ROLE_EXPOSED.set([])
     for key in ("pre_tasks", "tasks", "post_tasks"):
         section = node.get(key)
         if key == "tasks" and node.get("roles") is not None:  # roles run before the play's own tasks
@@ -773,6 +1059,74 @@ def parse_play(node: Any, path: str) -> Play:
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)
     handlers = [*_ROLE_HANDLERS.get(), *(parse_task(t, path, handler=True) for t in raw_handlers)]
+    return tasks, flush_points, handlers
+
+
+def _vars_prompt(value: Any, node: Any, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``vars_prompt`` in a run that never prompts (as ansible-playbook without a terminal): a prompt's
+    ``default`` becomes the play variable; one without a default must come from ``-e`` (the planner refuses the
+    run before any host is touched otherwise). Returns (the defaults, the names without one)."""
+    if value is None:
+        return {}, {}
+    if not isinstance(value, list):
+        raise _err(f"vars_prompt must be a list, got {_kind(value)}", node, path)
+    defaults: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
+    for entry in value:
+        where = entry if isinstance(entry, LineDict) else node
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].isidentifier():
+            raise _err("vars_prompt: each entry needs name: VARIABLE", where, path)
+        unknown = sorted(set(entry) - VARS_PROMPT_KEYS)
+        if unknown:
+            raise _err(f"vars_prompt: {unknown[0]!r} is not supported", where, path)
+        if entry.get("encrypt"):
+            raise _err(f"vars_prompt {entry['name']}: encrypt is not supported (pass the hashed value with -e)",
+                       where, path)  # fmt: skip
+        if "default" in entry and entry["default"] is not None:
+            defaults[entry["name"]] = entry["default"]
+        else:
+            missing[entry["name"]] = (getattr(where, "file", "") or path, getattr(where, "line", 0) or None)
+    return defaults, missing
+
+
+VARS_PROMPT_KEYS = {"name", "prompt", "default", "private", "confirm", "encrypt", "salt_size", "salt", "unsafe"}
+
+
+def parse_play(node: Any, path: str) -> Play:
+    if not isinstance(node, dict):
+        raise _err("a play must be a mapping", node, path)
+    unknown = [k for k in node if k not in PLAY_KEYS]
+    if unknown:
+        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
+    if "hosts" not in node:
+        raise _err("play has no 'hosts'", node, path)
+    strategy = node.get("strategy", "linear")
+    if not (strategy in STRATEGIES or templating.is_template(strategy)):  # a template: checked by the planner
+        raise _err(f"strategy {strategy!r} is not supported (only {', '.join(STRATEGIES)})", node, path)
+    order = node.get("order", "inventory")
+    if order not in HOST_ORDERS and not templating.is_template(order):  # a template: checked by the planner
+        raise _err(f"order must be one of {', '.join(HOST_ORDERS)}, got {_kind(order)}", node, path)
+    _strlist(node.get("collections"), "collections", node, path)  # accepted: module names resolve as builtin
+    if node.get("connection", "ssh") not in PLAY_CONNECTIONS:
+        raise _err(f"play connection {node['connection']!r} is not supported (only {', '.join(PLAY_CONNECTIONS)})",
+                   node, path)  # fmt: skip
+    hosts = node["hosts"]
+    if not (isinstance(hosts, str) and hosts.strip()) and not (
+        isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts)
+    ):
+        raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
+    tags = _tags(node.get("tags"), node, path)
+    token = _MODULE_DEFAULTS.set(module_defaults(node.get("module_defaults"), node, path))
+    try:
+        tasks, flush_points, handlers = _play_tasks(node, path, tags)
+    finally:
+        _MODULE_DEFAULTS.reset(token)
+    prompted, missing = _vars_prompt(node.get("vars_prompt"), node, path)
+    exposed_defaults: dict[str, Any] = {}
+    exposed_vars: dict[str, Any] = {}
+    for role_defaults, role_vars in _ROLE_EXPOSED.get():
+        exposed_defaults.update(role_defaults)
+        exposed_vars.update(role_vars)
     mfp = node.get("max_fail_percentage")
     play = Play(
         name=str(node.get("name") or node["hosts"]),
@@ -793,10 +1147,24 @@ def parse_play(node: Any, path: str) -> Play:
         handlers=handlers,
         tags=tags,
         no_log=_strlist(node.get("no_log"), "no_log", node, path) if not isinstance(node.get("no_log"), bool) else [],
+        prompts=missing,
+        force_handlers=_bool(node.get("force_handlers", False), "force_handlers", node, path),
+        remote_user=_optional_str(node.get("remote_user"), "remote_user", node, path),
+        connection=node.get("connection"),
+        order=order,
+        strategy=str(strategy),
+        role_defaults=exposed_defaults,
+        role_vars=exposed_vars,
     )
     if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
         for task in tasks + handlers:
             task.no_log = True
+    _play_keywords(node, path, tasks + handlers)
+    for task in tasks + handlers:
+        if task.module == "meta" and task.args.get("_raw_params") == "end_role" and task.role_run is None:
+            raise PlaybookError("meta: end_role is only allowed in a role's tasks", file=task.file, line=task.line)
+    if strategy in ("free", "host_pinned"):
+        _free_strategy(play, node, path)
     names = {h.name for h in handlers} | {n for h in handlers for n in h.listen}
     for task in tasks + handlers:
         for target in task.notify:
@@ -810,6 +1178,7 @@ def parse_play(node: Any, path: str) -> Play:
         if data is not None and not isinstance(data, dict):
             raise PlaybookError("vars file must be a mapping", file=str(base / vf))
         play.vars.update(_mapping(data, "vars file", data, str(base / vf)))
+    play.vars.update(prompted)  # as Ansible: the prompted value is a play variable, over vars and vars_files
     try:
         templating.names_used(play.vars)
     except TemplateError as exc:
@@ -817,6 +1186,34 @@ def parse_play(node: Any, path: str) -> Play:
             f"vars: {exc.msg}", node.get("vars") if isinstance(node.get("vars"), LineDict) else node, path
         ) from None
     return play
+
+
+def _free_strategy(play: Play, node: Any, path: str) -> None:
+    """``strategy: free``/``host_pinned`` run as linear: each host gets the same results, only the interleaving
+    differs. Where Ansible's free strategy gives other results, provision follows it: ``run_once`` is not
+    honoured (the task runs on every host, as Ansible warns); ``max_fail_percentage`` and ``any_errors_fatal``
+    are not supported there by Ansible, so they are refused."""
+    for key in ("max_fail_percentage", "any_errors_fatal"):
+        if node.get(key) not in (None, False):
+            raise _err(f"{key} is not supported with strategy {node['strategy']} (Ansible ignores it there)",
+                       node, path)  # fmt: skip
+    for task in play.tasks + play.handlers:
+        task.run_once = False
+
+
+def _play_keywords(node: Any, path: str, tasks: list[Task]) -> None:
+    """The play's check_mode, ignore_errors, ignore_unreachable and run_once: every task's unless it sets its own."""
+    check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
+    run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
+    ignore_errors = _bool(node.get("ignore_errors", False), "ignore_errors", node, path)
+    ignore_unreachable = _bool(node.get("ignore_unreachable", False), "ignore_unreachable", node, path)
+    for task in tasks:
+        if task.check_mode is None and check_mode is not None:
+            task.check_mode = check_mode
+        if task.run_once is False and run_once is not None:
+            task.run_once = run_once
+        task.ignore_errors = task.ignore_errors or ignore_errors
+        task.ignore_unreachable = task.ignore_unreachable or ignore_unreachable
 
 
 def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
@@ -828,6 +1225,14 @@ def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
     data = load_yaml(path)
     if data is None or data == []:
         raise PlaybookError("the playbook is empty: it must be a list of plays", file=path, line=1)
+    token = _PLAYBOOK.set(path)  # an include_role read now looks its role up from here
+    try:
+        return _load_plays(data, path, real, _seen)
+    finally:
+        _PLAYBOOK.reset(token)
+
+
+def _load_plays(data: Any, path: str, real: str, _seen: tuple[str, ...]) -> list[Play]:
     if not isinstance(data, list):
         raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
     plays: list[Play] = []

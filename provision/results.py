@@ -86,6 +86,9 @@ class HostStats:
             self.ok += 1
         elif result.status is Status.SKIPPED:
             self.skipped += 1
+        elif result.status is Status.UNREACHABLE and result.ignored:  # ignore_unreachable, as Ansible counts it
+            self.ok += 1
+            self.ignored += 1
         elif result.status is Status.UNREACHABLE:
             self.unreachable += 1
         elif result.ignored:

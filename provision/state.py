@@ -39,6 +39,7 @@ class HostState:
     name: str
     facts: dict[str, Any] = field(default_factory=dict)  # gathered facts (ansible_facts)
     set_vars: dict[str, Any] = field(default_factory=dict)  # register + set_fact, kept across plays
+    included_vars: dict[str, Any] = field(default_factory=dict)  # include_vars (under set_vars), kept too
     failed: bool = False
     unreachable: bool = False
     notified: list[str] = field(default_factory=list)
@@ -48,6 +49,7 @@ class HostState:
     blocks: dict[int, str] = field(default_factory=dict)
     always_due: set[int] = field(default_factory=set)  # blocks whose always this failed host still runs
     ended: bool = False  # meta: end_host: no more tasks for this host in this play (not a failure)
+    ended_roles: set[int] = field(default_factory=set)  # meta: end_role: the role runs (Task.role_run) it left
 
     @property
     def active(self) -> bool:

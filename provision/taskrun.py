@@ -47,6 +47,9 @@ class TaskOutcome:
     register_on: list[str] = field(default_factory=list)
     notify: list[str] = field(default_factory=list)
     gathered: dict[str, Any] | None = None
+    included_vars: dict[str, Any] = field(default_factory=dict)  # what include_vars read
+    inventory_changes: list[TaskResult] = field(default_factory=list)  # add_host/group_by results (items)
+    facts_to: str | None = None  # delegate_facts: the host the facts go to (else the task's host)
 
 
 class HostVarsView(Mapping[str, Any]):
@@ -128,10 +131,14 @@ class TaskRunner:
         # Ansible's order: task vars lose to registered results and set_fact, loop items win over both
         variables = templating.Vars(
             self.options.defaults,  # the shipped defaults, under everything (trusted text: templates)
+            self.play.role_defaults,  # the defaults the play's roles expose, under the inventory
             task.role_defaults if task else {},  # a role's defaults/: under the inventory, as in Ansible
             base,
+            templating.inert(inv.runtime_vars.get(host, {})),  # what add_host gave the host: data
             self.play.vars,
+            self.play.role_vars,  # the vars the play's roles expose: over play vars, as Ansible's role vars
             task.vars if task else {},
+            state.included_vars,  # include_vars: the controller's files (templates), over task vars
             templating.inert(task.inert_vars if task else {}),  # an include's loop item
             templating.inert(state.set_vars),
             templating.inert(self._pending.get(host, {})),
@@ -201,9 +208,18 @@ class TaskRunner:
             # a bug, but its text may quote the task's arguments: no_log hides it like any other output
             result = TaskResult(host, task.name, Status.FAILED, f"internal error ({task.where})")
         result.duration = time.monotonic() - started
-        if result.failed and task.ignore_errors:
+        if (result.failed and task.ignore_errors) or (result.status is Status.UNREACHABLE and task.ignore_unreachable):
             result.ignored = True
         outcome = TaskOutcome(result, facts=dict(pending))
+        if task.module in ("add_host", "group_by") and not result.failed:
+            outcome.inventory_changes = [r for r in result.item_results or [result] if r.status is not Status.SKIPPED]
+        if task.module == "include_vars":
+            for res in result.item_results or [result]:
+                if res.status is not Status.FAILED and isinstance(res.data.get("ansible_facts"), dict):
+                    outcome.included_vars.update(res.data["ansible_facts"])
+            MASKER.add_vars(outcome.included_vars, self.play.no_log)
+        if task.delegate_facts and task.delegate_to and pending:  # the facts belong to the delegated host
+            outcome.facts_to = str(templating.render(task.delegate_to, self.host_vars(host, task), task.where))
         if task.register and result.status is not Status.UNREACHABLE:
             # registered before no_log censors the output: as in Ansible, later tasks can read the result
             outcome.register, outcome.registered = task.register, result.registered()
@@ -212,14 +228,23 @@ class TaskRunner:
             pending[task.register] = outcome.registered  # the notify names below see it, as they see facts
         if result.changed and task.notify:
             outcome.notify = [str(templating.render(n, self.host_vars(host, task))) for n in task.notify]
-        if task.no_log:
+        if task.no_log and self._hidden(task, host):
             _censor(result)
         return outcome
 
+    def _hidden(self, task: Task, host: str) -> bool:
+        """``no_log``; a template is rendered for the host (one that cannot be rendered hides the output)."""
+        if not isinstance(task.no_log, str):
+            return bool(task.no_log)
+        try:
+            return templating.truthy(templating.render(task.no_log, self.host_vars(host, task), task.where))
+        except TemplateError:
+            return True
+
     # ------------------------------------------------------------------ templated task keys
-    def include_items(self, task: Task, host: str) -> list[tuple[dict[str, Any], str]]:
-        """An ``include_tasks`` on ``host``: (the loop item's vars, the file as rendered) for each item its
-        ``when`` lets through ([{}] without a loop)."""
+    def include_items(self, task: Task, host: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """An ``include_tasks``/``include_role`` on ``host``: (the loop item's vars, the arguments as rendered,
+        ``apply`` left to the included tasks) for each item its ``when`` lets through ([{}] without a loop)."""
         variables = self.host_vars(host, task)
         items = self._items(task, variables, task.where) if task.loop is not None else [None]
         out = []
@@ -228,7 +253,8 @@ class TaskRunner:
             scope = variables.child(**extra) if extra else variables
             if task.when is not None and not templating.condition(task.when, scope, task.where):
                 continue
-            out.append((extra, str(templating.render(task.args["file"], scope, task.where))))
+            args = {k: v for k, v in task.args.items() if k != "apply"}
+            out.append((extra, templating.render(args, scope, task.where)))
         return out
 
     def condition(self, task: Task, host: str) -> bool:
@@ -238,10 +264,13 @@ class TaskRunner:
         return templating.condition(task.when, self.host_vars(host, task), task.where)
 
     def title(self, task: Task, hosts: list[str]) -> str:
-        """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered)."""
-        if not hosts or not templating.is_template(task.name):
-            return task.name
-        return templating.render_name(task.name, self.host_vars(hosts[0], task))
+        """The task's name as shown: rendered with the first host's vars (Ansible shows it rendered); a role's
+        task as ``ROLE : NAME``, as Ansible shows it."""
+        name = task.name
+        if hosts and templating.is_template(task.name):
+            name = templating.render_name(task.name, self.host_vars(hosts[0], task))
+        role = task.vars.get("role_name") if task.role_path else None
+        return f"{role} : {name}" if isinstance(role, str) else name
 
     def run_once(self, task: Task, hosts: list[str]) -> bool:
         """``run_once``, rendered with the first host's variables when it is a template."""
@@ -342,6 +371,8 @@ class TaskRunner:
                 raise TemplateError(f"environment must give a mapping, got {type(rendered).__name__}")
             env.update(rendered)
         become = task.become if task.become is not None else self.play.become
+        if isinstance(become, str):  # a template: rendered for this host and item
+            become = templating.truthy(templating.render(become, variables, where))
         check = self.options.check
         if task.check_mode is not None:
             check = templating.truthy(templating.render(task.check_mode, variables, where))
@@ -384,7 +415,13 @@ class TaskRunner:
         cls, args, ctx = self.prepare(task, host, variables, where)
         # Ansible: `retries` more runs after the first (3 by default with `until`); without `until`, a task with
         # `retries` is retried while it fails; `attempts` is in the result
-        attempts = (task.retries or 0) + 1
+        retries: float = 0.0 if task.retries is None else 0.0 if isinstance(task.retries, str) else task.retries
+        if isinstance(task.retries, str):
+            retries = _whole(templating.render(task.retries, variables, where), "retries", integer=True)
+        delay = task.delay
+        if isinstance(delay, str):
+            delay = _whole(templating.render(delay, variables, where), "delay", integer=False)
+        attempts = int(retries) + 1
         result = TaskResult(host, task.name, Status.OK)
         for attempt in range(1, attempts + 1):
             result = self._once(task, host, cls, args, ctx, variables, where, attempt if attempts > 1 else None)
@@ -395,7 +432,7 @@ class TaskRunner:
             if done:
                 break
             if attempt < attempts:
-                time.sleep(task.delay)
+                time.sleep(float(delay))
         else:
             result.data["attempts"] = attempts - 1  # what Ansible reports when the attempts run out
             if not result.failed:
@@ -466,6 +503,18 @@ def _censor(result: TaskResult) -> None:
     for item in result.item_results:
         _censor(item)
         item.data["item_label"] = NO_LOG_ITEM
+
+
+def _whole(value: Any, key: str, *, integer: bool) -> float:
+    """A templated ``retries`` (a whole number) or ``delay`` (seconds), checked once rendered."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if number < 0 or (integer and not number.is_integer()) or number != number:
+        kind = "a whole number >= 0" if integer else "a number of seconds >= 0"
+        raise TemplateError(f"{key} must be {kind}, got {value!r}")
+    return number
 
 
 def _loop_info(items: list[Any], index: int) -> dict[str, Any]:

@@ -45,8 +45,14 @@ OMIT = "__omit_place_holder__provision"  # the value of `omit`: an argument rend
 MANAGED = "Ansible managed"  # `ansible_managed` in template files, as ansible-core 2.19 defines it
 
 
+class Unsafe(str):
+    """A string the playbook marked ``!unsafe``: text, never a template (as Ansible's)."""
+
+    __slots__ = ()
+
+
 def is_template(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
+    return isinstance(value, str) and not isinstance(value, Unsafe) and ("{{" in value or "{%" in value)
 
 
 # ------------------------------------------------------------------------------------ filters and tests

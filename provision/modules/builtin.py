@@ -4,13 +4,14 @@ read and set variables through the context (``ctx.evaluate``: a Jinja2 expressio
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jinja2
 
 from ..errors import ProvisionError, TemplateError
-from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 UNDEFINED = "VARIABLE IS NOT DEFINED!"
 
@@ -89,8 +90,8 @@ class SetFact(Module):
         names = [k for k in args if k != "cacheable"]
         if not names:
             raise ArgError("set_fact: give at least one name: value")
-        for key in names:
-            if not isinstance(key, str) or not key.isidentifier():
+        for key in names:  # a templated name is rendered, and checked, when the task runs
+            if not isinstance(key, str) or not (key.isidentifier() or is_template(key)):
                 raise ArgError(f"set_fact: {key!r} is not a valid variable name")
         return dict(args)
 
@@ -99,7 +100,15 @@ class SetFact(Module):
         return dict(args)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        facts = {k: v for k, v in args.items() if k != "cacheable"}
+        facts = {}
+        for key, value in args.items():
+            if key == "cacheable":
+                continue
+            templated = "{{" in key or "{%" in key  # the playbook's text: a template
+            name = str(ctx.render(key)) if templated and ctx.render is not None else key
+            if not name.isidentifier():
+                return ModuleResult(failed=True, msg=f"set_fact: {name!r} is not a valid variable name")
+            facts[name] = value
         return ModuleResult(facts=facts, data={"ansible_facts": facts})
 
 
@@ -148,7 +157,10 @@ class Assert(Module):
         return ModuleResult(msg=msg, data={"evaluated_to": True})
 
 
-META_ACTIONS = ("flush_handlers", "noop", "end_play", "end_host", "end_batch", "clear_facts", "clear_host_errors")
+META_ACTIONS = (
+    "flush_handlers", "noop", "end_play", "end_host", "end_batch", "clear_facts", "clear_host_errors", "end_role",
+    "reset_connection", "refresh_inventory",
+)  # fmt: skip
 
 
 @register
@@ -168,12 +180,43 @@ class Meta(Module):
 @register
 class IncludeTasks(Module):
     """``include_tasks: FILE`` (dynamic): the executor reads FILE when the task runs, per host and loop item
-    (:meth:`provision.executor.Executor._include`); ``apply`` is outside the subset."""
+    (:meth:`provision.executor.Executor._include`); ``apply``: block keywords given to every included task."""
 
     name = "include_tasks"
     free_form = "file"
     controller_only = True
-    args = {"file": Arg("str", required=True)}
+    args = {"file": Arg("str", required=True), "apply": Arg("dict")}
+
+    @classmethod
+    def normalize(cls, raw: Any) -> dict[str, Any]:
+        return parse_kv(raw) if _is_kv(raw) else super().normalize(raw)
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return ModuleResult()
+
+
+def _is_kv(raw: Any) -> bool:
+    """``include_tasks: file=X`` / ``include_role: name=R tasks_from=T``: the ``k=v`` form of an include."""
+    return isinstance(raw, str) and re.match(r"^\s*\w+=", raw) is not None
+
+
+@register
+class IncludeRole(Module):
+    """``include_role: {name: ROLE, ...}`` (dynamic): the executor reads the role when the task runs, per host
+    and loop item, as ``include_tasks`` (:meth:`provision.executor.Executor._include`)."""
+
+    name = "include_role"
+    free_form = "name"
+    controller_only = True
+    args = {
+        "name": Arg("str", required=True), "tasks_from": Arg("str"), "vars_from": Arg("str"),
+        "defaults_from": Arg("str"), "handlers_from": Arg("str"), "apply": Arg("dict"), "public": Arg("bool"),
+        "allow_duplicates": Arg("bool"), "rolespec_validate": Arg("bool"),
+    }  # fmt: skip
+
+    @classmethod
+    def normalize(cls, raw: Any) -> dict[str, Any]:
+        return parse_kv(raw) if _is_kv(raw) else super().normalize(raw)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         return ModuleResult()

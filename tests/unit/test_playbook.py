@@ -100,7 +100,6 @@ def test_a_block_is_flattened_with_its_place_and_what_it_passes_down(tmp_path: P
         ("- {debug: {msg: x}, rescue: [{debug: {msg: y}}]}", "rescue is a key of a block"),
         ("- block: {debug: {msg: x}}", "block must be a list of tasks"),
         ("- include_tasks: other.yml", "include_tasks: other.yml does not exist"),
-        ("- include_role: {name: r}", "include_role is not supported"),
     ],
 )
 def test_what_a_block_cannot_carry_is_refused_with_its_line(tmp_path: Path, task: str, message: str) -> None:
@@ -128,18 +127,20 @@ def test_roles_come_before_tasks_with_their_dependencies_once_and_their_defaults
         "  tasks: [{name: t, debug: {msg: t}}, {import_role: {name: base}}]\n"
     )
     play = load_playbook(tmp_path / "pb.yml")[0]
-    assert [t.name for t in play.tasks] == ["p", "b", "a", "t"]  # base once: a role runs once per play
-    assert play.flush_points == {1, 4}  # handlers flush after pre_tasks, and after roles + tasks
+    # base once among roles: (a dependency and an entry); an import_role runs it again, as ansible-core 2.19 does
+    assert [t.name for t in play.tasks] == ["p", "b", "a", "t", "b"]
+    assert play.flush_points == {1, 5}  # handlers flush after pre_tasks, and after roles + tasks
     a = play.tasks[2]
     assert a.role_defaults == {"x": 1} and "x" not in a.vars and a.vars["role_name"] == "a"
     assert a.role_path == str((tmp_path / "roles" / "a").resolve())
+    assert play.role_defaults == {"x": 1}  # a static role's defaults and vars reach the whole play
 
 
 @pytest.mark.parametrize(
     ("roles", "message"),
     [
         ("[nope]", "role 'nope' not found \\(looked in "),
-        ("[{role: a, port: 1}]", "'port' is not a role keyword"),
+        ("[{role: a, 9port: 1}]", "'9port' is not a role keyword nor a valid parameter name"),
         ("[loop]", "role 'loop' depends on itself"),
         ("[{include_role: {name: a}}]", "a role must be a name"),
     ],
@@ -150,3 +151,160 @@ def test_role_mistakes_are_refused_before_the_run(tmp_path: Path, roles: str, me
     (tmp_path / "pb.yml").write_text(f"- hosts: all\n  roles: {roles}\n")
     with pytest.raises(PlaybookError, match=message):
         load_playbook(tmp_path / "pb.yml")
+
+
+def _play(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    (tmp_path / "pb.yml").write_text(text)
+    return load_playbook(tmp_path / "pb.yml")[0]
+
+
+def test_play_keywords_reach_the_tasks_and_the_play(tmp_path: Path) -> None:
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  order: sorted\n  remote_user: deploy\n  force_handlers: true\n  collections: [x.y]\n"
+        "  check_mode: true\n  run_once: true\n  ignore_errors: true\n  ignore_unreachable: true\n"
+        "  gather_subset: [min]\n  debugger: never\n"
+        "  vars: {v: 1}\n  vars_prompt: [{name: v, prompt: give v, default: 2}, {name: w, prompt: give w}]\n"
+        "  tasks:\n    - {name: a, debug: {msg: a}}\n"
+        "    - {name: b, debug: {msg: b}, check_mode: false, run_once: false}\n",
+    )
+    assert (play.order, play.remote_user, play.force_handlers) == ("sorted", "deploy", True)
+    assert play.vars["v"] == 2 and list(play.prompts) == ["w"]  # the prompt's default wins over vars
+    a, b = play.tasks
+    assert (a.check_mode, a.run_once, a.ignore_errors, a.ignore_unreachable) == (True, True, True, True)
+    assert (b.check_mode, b.run_once) == (False, True)  # run_once: false is not told apart from unset
+
+
+def test_module_defaults_nearest_level_wins_and_action_forms(tmp_path: Path) -> None:
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  module_defaults: {copy: {mode: '0600', content: p}, ansible.builtin.debug: {msg: d}}\n"
+        "  tasks:\n    - {name: a, copy: {dest: /a}}\n    - {name: b, debug: }\n"
+        "    - block:\n        - {name: c, copy: {dest: /c, content: c},\n"
+        "           module_defaults: {ansible.legacy.copy: {mode: '0640'}}}\n"
+        "        - {name: d, action: copy dest=/d content=d}\n"
+        "      module_defaults: {copy: {mode: '0644'}}\n      delegate_to: h1\n      notify: x\n"
+        "    - {name: e, local_action: {module: copy, dest: /e, content: e}}\n"
+        "  handlers: [{name: x, debug: {msg: x}}]\n",
+    )
+    a, b, c, d, e = play.tasks
+    assert a.args == {"mode": "0600", "content": "p", "dest": "/a"} and b.args == {"msg": "d"}
+    assert c.args == {"mode": "0640", "dest": "/c", "content": "c"} and c.delegate_to == "h1" and c.notify == ["x"]
+    assert (
+        d.args == {"mode": "0644", "dest": "/d", "content": "d"} and d.module == "copy"
+    )  # a level replaces the outer's
+    assert e.delegate_to == "localhost" and e.args == {"mode": "0600", "content": "e", "dest": "/e"}
+
+
+@pytest.mark.parametrize(
+    ("play", "message"),
+    [
+        ("  order: random\n", "order must be one of inventory, reverse_inventory"),
+        ("  strategy: mitogen\n", "strategy 'mitogen' is not supported"),
+        ("  strategy: free\n  any_errors_fatal: true\n", "any_errors_fatal is not supported with strategy free"),
+        ("  module_defaults: {nope: {a: 1}}\n", "module_defaults: unknown module 'nope'"),
+        ("  module_defaults: {copy: '{{ d }}'}\n", "a template is not supported here"),
+        ("  module_defaults: {copy: {colour: red}}\n", "copy: unknown argument 'colour'"),
+        ("  vars_prompt: [{name: p, encrypt: sha512_crypt, default: x}]\n", "encrypt is not supported"),
+        ("  vars_prompt: [{prompt: p}]\n", "each entry needs name"),
+        ("  tasks: [{action: {dest: /x}}]\n", "action needs a module name"),
+        ("  tasks: [{local_action: ping, delegate_to: h}]\n", "local_action and delegate_to are mutually exclusive"),
+        ("  tasks: [{meta: end_role}]\n", "meta: end_role is only allowed in a role's tasks"),
+        ("  connection: winrm\n", "play connection 'winrm' is not supported"),
+    ],
+)
+def test_play_keyword_mistakes_are_refused_before_the_run(tmp_path: Path, play: str, message: str) -> None:
+    text = f"- hosts: all\n{play}" + ("  tasks: [{copy: {dest: /x, content: x}}]\n" if "tasks" not in play else "")
+    with pytest.raises(PlaybookError, match=message):
+        _play(tmp_path, text)
+
+
+def test_vars_prompt_without_default_needs_extra_vars_before_any_host(tmp_path: Path) -> None:
+    from provision.errors import InputError
+    from provision.inventory import Inventory
+    from provision.plan import check_plan
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h1: {}\n")
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  strategy: \"{{ s | default('linear') }}\"\n  vars_prompt:\n    - name: p\n"
+        "      prompt: give p\n  tasks: [{debug: {msg: '{{ p }}'}}]\n",
+    )
+    inventory = Inventory.load([str(tmp_path / "inv.yml")])
+    with pytest.raises(InputError, match="vars_prompt 'p' has no default and provision never prompts") as err:
+        check_plan([play], inventory, {}, None, None, str(tmp_path))
+    assert err.value.exit_code == 5 and err.value.line == 4
+    check_plan([play], inventory, {"p": 1}, None, None, str(tmp_path))
+    with pytest.raises(InputError, match="strategy 'debug' is not supported"):
+        check_plan([play], inventory, {"p": 1, "s": "debug"}, None, None, str(tmp_path))
+
+
+def test_include_role_is_a_dynamic_task_checked_before_the_run(tmp_path: Path) -> None:
+    _role(
+        tmp_path, "svc", "- {name: s, debug: {msg: s}}\n- include_role: {name: svc, tasks_from: main}\n  when: false\n"
+    )
+    (tmp_path / "roles" / "svc" / "tasks" / "extra.yml").write_text("- {name: e, debug: {msg: e}}\n")
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  tasks:\n    - include_role: {name: svc, tasks_from: extra, apply: {tags: [x], become: true}}\n"
+        "      loop: [1, 2]\n    - ansible.builtin.include_role: {name: '{{ r }}'}\n",
+    )
+    first, second = play.tasks  # read at run time: the include stays one task
+    assert (first.module, first.loop, first.args["apply"]) == ("include_role", [1, 2], {"tags": ["x"], "become": True})
+    assert second.module == "include_role" and second.args == {"name": "{{ r }}"}
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("include_role: {name: nope}", "role 'nope' not found"),
+        ("include_role: {name: svc, tasks_from: missing}", "role 'svc': tasks_from: no tasks/missing"),
+        ("import_role: {name: svc, vars_from: missing}", "role 'svc': vars_from: no vars/missing"),
+        ("include_role: {name: svc, apply: {loop: [1]}}", "include_role: apply: 'loop' is not supported"),
+        ("include_role: {name: svc, public: maybe}", "public"),
+        ("include_role: {name: svc, colour: red}", "include_role: unknown argument 'colour'"),
+        ("include_tasks: {file: t.yml, apply: {until: x}}", "include_tasks: apply: 'until' is not supported"),
+        ("include_role: {name: bad}", "unknown module 'nope'"),
+    ],
+)
+def test_include_role_mistakes_are_refused_before_the_run(tmp_path: Path, task: str, message: str) -> None:
+    _role(tmp_path, "svc", "- {debug: {msg: s}}\n")
+    _role(tmp_path, "bad", "- {nope: {}}\n")
+    (tmp_path / "t.yml").write_text("- {debug: {msg: t}}\n")
+    with pytest.raises(PlaybookError, match=message):
+        _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        ("include_vars: {file: a.yml, dir: d}", "give exactly one of file"),
+        ("include_vars: {name: x}", "give exactly one of file"),
+        ("include_vars: {file: a.yml, name: 1x}", "name '1x' is not a valid variable name"),
+        ("include_vars: {file: a.yml, hash_behaviour: deep}", "hash_behaviour='deep' is not one of"),
+    ],
+)
+def test_include_vars_mistakes_are_refused_before_the_run(tmp_path: Path, task: str, message: str) -> None:
+    with pytest.raises(PlaybookError, match=message):
+        _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
+
+
+def test_the_planner_knows_the_names_include_vars_reads(tmp_path: Path) -> None:
+    from provision.errors import TemplateError
+    from provision.inventory import Inventory
+    from provision.plan import check_plan
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h1: {}\n")
+    (tmp_path / "vars").mkdir()
+    (tmp_path / "vars" / "a.yml").write_text("from_file: 1\n")
+    inventory = Inventory.load([str(tmp_path / "inv.yml")])
+    known = _play(
+        tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_file }}'}\n"
+    )
+    check_plan([known], inventory, {}, None, None, str(tmp_path))
+    typo = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: a.yml\n    - debug: {msg: '{{ from_fil }}'}\n")
+    with pytest.raises(TemplateError, match="undefined variable 'from_fil'"):
+        check_plan([typo], inventory, {}, None, None, str(tmp_path))
+    named = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: {dir: vars, name: bag}\n"
+                            "    - debug: {msg: '{{ bag }}'}\n")  # fmt: skip
+    check_plan([named], inventory, {}, None, None, str(tmp_path))
