@@ -30,6 +30,11 @@ def run_cli(argv: list[str]) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
+def named(shown: str, name: str) -> bool:
+    """A task shown as ``name``, or as a role's task ``ROLE : name`` (Ansible's and provision's title)."""
+    return shown == name or shown.endswith(f" : {name}")
+
+
 def run_cli_in(workdir: Path, argv: list[str]) -> CliResult:
     """:func:`run_cli` from ``workdir`` (retry files and relative paths land there), back where it was after."""
     old = Path.cwd()

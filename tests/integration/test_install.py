@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, run_cli
+from tests.helpers import CliResult, named, run_cli
 
 pytestmark = pytest.mark.lab
 
@@ -67,7 +67,7 @@ def provision(playbook: str, inventory: Path, *args: str, cwd: Path) -> tuple[Cl
 def task_result(report: dict[str, Any], task: str, host: str) -> dict[str, Any]:
     for play in report["plays"]:
         for entry in play["tasks"]:
-            if entry["task"]["name"] == task and host in entry["hosts"]:
+            if named(entry["task"]["name"], task) and host in entry["hosts"]:
                 return dict(entry["hosts"][host])
     raise AssertionError(f"no result of {task!r} for {host}")
 
@@ -260,7 +260,7 @@ def test_rollout_goes_batch_by_batch_and_stops_at_a_failed_batch(lab_env: Any, u
     inv = stack_inventory(lab, tmp_path / "inv", [0, 1, 2], uv_cache_dir=str(uv_cache), **LAB_VARS)
     result, report = provision("rollout.yml", inv, cwd=tmp_path)
     assert result.code == 0, result.err
-    batches = [sorted(e["hosts"]) for p in report["plays"] for e in p["tasks"] if e["task"]["name"] == VENV_TASK]
+    batches = [sorted(e["hosts"]) for p in report["plays"] for e in p["tasks"] if named(e["task"]["name"], VENV_TASK)]
     assert batches == [["lab0"], ["lab1"], ["lab2"]]  # a canary, then 25% of 3 hosts (at least one) at a time
     gates = [e for p in report["plays"] for e in p["tasks"] if e["task"]["name"].startswith("Health gate")]
     assert all("UCX" in r["plugins"] for e in gates for r in e["hosts"].values())

@@ -25,7 +25,7 @@ import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from tests.helpers import CliResult, run_cli_in
+from tests.helpers import CliResult, named, run_cli_in
 from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
     SglangStack,
@@ -84,7 +84,7 @@ class Deployment:
 def task(report: dict[str, Any], name: str, host: str) -> dict[str, Any]:
     for play in report["plays"]:
         for entry in play["tasks"]:
-            if entry["task"]["name"] == name and host in entry["hosts"]:
+            if named(entry["task"]["name"], name) and host in entry["hosts"]:
                 return dict(entry["hosts"][host])
     raise AssertionError(f"no result of {name!r} on {host}")
 
