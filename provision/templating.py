@@ -34,6 +34,7 @@ import jinja2.nodes
 import jinja2.sandbox
 import yaml
 
+from . import jinja_plugins, lookups
 from .commands import quote
 from .errors import TemplateError
 
@@ -45,8 +46,45 @@ OMIT = "__omit_place_holder__provision"  # the value of `omit`: an argument rend
 MANAGED = "Ansible managed"  # `ansible_managed` in template files, as ansible-core 2.19 defines it
 
 
+class Unsafe(str):
+    """Text the playbook marked ``!unsafe``: data, never a template (``{{ x }}`` in it stays text), wherever
+    it goes (a var, a module argument, a loop item). The same trust a host's values get, on the author's word."""
+
+    __slots__ = ()
+
+
+class Vaulted:
+    """A ``!vault`` value: loaded, never decrypted (provision does not handle Ansible Vault). The planner refuses
+    a play that holds one (:func:`provision.plan.check_plan`), naming where it is; the ciphertext is never shown."""
+
+    __slots__ = ("file", "line")
+
+    def __init__(self, file: str, line: int) -> None:
+        self.file, self.line = file, line
+
+    def __repr__(self) -> str:
+        return f"<vault-encrypted value at {self.file}:{self.line}>"
+
+    def __str__(self) -> str:
+        raise TemplateError("vault-encrypted values (!vault) are not supported", file=self.file, line=self.line)
+
+
 def is_template(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
+    return isinstance(value, str) and not isinstance(value, Unsafe) and ("{{" in value or "{%" in value)
+
+
+def find_vaulted(value: Any) -> Vaulted | None:
+    """The first ``!vault`` value inside ``value`` (nested mappings and lists), or None."""
+    if isinstance(value, Vaulted):
+        return value
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = find_vaulted(item)
+            if found is not None:
+                return found
+    return None
 
 
 # ------------------------------------------------------------------------------------ filters and tests
@@ -65,14 +103,16 @@ def _regex_search(value: Any, pattern: str) -> str | None:
     return match.group(0) if match else None
 
 
-def _version_test(value: Any, other: Any, op: str = "==") -> bool:
+def _version_test(value: Any, other: Any, op: str = "==", strict: Any = None, version_type: Any = None) -> bool:
+    """``version``/``version_compare``: the numeric parts compared in order (``strict``/``version_type`` are
+    accepted; every kind is compared this way)."""
     def key(v: Any) -> tuple[int, ...]:
         return tuple(int(p) for p in re.findall(r"\d+", str(v)))
 
     a, b = key(value), key(other)
     ops = {
         "==": a == b, "eq": a == b, "!=": a != b, "ne": a != b, ">=": a >= b, "ge": a >= b,
-        ">": a > b, "gt": a > b, "<=": a <= b, "le": a <= b, "<": a < b, "lt": a < b,
+        ">": a > b, "gt": a > b, "<=": a <= b, "le": a <= b, "<": a < b, "lt": a < b, "=": a == b, "<>": a != b,
     }  # fmt: skip
     if op not in ops:
         raise TemplateError(f"version test: unknown operator {op!r}")
@@ -86,9 +126,9 @@ def _result_test(key: str) -> Any:
     return test
 
 
-def _mandatory(value: Any) -> Any:
+def _mandatory(value: Any, msg: str | None = None) -> Any:
     if isinstance(value, jinja2.Undefined):
-        raise TemplateError("mandatory variable is not defined")
+        raise TemplateError(msg or "mandatory variable is not defined")
     return value
 
 
@@ -107,10 +147,28 @@ class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
         return result
 
 
+_LIST_MERGES = ("replace", "keep", "append", "prepend", "append_rp", "prepend_rp")
+
+
+def _merge_lists(a: list[Any], b: list[Any], how: str) -> list[Any]:
+    if how == "keep":
+        return a
+    if how == "append":
+        return a + b
+    if how == "prepend":
+        return b + a
+    if how == "append_rp":
+        return [x for x in a if x not in b] + b
+    if how == "prepend_rp":
+        return b + [x for x in a if x not in b]
+    return b
+
+
 def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") -> dict[str, Any]:
-    """Ansible's ``combine``: later mappings win; ``recursive`` merges nested mappings."""
-    if list_merge != "replace":
-        raise TemplateError(f"combine: list_merge={list_merge!r} is not supported (only 'replace')")
+    """Ansible's ``combine``: later mappings win; ``recursive`` merges nested mappings; ``list_merge`` says how
+    two lists under one key meet (replace, keep, append, prepend, append_rp, prepend_rp), at any depth."""
+    if list_merge not in _LIST_MERGES:
+        raise TemplateError(f"combine: list_merge={list_merge!r} is not one of {', '.join(_LIST_MERGES)}")
     items: list[Any] = []
     for d in dicts:
         items += d if isinstance(d, list) else [d]
@@ -118,8 +176,11 @@ def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") 
     def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(a)
         for k, v in b.items():
-            if recursive and isinstance(out.get(k), Mapping) and isinstance(v, Mapping):
-                out[k] = merge(out[k], v)
+            old = out.get(k)
+            if k in out and isinstance(old, Mapping) and isinstance(v, Mapping):
+                out[k] = merge(old, v) if recursive else v
+            elif k in out and isinstance(old, list) and isinstance(v, list):
+                out[k] = _merge_lists(old, v, list_merge)
             else:
                 out[k] = v
         return out
@@ -134,6 +195,8 @@ def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") 
 
 def _plain(value: Any) -> Any:
     """Plain dicts and lists (the YAML dumper refuses the loader's line-numbered mappings)."""
+    if isinstance(value, Unsafe):
+        return str(value)
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -158,6 +221,61 @@ class _ShownUndefined(jinja2.Undefined):
         return f"<< error 1 - {self._undefined_name!r} is undefined >>"
 
 
+class _ContextVars(Mapping[str, Any]):
+    """A template context's variables as a mapping, each one rendered only when a lookup reads it."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._ctx.resolve_or_missing(key)
+        if value is jinja2.utils.missing:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({*self._ctx.parent, *self._ctx.vars})
+
+    def __len__(self) -> int:
+        return len({*self._ctx.parent, *self._ctx.vars})
+
+
+def _lookup_env(ctx: Any) -> lookups.LookupEnv:
+    return _make_lookup_env(_ContextVars(ctx), ctx.parent)
+
+
+def _make_lookup_env(variables: Mapping[str, Any], parent: Mapping[str, Any]) -> lookups.LookupEnv:
+    dirs = []
+    for name in ("role_path", "playbook_dir"):
+        value = variables.get(name)
+        if isinstance(value, str) and value and value not in dirs:
+            dirs.append(value)
+
+    def render_lookup_template(source: str, _: Mapping[str, Any], extra: dict[str, Any]) -> str:
+        scope = parent if isinstance(parent, Vars) else Vars(dict(parent))
+        return render_file(source, scope.child(**extra) if extra else scope)
+
+    return lookups.LookupEnv(variables, dirs or [os.getcwd()], render_lookup_template)
+
+
+def run_lookup(name: str, terms: list[Any], variables: Mapping[str, Any]) -> list[Any]:
+    """A ``with_<name>`` loop's items: lookup ``name`` on the rendered ``terms``, as ``query()`` runs it."""
+    return list(lookups.run(name, terms, _make_lookup_env(variables, variables), wantlist=True))
+
+
+@jinja2.pass_context
+def _lookup(ctx: Any, name: str, *terms: Any, wantlist: bool = False, errors: str = "strict", **kw: Any) -> Any:
+    """Ansible's ``lookup()``: one value, or the values joined by commas (``wantlist=True``: the list)."""
+    return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=bool(wantlist), errors=errors, **kw)
+
+
+@jinja2.pass_context
+def _query(ctx: Any, name: str, *terms: Any, errors: str = "strict", **kw: Any) -> Any:
+    """Ansible's ``query()``/``q()``: always the list."""
+    kw.pop("wantlist", None)
+    return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=True, errors=errors, **kw)
+
+
 def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
@@ -180,7 +298,7 @@ def _make_env(**options: Any) -> jinja2.Environment:
         b64encode=lambda v: base64.b64encode(str(v).encode()).decode(),
         b64decode=lambda v: base64.b64decode(str(v)).decode(),
         mandatory=_mandatory,
-        ternary=lambda v, a, b: a if v else b,
+        ternary=lambda v, a, b, none_val=None: none_val if v is None and none_val is not None else a if v else b,
         dict2items=lambda d: [{"key": k, "value": v} for k, v in d.items()],
         items2dict=lambda items: {i["key"]: i["value"] for i in items},
     )
@@ -193,11 +311,19 @@ def _make_env(**options: Any) -> jinja2.Environment:
         match=lambda v, p: re.match(p, str(v)) is not None,
         search=lambda v, p: re.search(p, str(v)) is not None,
         version=_version_test,
+        version_compare=_version_test,
+        change=_result_test("changed"),
     )
+    env.filters.update(jinja_plugins.FILTERS)
+    env.tests.update(jinja_plugins.TESTS)
+    env.globals.update(lookup=_lookup, query=_query, q=_query)
+    for table in (env.filters, env.tests):  # every name also under its FQCN, as ansible-core knows them
+        table.update({f"ansible.builtin.{name}": fn for name, fn in list(table.items()) if "." not in name})
     return env
 
 
 ENV = _make_env()
+yaml.SafeDumper.add_representer(Unsafe, yaml.representer.SafeRepresenter.represent_str)  # dumped as text
 # the template module's environment: Ansible's template defaults (trim_blocks=True, lstrip_blocks=False)
 FILE_ENV = _make_env(trim_blocks=True)
 NAME_ENV = _make_env(undefined=_ShownUndefined)  # task names: never fail, show what is undefined
@@ -525,6 +651,16 @@ def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *,
             raise TemplateError(f"template syntax error in {where or repr(source)}: {exc.message}") from None
     else:
         ast = source
+    for call in ast.find_all(jinja2.nodes.Call):
+        func = call.node
+        if isinstance(func, jinja2.nodes.Name) and func.name in ("lookup", "query", "q") and call.args:
+            first = call.args[0]
+            if isinstance(first, jinja2.nodes.Const) and lookups.plugin_name(first.value) not in lookups.PLUGINS:
+                place = f" in {where}" if where else ""
+                raise TemplateError(
+                    f"lookup plugin {first.value!r} is not supported{place} (known: {', '.join(sorted(lookups.PLUGINS))})",
+                    line=call.lineno,
+                )
     for node in ast.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
         is_filter = isinstance(node, jinja2.nodes.Filter)
         known = ENV.filters if is_filter else ENV.tests
