@@ -170,7 +170,7 @@ def shuffle(items: Any, seed: Any = None) -> list[Any]:
 # ------------------------------------------------------------------------------------------ strings
 def regex_findall(value: Any, pattern: str, multiline: bool = False, ignorecase: bool = False) -> list[Any]:
     flags = (re.MULTILINE if multiline else 0) | (re.IGNORECASE if ignorecase else 0)
-    return re.findall(pattern, str(value), flags)
+    return [list(m) if isinstance(m, tuple) else m for m in re.findall(pattern, str(value), flags)]
 
 
 def regex_escape(value: Any, re_type: str = "python") -> str:

@@ -36,13 +36,14 @@ class LookupEnv:
     variables: Mapping[str, Any]
     search_dirs: list[str]  # role dir first (when the task is a role's), then the playbook's dir
     render_file: Callable[[str, Mapping[str, Any], dict[str, Any]], str]
+    loop_module: str | None = None  # the task's module when the lookup runs as its with_<lookup> loop
 
 
-def _find(env: LookupEnv, subdir: str, name: str) -> str | None:
+def _find(env: LookupEnv, subdir: str | None, name: str) -> str | None:
     if os.path.isabs(name):
         return name if os.path.exists(name) else None
     for base in env.search_dirs:
-        for candidate in (os.path.join(base, subdir, name), os.path.join(base, name)):
+        for candidate in ([os.path.join(base, subdir, name)] if subdir else []) + [os.path.join(base, name)]:
             if os.path.exists(candidate):
                 return candidate
     return None
@@ -131,8 +132,14 @@ def _first_found(terms: list[Any], env: LookupEnv, files: Any = None, paths: Any
                 add(t, paths)
         else:
             add(term, paths)
+    # as lookup(): beside the playbook (or role) only; as with_first_found: in the subdir the task's module
+    # reads from (templates/ for template, vars/ for include_vars, files/ otherwise), as Ansible looks
+    subdir = None
+    if env.loop_module is not None:
+        module = env.loop_module
+        subdir = "templates" if "template" in module else "vars" if "var" in module else "files"
     for candidate in candidates:
-        path = _find(env, "files", candidate)
+        path = _find(env, subdir, candidate)
         if path is not None:
             return [os.path.abspath(path)]
     if skip_all:
@@ -144,12 +151,12 @@ def _fileglob(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
     out: list[str] = []
     for term in _strings("fileglob", terms):
         if os.path.isabs(term):
-            out += [p for p in sorted(glob.glob(term)) if os.path.isfile(p)]
+            out += [p for p in glob.glob(term) if os.path.isfile(p)]
             continue
         dirname, pattern = os.path.split(term)
         for base in env.search_dirs:
             for where in (os.path.join(base, "files", dirname), os.path.join(base, dirname)):
-                found = [p for p in sorted(glob.glob(os.path.join(where, pattern))) if os.path.isfile(p)]
+                found = [p for p in glob.glob(os.path.join(where, pattern)) if os.path.isfile(p)]  # the dir's order
                 if found:
                     return out + found
     return out
@@ -183,12 +190,11 @@ def _dict(terms: list[Any], env: LookupEnv, **_: Any) -> list[dict[str, Any]]:
     return out
 
 
-_SHORTCUT = re.compile(r"^(?:(0[xX][0-9a-fA-F]+|0[0-7]*|-?\d+)-)?(0[xX][0-9a-fA-F]+|0[0-7]*|-?\d+)"
-                       r"(?:/(0[xX][0-9a-fA-F]+|0[0-7]*|-?\d+))?(?::(.+))?$")  # fmt: skip
+_SHORTCUT = re.compile(r"^(?:(-?\d+)-)?(-?\d+)(?:/(-?\d+))?(?::(.+))?$")
 
 
 def _int(text: Any) -> int:
-    return int(str(text), 0)
+    return int(str(text))  # decimal only: ansible-core 2.19 refuses 0x.. and 0o.. here
 
 
 def _sequence(terms: list[Any], env: LookupEnv, **kw: Any) -> list[str]:

@@ -103,7 +103,7 @@ def _regex_search(value: Any, pattern: str) -> str | None:
     return match.group(0) if match else None
 
 
-def _version_test(value: Any, other: Any, op: str = "==", strict: Any = None, version_type: Any = None) -> bool:
+def _version_test(value: Any, other: Any, operator: str = "==", strict: Any = None, version_type: Any = None) -> bool:
     """``version``/``version_compare``: the numeric parts compared in order (``strict``/``version_type`` are
     accepted; every kind is compared this way)."""
     def key(v: Any) -> tuple[int, ...]:
@@ -114,9 +114,9 @@ def _version_test(value: Any, other: Any, op: str = "==", strict: Any = None, ve
         "==": a == b, "eq": a == b, "!=": a != b, "ne": a != b, ">=": a >= b, "ge": a >= b,
         ">": a > b, "gt": a > b, "<=": a <= b, "le": a <= b, "<": a < b, "lt": a < b, "=": a == b, "<>": a != b,
     }  # fmt: skip
-    if op not in ops:
-        raise TemplateError(f"version test: unknown operator {op!r}")
-    return ops[op]
+    if operator not in ops:
+        raise TemplateError(f"version test: unknown operator {operator!r}")
+    return ops[operator]
 
 
 def _result_test(key: str) -> Any:
@@ -258,9 +258,12 @@ def _make_lookup_env(variables: Mapping[str, Any], parent: Mapping[str, Any]) ->
     return lookups.LookupEnv(variables, dirs or [os.getcwd()], render_lookup_template)
 
 
-def run_lookup(name: str, terms: list[Any], variables: Mapping[str, Any]) -> list[Any]:
-    """A ``with_<name>`` loop's items: lookup ``name`` on the rendered ``terms``, as ``query()`` runs it."""
-    return list(lookups.run(name, terms, _make_lookup_env(variables, variables), wantlist=True))
+def run_lookup(name: str, terms: list[Any], variables: Mapping[str, Any], module: str) -> list[Any]:
+    """A ``with_<name>`` loop's items: lookup ``name`` on the rendered ``terms``, as ``query()`` runs it, for a
+    task of ``module``."""
+    env = _make_lookup_env(variables, variables)
+    env.loop_module = module
+    return list(lookups.run(name, terms, env, wantlist=True))
 
 
 @jinja2.pass_context
