@@ -8,8 +8,8 @@ name, so the static planner (which asks the environment) knows every one of them
 Controller side, as in Ansible: the path filters and tests (``realpath``, ``expanduser``, ``fileglob``,
 ``is file``, ``is directory``, ...) look at the controller's file system, not the managed host's.
 
-Refused with a clear message: ``vault``/``unvault`` (provision does not handle Ansible Vault) and the Windows
-path filters (``win_basename``, ...: provision manages POSIX hosts).
+Refused by name before the run, with the reason (:data:`REFUSED`): ``vault``/``unvault`` (provision does not
+handle Ansible Vault) and the Windows path filters (``win_basename``, ...: provision manages POSIX hosts).
 """
 
 from __future__ import annotations
@@ -29,9 +29,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote_plus, urlparse, urlsplit
 
+import jinja2
+
 from .errors import TemplateError
 
 _UUID_NAMESPACE = uuid.UUID("361E6D51-FAEC-444A-9079-341386DA8E2E")  # Ansible's documented to_uuid namespace
+
+
+def _impure(fn: Any) -> Any:
+    """A filter or test whose result is not a function of its arguments alone (random draws, the clock, the
+    controller's files and environment): Jinja2 must not fold it into a constant when it compiles a template
+    (a compiled template is cached, so ``100 | random`` would draw once per process)."""
+
+    @jinja2.pass_context
+    def call(_ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    call.__name__ = getattr(fn, "__name__", "impure")
+    return call
 
 
 # ------------------------------------------------------------------------------------------- types
@@ -314,28 +329,21 @@ def urlsplit_filter(value: Any, query: str = "") -> Any:
     return fields
 
 
-def _refused(name: str, why: str) -> Any:
-    def refuse(*_: Any, **__: Any) -> Any:
-        raise TemplateError(f"{name}: {why}")
-
-    return refuse
-
-
 _NO_VAULT = "Ansible Vault is not supported by provision (keep secrets in an unencrypted vars file outside the repo)"
 _NO_WIN = "Windows paths are not supported (provision manages POSIX hosts)"
 
 FILTERS: dict[str, Any] = {
     **FILTER_SETS,
     "type_debug": type_debug,
-    "realpath": os.path.realpath,
-    "expanduser": os.path.expanduser,
-    "expandvars": os.path.expandvars,
+    "realpath": _impure(os.path.realpath),
+    "expanduser": _impure(os.path.expanduser),
+    "expandvars": _impure(os.path.expandvars),
     "normpath": os.path.normpath,
-    "relpath": os.path.relpath,
+    "relpath": _impure(os.path.relpath),
     "splitext": lambda p: list(os.path.splitext(p)),
     "commonpath": lambda paths: os.path.commonpath(list(paths)),
     "path_join": path_join,
-    "fileglob": fileglob,
+    "fileglob": _impure(fileglob),
     "flatten": flatten,
     "subelements": subelements,
     "product": _listed(itertools.product),
@@ -344,8 +352,8 @@ FILTERS: dict[str, Any] = {
     "zip": _listed(zip),
     "zip_longest": _listed(itertools.zip_longest),
     "extract": extract,
-    "random": random_filter,
-    "shuffle": shuffle,
+    "random": _impure(random_filter),
+    "shuffle": _impure(shuffle),
     "regex_findall": regex_findall,
     "regex_escape": regex_escape,
     "split": split,
@@ -353,24 +361,23 @@ FILTERS: dict[str, Any] = {
     "checksum": lambda v: get_hash(v, "sha1"),
     "sha1": lambda v: get_hash(v, "sha1"),
     "md5": lambda v: get_hash(v, "md5"),
-    "password_hash": password_hash,
+    "password_hash": _impure(password_hash),
     "to_uuid": lambda v, namespace=_UUID_NAMESPACE: str(uuid.uuid5(uuid.UUID(str(namespace)), str(v))),
     "comment": comment,
     "human_readable": human_readable,
     "human_to_bytes": human_to_bytes,
-    "strftime": strftime,
+    "strftime": _impure(strftime),
     "to_datetime": to_datetime,
     "urlsplit": urlsplit_filter,
     "urldecode": lambda v: unquote_plus(str(v)),
     "log": lambda x, base=math.e: math.log(x, base),
     "pow": math.pow,
     "root": lambda x, base=2: math.sqrt(x) if base == 2 else math.pow(x, 1.0 / float(base)),
-    "vault": _refused("vault", _NO_VAULT),
-    "unvault": _refused("unvault", _NO_VAULT),
-    "win_basename": _refused("win_basename", _NO_WIN),
-    "win_dirname": _refused("win_dirname", _NO_WIN),
-    "win_splitdrive": _refused("win_splitdrive", _NO_WIN),
 }
+
+# Ansible filters provision refuses by name, before the run (the planner says why)
+REFUSED = {"vault": _NO_VAULT, "unvault": _NO_VAULT, "win_basename": _NO_WIN, "win_dirname": _NO_WIN,
+           "win_splitdrive": _NO_WIN}  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------- tests
@@ -446,19 +453,19 @@ TESTS: dict[str, Any] = {
     "url": _is_url,
     "urn": lambda v: _is_uri(v, ["urn"]),
     # controller-side path tests (the controller's file system, as in Ansible)
-    "directory": os.path.isdir,
-    "is_dir": os.path.isdir,
-    "file": os.path.isfile,
-    "is_file": os.path.isfile,
-    "link": os.path.islink,
-    "is_link": os.path.islink,
-    "exists": os.path.exists,
-    "link_exists": os.path.lexists,
+    "directory": _impure(os.path.isdir),
+    "is_dir": _impure(os.path.isdir),
+    "file": _impure(os.path.isfile),
+    "is_file": _impure(os.path.isfile),
+    "link": _impure(os.path.islink),
+    "is_link": _impure(os.path.islink),
+    "exists": _impure(os.path.exists),
+    "link_exists": _impure(os.path.lexists),
     "abs": os.path.isabs,
     "is_abs": os.path.isabs,
-    "same_file": os.path.samefile,
-    "is_same_file": os.path.samefile,
-    "mount": os.path.ismount,
-    "is_mount": os.path.ismount,
+    "same_file": _impure(os.path.samefile),
+    "is_same_file": _impure(os.path.samefile),
+    "mount": _impure(os.path.ismount),
+    "is_mount": _impure(os.path.ismount),
     "vault_encrypted": lambda v: False,  # no value provision loads is vault-encrypted (``!vault`` is refused)
 }

@@ -670,4 +670,7 @@ def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *,
         if node.name not in known:
             kind = "filter" if is_filter else "test"
             place = f" in {where}" if where else ""
+            refused = jinja_plugins.REFUSED.get(node.name.removeprefix("ansible.builtin."))
+            if is_filter and refused:
+                raise TemplateError(f"filter {node.name!r}{place}: {refused}", line=node.lineno)
             raise TemplateError(f"unknown Jinja2 {kind} {node.name!r}{place}", line=node.lineno)
