@@ -294,6 +294,16 @@ PLUGINS: dict[str, Callable[..., list[Any]]] = {
 }
 
 
+OPTIONS: dict[str, set[str]] = {  # the keyword options each lookup takes; any other is refused
+    "env": {"default"},
+    "file": {"lstrip", "rstrip"},
+    "template": {"template_vars"},
+    "first_found": {"files", "paths", "skip"},
+    "vars": {"default"},
+    "sequence": {"start", "end", "count", "stride", "format"},
+}
+
+
 def plugin_name(name: Any) -> str:
     """``ansible.builtin.NAME`` and ``NAME`` are one plugin."""
     text = str(name)
@@ -308,6 +318,10 @@ def run(name: str, terms: list[Any], env: LookupEnv, *, wantlist: bool, errors: 
         raise TemplateError(f"lookup plugin {name!r} is not supported (known: {', '.join(sorted(PLUGINS))})")
     if errors not in ("strict", "warn", "ignore"):
         raise TemplateError(f"lookup {name!r}: errors={errors!r} is not one of strict, warn, ignore")
+    unknown = sorted(set(kwargs) - OPTIONS.get(plugin_name(name), set()))
+    if unknown:
+        known = ", ".join(sorted(OPTIONS.get(plugin_name(name), set()))) or "none"
+        raise TemplateError(f"lookup {name!r}: option {unknown[0]!r} is not supported (options: {known})")
     try:
         result = plugin(list(terms), env, **kwargs)
     except (TemplateError, OSError, UnicodeDecodeError, TypeError) as exc:

@@ -114,6 +114,8 @@ def test_lookup_result_shapes_and_errors(tmp_path: Path) -> None:
         templating.evaluate("lookup('pipe', 'exit 3')", v)
     with pytest.raises(TemplateError, match=r"errors='loud' is not one of strict, warn, ignore"):
         templating.evaluate("lookup('env', 'HOME', errors='loud')", v)
+    with pytest.raises(TemplateError, match=r"lookup 'template': option 'convert_data' is not supported \(options: template_vars\)"):
+        templating.evaluate("lookup('template', 't.j2', convert_data=False)", v)
     with pytest.raises(TemplateError, match=r"with_dict\) expects a mapping"):
         templating.run_lookup("dict", [[1]], v, "debug")
     with pytest.raises(TemplateError, match=r"count and end"):
