@@ -110,14 +110,14 @@ def _first_found(terms: list[Any], env: LookupEnv, files: Any = None, paths: Any
     candidates: list[str] = []
     skip_all = bool(skip)
 
-    def split(value: Any) -> list[str]:
+    def split(value: Any, separators: str = ",;") -> list[str]:
         items = value if isinstance(value, list) else [value]
-        return [part for item in items for part in re.split(r"[,;]", str(item)) if part]
+        return [part for item in items for part in re.split(f"[{separators}]", str(item)) if part]
 
     def add(names: Any, dirs: Any) -> None:
         for name in split(names):
             if dirs:
-                candidates.extend(os.path.join(d, name) for d in split(dirs))
+                candidates.extend(os.path.join(d, name) for d in split(dirs, ",:;"))
             else:
                 candidates.append(name)
 
