@@ -9,12 +9,13 @@ controller's files. A relative file name is looked for as Ansible looks: in the 
 containing ``{{ ... }}`` stays text), except the ``template`` lookup, whose file is a template of the playbook.
 
 Known: env, file, pipe, lines, template, first_found, fileglob, vars, items, list, dict, indexed_items,
-sequence, together, nested, subelements, random_choice. Any other name is refused before the run (``PLUGINS`` is what the
+sequence, together, nested, subelements, random_choice, ini, varnames. Any other name is refused before the run (``PLUGINS`` is what the
 planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
 """
 
 from __future__ import annotations
 
+import configparser
 import glob
 import itertools
 import os
@@ -174,6 +175,77 @@ def _vars(terms: list[Any], env: LookupEnv, default: Any = None, **kw: Any) -> l
     return out
 
 
+_INI_DEFAULTS = {"section": "global", "file": "ansible.ini", "re": False, "default": "", "type": "ini",
+                 "encoding": "utf-8", "case_sensitive": False, "allow_no_value": False, "interpolation": True}  # fmt: skip
+
+
+def _flag(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
+def _ini(terms: list[Any], env: LookupEnv, **kw: Any) -> list[Any]:
+    """``ini``: the value of a key in a section of an INI (or java ``type=properties``) file of the controller;
+    options as keywords or inline (``'user section=db file=app.ini'``); ``re=true``: the values of every key
+    matching the regex."""
+    out: list[Any] = []
+    for term in _strings("ini", terms):
+        opts = {**_INI_DEFAULTS, **kw}
+        key = term
+        if "=" in term or " " in term.strip():
+            key, current = "", "key"
+            for word in term.split():
+                name = next((k for k in _INI_DEFAULTS if word.startswith(f"{k}=")), None)
+                if name is not None:
+                    current, opts[name] = name, word.split("=", 1)[1]
+                elif "=" in word:
+                    raise TemplateError(f"lookup 'ini': {word.split('=', 1)[0]!r} is not a valid option")
+                elif current == "key" and not key:
+                    key = word
+                elif current == "key":
+                    key += " " + word
+                else:
+                    opts[current] = f"{opts[current]} {word}"
+            if not key:
+                raise TemplateError(f"lookup 'ini': no key to look up in {term!r}")
+        path = _find(env, "files", str(opts["file"]))
+        if path is None or not os.path.isfile(path):
+            raise TemplateError(f"lookup 'ini': could not find {opts['file']!r} (searched {_where(env, 'files')})")
+        text = Path(path).read_text(encoding=str(opts["encoding"]))
+        section = str(opts["section"])
+        if opts["type"] == "properties":
+            section, text = "java_properties", "[java_properties]\n" + text
+        parser = configparser.ConfigParser(
+            allow_no_value=_flag(opts["allow_no_value"]),
+            interpolation=configparser.BasicInterpolation() if _flag(opts["interpolation"]) else None,
+        )
+        if _flag(opts["case_sensitive"]):
+            parser.optionxform = str  # type: ignore[assignment,method-assign]
+        try:
+            parser.read_string(text, source=path)
+            if not parser.has_section(section):
+                raise TemplateError(f"lookup 'ini': no section {section!r} in {opts['file']!r}")
+            if _flag(opts["re"]):
+                out += [v for k, v in parser.items(section) if re.match(key, k)]
+            elif parser.has_option(section, key):
+                out.append(parser.get(section, key))
+            else:
+                out.append(opts["default"])
+        except configparser.Error as exc:
+            raise TemplateError(f"lookup 'ini': {opts['file']}: {str(exc).splitlines()[0]}") from None
+    return out
+
+
+def _varnames(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
+    out: list[str] = []
+    for term in _strings("varnames", terms):
+        try:
+            pattern = re.compile(term)
+        except re.error as exc:
+            raise TemplateError(f"lookup 'varnames': bad regex {term!r}: {exc}") from None
+        out += [name for name in env.variables if isinstance(name, str) and pattern.search(name)]
+    return out
+
+
 def _items(terms: list[Any], env: LookupEnv, **_: Any) -> list[Any]:
     out: list[Any] = []
     for term in terms:
@@ -290,6 +362,8 @@ PLUGINS: dict[str, Callable[..., list[Any]]] = {
     "together": _together,
     "nested": _nested,
     "subelements": _subelements,
+    "ini": _ini,
+    "varnames": _varnames,
     "random_choice": lambda terms, env, **_: [random.SystemRandom().choice(terms)] if terms else [],
 }
 
@@ -301,6 +375,7 @@ OPTIONS: dict[str, set[str]] = {  # the keyword options each lookup takes; any o
     "first_found": {"files", "paths", "skip"},
     "vars": {"default"},
     "sequence": {"start", "end", "count", "stride", "format"},
+    "ini": set(_INI_DEFAULTS),
 }
 
 
