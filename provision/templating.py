@@ -94,13 +94,68 @@ def _bool(value: Any) -> bool:
     return str(value).strip().lower() in ("yes", "true", "on", "1", "y")
 
 
-def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False) -> str:
-    return re.sub(pattern, replacement, str(value), flags=re.IGNORECASE if ignorecase else 0)
+def _regex_flags(ignorecase: bool, multiline: bool) -> int:
+    return (re.IGNORECASE if ignorecase else 0) | (re.MULTILINE if multiline else 0)
 
 
-def _regex_search(value: Any, pattern: str) -> str | None:
-    match = re.search(pattern, str(value))
-    return match.group(0) if match else None
+def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False,
+                   multiline: bool = False, count: int = 0, mandatory_count: int = 0) -> str:  # fmt: skip
+    """Ansible's ``regex_replace``: ``count`` replacements at most (0: all); ``mandatory_count``: exactly that
+    many matches, or the task fails."""
+    text = "" if value is None else str(value)
+    output, subs = re.compile(pattern, _regex_flags(ignorecase, multiline)).subn(replacement, text, count=count)
+    if mandatory_count and mandatory_count != subs:
+        raise TemplateError(
+            f"regex_replace: {pattern!r} should match {mandatory_count} times, but matches {subs} times in {text!r}"
+        )
+    return output
+
+
+def _regex_search(value: Any, pattern: str, *groups: str, ignorecase: bool = False,
+                  multiline: bool = False) -> Any:  # fmt: skip
+    """Ansible's ``regex_search``: the match, or None; with ``'\\1'``/``'\\g<name>'`` arguments, the list of
+    those groups."""
+    wanted: list[Any] = []
+    for group in groups:
+        named = re.match(r"\\g<(\S+)>", str(group))
+        numbered = re.match(r"\\(\d+)", str(group))
+        if named:
+            wanted.append(named.group(1))
+        elif numbered:
+            wanted.append(int(numbered.group(1)))
+        else:
+            raise TemplateError(f"regex_search: unknown argument {group!r} (a group: '\\1' or '\\g<name>')")
+    match = re.search(pattern, str(value), _regex_flags(ignorecase, multiline))
+    if match is None:
+        return None
+    return [match.group(g) for g in wanted] if wanted else match.group(0)
+
+
+def _dict2items(value: Any, key_name: str = "key", value_name: str = "value") -> list[dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise TemplateError(f"dict2items requires a mapping, got {type(value).__name__}")
+    return [{key_name: k, value_name: v} for k, v in value.items()]
+
+
+def _items2dict(items: Any, key_name: str = "key", value_name: str = "value") -> dict[Any, Any]:
+    if not isinstance(items, (list, tuple)):
+        raise TemplateError(f"items2dict requires a list, got {type(items).__name__}")
+    out = {}
+    for item in items:
+        if not isinstance(item, Mapping) or key_name not in item or value_name not in item:
+            raise TemplateError(f"items2dict: each item needs {key_name!r} and {value_name!r} keys, got {item!r}")
+        out[item[key_name]] = item[value_name]
+    return out
+
+
+def _b64encode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> str:
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    return encode(str(value).encode(encoding, "surrogateescape")).decode()
+
+
+def _b64decode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> str:
+    decode = base64.urlsafe_b64decode if urlsafe else base64.b64decode
+    return decode(str(value).encode()).decode(encoding, "surrogateescape")
 
 
 def _version_test(value: Any, other: Any, operator: str = "==", strict: Any = None, version_type: Any = None) -> bool:
@@ -298,12 +353,13 @@ def _make_env(**options: Any) -> jinja2.Environment:
         basename=os.path.basename,
         dirname=os.path.dirname,
         quote=quote,  # the one quoting function (provision.commands): for launch scripts
-        b64encode=lambda v: base64.b64encode(str(v).encode()).decode(),
-        b64decode=lambda v: base64.b64decode(str(v)).decode(),
+        b64encode=_b64encode,
+        b64decode=_b64decode,
         mandatory=_mandatory,
         ternary=lambda v, a, b, none_val=None: none_val if v is None and none_val is not None else a if v else b,
-        dict2items=lambda d: [{"key": k, "value": v} for k, v in d.items()],
-        items2dict=lambda items: {i["key"]: i["value"] for i in items},
+        dict2items=_dict2items,
+        items2dict=_items2dict,
+        from_yaml_all=lambda v: list(yaml.safe_load_all(v)),
     )
     env.tests.update(
         succeeded=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
