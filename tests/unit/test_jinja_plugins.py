@@ -167,3 +167,21 @@ def test_random_and_controller_state_are_read_each_time_never_folded_into_the_co
 def test_combine_refuses_an_unknown_list_merge() -> None:
     with pytest.raises(TemplateError, match=r"list_merge='merge' is not one of replace, keep, append"):
         templating.evaluate("{} | combine({}, list_merge='merge')", {})
+
+
+def test_unsafe_in_an_inventory_and_its_group_vars_is_never_rendered(tmp_path: Path) -> None:
+    from provision.inventory import Inventory
+
+    marker = tmp_path / "ran"
+    evil = f"{{{{ lookup('pipe', 'touch {marker}') }}}}"
+    (tmp_path / "inv.yml").write_text(
+        f"all:\n  hosts:\n    h1:\n      direct: !unsafe \"{evil}\"\n      mixed: !unsafe [\"{evil}\", 1]\n"
+    )
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text(f"from_file: !unsafe \"{evil}\"\n")
+    host = Inventory.load([str(tmp_path / "inv.yml")]).hosts["h1"]
+    variables = templating.Vars({"playbook_dir": str(tmp_path)}, host.vars)
+    for name in ("direct", "from_file"):
+        assert templating.render("{{ " + name + " }}", variables) == evil
+    assert templating.render("{{ mixed }}", variables) == [evil, 1]
+    assert not marker.exists()
