@@ -283,7 +283,7 @@ def human_to_bytes(value: Any, default_unit: str | None = None, isbits: bool = F
         raise TemplateError(f"human_to_bytes: cannot interpret {value!r}")
     number, unit = float(m.group(1)), m.group(2) or default_unit
     if unit is None:
-        return int(round(number))
+        return round(number)
     key = unit[0].upper()
     if key not in _SIZES:
         raise TemplateError(f"human_to_bytes: cannot convert {value!r}: the suffix must be one of {', '.join(_SIZES)}")
@@ -293,7 +293,7 @@ def human_to_bytes(value: Any, default_unit: str | None = None, isbits: bool = F
         long = word if key == "B" else f"{_UNIT_NAMES[key]}{word}"
         if unit.lower() != long and unit != short:
             raise TemplateError(f"human_to_bytes: cannot convert {value!r}: expect {short} or {key}")
-    return int(round(number * _SIZES[key]))
+    return round(number * _SIZES[key])
 
 
 # -------------------------------------------------------------------------------------- paths, time

@@ -9,8 +9,8 @@ controller's files. A relative file name is looked for as Ansible looks: in the 
 containing ``{{ ... }}`` stays text), except the ``template`` lookup, whose file is a template of the playbook.
 
 Known: env, file, pipe, lines, template, first_found, fileglob, vars, items, list, dict, indexed_items,
-sequence, together, nested, subelements, random_choice, ini, varnames. Any other name is refused before the run (``PLUGINS`` is what the
-planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
+sequence, together, nested, subelements, random_choice, ini, varnames. Any other name is refused before the
+run (``PLUGINS`` is what the planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
 """
 
 from __future__ import annotations
@@ -175,8 +175,10 @@ def _vars(terms: list[Any], env: LookupEnv, default: Any = None, **kw: Any) -> l
     return out
 
 
-_INI_DEFAULTS = {"section": "global", "file": "ansible.ini", "re": False, "default": "", "type": "ini",
-                 "encoding": "utf-8", "case_sensitive": False, "allow_no_value": False, "interpolation": True}  # fmt: skip
+_INI_DEFAULTS = {
+    "section": "global", "file": "ansible.ini", "re": False, "default": "", "type": "ini", "encoding": "utf-8",
+    "case_sensitive": False, "allow_no_value": False, "interpolation": True,
+}  # fmt: skip
 
 
 def _flag(value: Any) -> bool:

@@ -82,7 +82,11 @@ def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
         return templating.Unsafe(loader.construct_scalar(node))
     if isinstance(node, yaml.SequenceNode):
         return _unsafe(loader.construct_sequence(node, deep=True))
-    return _unsafe(_construct_mapping(loader, node))
+    if isinstance(node, yaml.MappingNode):
+        return _unsafe(_construct_mapping(loader, node))
+    raise PlaybookError(
+        "!unsafe: expected a scalar, a list or a mapping", file=loader.name, line=node.start_mark.line + 1
+    )
 
 
 def _construct_vault(loader: _Loader, node: yaml.Node) -> Any:

@@ -161,6 +161,7 @@ def _b64decode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> st
 def _version_test(value: Any, other: Any, operator: str = "==", strict: Any = None, version_type: Any = None) -> bool:
     """``version``/``version_compare``: the numeric parts compared in order (``strict``/``version_type`` are
     accepted; every kind is compared this way)."""
+
     def key(v: Any) -> tuple[int, ...]:
         return tuple(int(p) for p in re.findall(r"\d+", str(v)))
 
@@ -716,9 +717,9 @@ def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *,
             first = call.args[0]
             if isinstance(first, jinja2.nodes.Const) and lookups.plugin_name(first.value) not in lookups.PLUGINS:
                 place = f" in {where}" if where else ""
+                names = ", ".join(sorted(lookups.PLUGINS))
                 raise TemplateError(
-                    f"lookup plugin {first.value!r} is not supported{place} (known: {', '.join(sorted(lookups.PLUGINS))})",
-                    line=call.lineno,
+                    f"lookup plugin {first.value!r} is not supported{place} (known: {names})", line=call.lineno
                 )
     for node in ast.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
         is_filter = isinstance(node, jinja2.nodes.Filter)

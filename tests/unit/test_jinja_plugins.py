@@ -27,7 +27,9 @@ def test_every_filter_and_test_is_known_under_its_fqcn_too() -> None:
 
 
 def test_the_planner_names_an_unknown_lookup_and_a_refused_filter_before_the_run() -> None:
-    templating.check_filters_tests("lookup('ansible.builtin.env', 'HOME') ~ query('sequence', '1-2') | join", expression=True)
+    templating.check_filters_tests(
+        "lookup('ansible.builtin.env', 'HOME') ~ query('sequence', '1-2') | join", expression=True
+    )
     with pytest.raises(TemplateError, match=r"lookup plugin 'password' is not supported") as info:
         templating.check_filters_tests("{{ x }}\n{{ lookup('password', '/dev/null') }}")
     assert info.value.line == 2
@@ -114,7 +116,9 @@ def test_lookup_result_shapes_and_errors(tmp_path: Path) -> None:
         templating.evaluate("lookup('pipe', 'exit 3')", v)
     with pytest.raises(TemplateError, match=r"errors='loud' is not one of strict, warn, ignore"):
         templating.evaluate("lookup('env', 'HOME', errors='loud')", v)
-    with pytest.raises(TemplateError, match=r"lookup 'template': option 'convert_data' is not supported \(options: template_vars\)"):
+    with pytest.raises(
+        TemplateError, match=r"lookup 'template': option 'convert_data' is not supported \(options: template_vars\)"
+    ):
         templating.evaluate("lookup('template', 't.j2', convert_data=False)", v)
     with pytest.raises(TemplateError, match=r"with_dict\) expects a mapping"):
         templating.run_lookup("dict", [[1]], v, "debug")
@@ -175,10 +179,10 @@ def test_unsafe_in_an_inventory_and_its_group_vars_is_never_rendered(tmp_path: P
     marker = tmp_path / "ran"
     evil = f"{{{{ lookup('pipe', 'touch {marker}') }}}}"
     (tmp_path / "inv.yml").write_text(
-        f"all:\n  hosts:\n    h1:\n      direct: !unsafe \"{evil}\"\n      mixed: !unsafe [\"{evil}\", 1]\n"
+        f'all:\n  hosts:\n    h1:\n      direct: !unsafe "{evil}"\n      mixed: !unsafe ["{evil}", 1]\n'
     )
     (tmp_path / "group_vars").mkdir()
-    (tmp_path / "group_vars" / "all.yml").write_text(f"from_file: !unsafe \"{evil}\"\n")
+    (tmp_path / "group_vars" / "all.yml").write_text(f'from_file: !unsafe "{evil}"\n')
     host = Inventory.load([str(tmp_path / "inv.yml")]).hosts["h1"]
     variables = templating.Vars({"playbook_dir": str(tmp_path)}, host.vars)
     for name in ("direct", "from_file"):
