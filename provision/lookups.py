@@ -9,7 +9,7 @@ controller's files. A relative file name is looked for as Ansible looks: in the 
 containing ``{{ ... }}`` stays text), except the ``template`` lookup, whose file is a template of the playbook.
 
 Known: env, file, pipe, lines, template, first_found, fileglob, vars, items, list, dict, indexed_items,
-sequence, together, nested, subelements, random_choice, ini, varnames. Any other name is refused before the
+sequence, together, nested, subelements, random_choice, ini, varnames, password. Any other name is refused before the
 run (``PLUGINS`` is what the planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
 """
 
@@ -21,13 +21,17 @@ import itertools
 import os
 import random
 import re
+import shlex
+import string
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import TemplateError
+from .localfiles import replace_file
 
 
 @dataclass
@@ -248,6 +252,67 @@ def _varnames(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
     return out
 
 
+_PASSWORD_PARAMS = {"length", "chars", "seed"}
+_PASSWORD_REFUSED = {"encrypt", "ident"}
+_password_lock = threading.Lock()  # one password file is read-or-created by one host at a time: all agree
+
+
+def _password_chars(spec: Any) -> str:
+    """Ansible's ``chars``: names of :mod:`string` sets (``ascii_letters``, ``digits``, ...) or literal text,
+    comma separated (``,,`` is a comma); quotes are never used."""
+    if isinstance(spec, str):
+        parts = ([","] if ",," in spec else []) + [c for c in spec.replace(",,", ",").split(",") if c]
+    else:
+        parts = [str(c) for c in spec]
+    text = "".join(str(getattr(string, part, part)) for part in parts)
+    return text.replace('"', "").replace("'", "")
+
+
+def _password(terms: list[Any], env: LookupEnv, **kw: Any) -> list[str]:
+    """``password``: a random password, kept in a controller file (``PATH``, relative to the playbook's dir,
+    written 0600 in a 0700 dir) so later runs get the same one; ``/dev/null`` keeps nothing. Options
+    ``length`` (20), ``chars`` (ascii_letters,digits,.,:-_), ``seed`` (repeatable). ``encrypt`` is refused:
+    hash the result with ``password_hash`` instead."""
+    out = []
+    for term in _strings("password", terms):
+        path_text, _, rest = term.strip().partition(" ")
+        params: dict[str, Any] = {"length": 20, "chars": ["ascii_letters", "digits", ".,:-_"], "seed": None, **kw}
+        for word in shlex.split(rest):
+            key, sep, value = word.partition("=")
+            if not sep:
+                raise TemplateError(f"lookup 'password': unrecognized value {word!r} after the path in {term!r}")
+            params[key] = value
+        refused = sorted(set(params) & _PASSWORD_REFUSED)
+        if refused:
+            raise TemplateError(f"lookup 'password': {refused[0]}= is not supported (hash with password_hash)")
+        unknown = sorted(set(params) - _PASSWORD_PARAMS)
+        if unknown:
+            raise TemplateError(f"lookup 'password': unrecognized parameter {unknown[0]!r}")
+        try:
+            length = int(params["length"])
+        except (TypeError, ValueError):
+            raise TemplateError(f"lookup 'password': length {params['length']!r} is not a number") from None
+        chars = _password_chars(params["chars"])
+        if not chars:
+            raise TemplateError("lookup 'password': chars gives no characters")
+        seed = params["seed"]
+        rng = random.SystemRandom() if seed is None else random.Random(seed)
+        path = os.path.join(env.search_dirs[-1], path_text) if env.search_dirs else path_text
+        if os.path.abspath(path) == os.devnull:
+            out.append("".join(rng.choice(chars) for _ in range(length)))
+            continue
+        with _password_lock:
+            if os.path.exists(path):
+                content = Path(path).read_text(encoding="utf-8").rstrip()
+                out.append(content.rsplit(" salt=", 1)[0] if " salt=" in content else content)
+                continue
+            password = "".join(rng.choice(chars) for _ in range(length))
+            os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+            replace_file(path, password + "\n", mode=0o600)
+            out.append(password)
+    return out
+
+
 def _items(terms: list[Any], env: LookupEnv, **_: Any) -> list[Any]:
     out: list[Any] = []
     for term in terms:
@@ -365,6 +430,7 @@ PLUGINS: dict[str, Callable[..., list[Any]]] = {
     "nested": _nested,
     "subelements": _subelements,
     "ini": _ini,
+    "password": _password,
     "varnames": _varnames,
     "random_choice": lambda terms, env, **_: [random.SystemRandom().choice(terms)] if terms else [],
 }
@@ -378,6 +444,7 @@ OPTIONS: dict[str, set[str]] = {  # the keyword options each lookup takes; any o
     "vars": {"default"},
     "sequence": {"start", "end", "count", "stride", "format"},
     "ini": set(_INI_DEFAULTS),
+    "password": _PASSWORD_PARAMS | _PASSWORD_REFUSED,
 }
 
 

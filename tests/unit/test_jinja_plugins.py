@@ -30,8 +30,8 @@ def test_the_planner_names_an_unknown_lookup_and_a_refused_filter_before_the_run
     templating.check_filters_tests(
         "lookup('ansible.builtin.env', 'HOME') ~ query('sequence', '1-2') | join", expression=True
     )
-    with pytest.raises(TemplateError, match=r"lookup plugin 'password' is not supported") as info:
-        templating.check_filters_tests("{{ x }}\n{{ lookup('password', '/dev/null') }}")
+    with pytest.raises(TemplateError, match=r"lookup plugin 'url' is not supported") as info:
+        templating.check_filters_tests("{{ x }}\n{{ lookup('url', 'https://example.com') }}")
     assert info.value.line == 2
     with pytest.raises(TemplateError, match=r"filter 'ansible.builtin.unvault'.*Ansible Vault is not supported"):
         templating.check_filters_tests("x | ansible.builtin.unvault", expression=True)
@@ -189,3 +189,26 @@ def test_unsafe_in_an_inventory_and_its_group_vars_is_never_rendered(tmp_path: P
         assert templating.render("{{ " + name + " }}", variables) == evil
     assert templating.render("{{ mixed }}", variables) == [evil, 1]
     assert not marker.exists()
+
+
+def test_password_lookup_keeps_one_password_per_file_private_and_agreed_by_concurrent_hosts(tmp_path: Path) -> None:
+    import os
+    import stat
+    from concurrent.futures import ThreadPoolExecutor
+
+    v = {"playbook_dir": str(tmp_path)}
+    with ThreadPoolExecutor(8) as pool:
+        drawn = set(
+            pool.map(lambda _: templating.evaluate("lookup('password', 'creds/db chars=digits')", v), range(16))
+        )
+    assert len(drawn) == 1 and (password := drawn.pop()).isdigit() and len(password) == 20
+    assert (tmp_path / "creds" / "db").read_text() == password + "\n"
+    assert stat.S_IMODE(os.stat(tmp_path / "creds" / "db").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "creds").st_mode) == 0o700
+    assert templating.evaluate("lookup('password', '/dev/null')", v) != templating.evaluate(
+        "lookup('password', '/dev/null')", v
+    )  # nothing kept
+    with pytest.raises(TemplateError, match=r"lookup 'password': encrypt= is not supported"):
+        templating.evaluate("lookup('password', '/dev/null encrypt=sha512_crypt')", v)
+    with pytest.raises(TemplateError, match=r"lookup 'password': unrecognized parameter 'size'"):
+        templating.evaluate("lookup('password', '/dev/null size=3')", v)
