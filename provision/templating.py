@@ -193,8 +193,29 @@ def _finalize(value: Any) -> Any:
     return "" if value is None else value
 
 
+_EMBEDDED = "provision_lookup_term_"  # the global that renders a template written inside a lookup's term
+
+
+def _embedded_terms(node: jinja2.nodes.Node) -> jinja2.nodes.Node:
+    """A constant term of a lookup call that holds a template, wrapped so it is rendered when the call runs."""
+    if isinstance(node, jinja2.nodes.Const) and is_template(node.value):
+        return jinja2.nodes.Call(jinja2.nodes.Name(_EMBEDDED, "load"), [node], [], None, None, lineno=node.lineno)
+    if isinstance(node, (jinja2.nodes.List, jinja2.nodes.Tuple)):
+        node.items = [_embedded_terms(item) for item in node.items]
+    return node
+
+
 class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
-    """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``)."""
+    """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``),
+    and a template written as a constant inside a lookup's terms (``lookup('file', '{{ playbook_dir }}/x')``)
+    is rendered first, as ansible-core 2.19 still does for the playbook's own constants (never for values)."""
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> jinja2.nodes.Template:
+        ast = super()._parse(source, name, filename)
+        for call in ast.find_all(jinja2.nodes.Call):
+            if isinstance(call.node, jinja2.nodes.Name) and call.node.name in ("lookup", "query", "q"):
+                call.args = call.args[:1] + [_embedded_terms(arg) for arg in call.args[1:]]
+        return ast
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         result = super().call(__context, __obj, *args, **kwargs)
@@ -323,6 +344,15 @@ def run_lookup(name: str, terms: list[Any], variables: Mapping[str, Any], module
 
 
 @jinja2.pass_context
+def _render_term(ctx: Any, text: str) -> Any:
+    parent = ctx.parent
+    scope = parent if isinstance(parent, Vars) else Vars(dict(parent))
+    if ctx.vars:
+        scope = scope.child(**ctx.vars)
+    return render(text, scope, where=f"lookup term {text!r}")
+
+
+@jinja2.pass_context
 def _lookup(ctx: Any, name: str, *terms: Any, wantlist: bool = False, errors: str = "strict", **kw: Any) -> Any:
     """Ansible's ``lookup()``: one value, or the values joined by commas (``wantlist=True``: the list)."""
     return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=bool(wantlist), errors=errors, **kw)
@@ -376,7 +406,7 @@ def _make_env(**options: Any) -> jinja2.Environment:
     )
     env.filters.update(jinja_plugins.FILTERS)
     env.tests.update(jinja_plugins.TESTS)
-    env.globals.update(lookup=_lookup, query=_query, q=_query)
+    env.globals.update(lookup=_lookup, query=_query, q=_query, **{_EMBEDDED: _render_term})
     for table in (env.filters, env.tests):  # every name also under its FQCN, as ansible-core knows them
         table.update({f"ansible.builtin.{name}": fn for name, fn in list(table.items()) if "." not in name})
     return env
@@ -682,6 +712,11 @@ def names_used(value: Any, *, expression: bool = False) -> set[str]:
             ast = ENV.parse(text)
             check_filters_tests(ast, repr(value))
             names |= jinja2.meta.find_undeclared_variables(ast)
+            for call in ast.find_all(jinja2.nodes.Call):  # a template written inside a lookup's terms
+                if isinstance(call.node, jinja2.nodes.Name) and call.node.name == _EMBEDDED:
+                    term = call.args[0]
+                    if isinstance(term, jinja2.nodes.Const):
+                        names |= names_used(term.value)
         except jinja2.TemplateSyntaxError as exc:  # also the compiler's TemplateAssertionError
             raise TemplateError(f"template syntax error in {value!r}: {exc.message}") from None
     elif isinstance(value, Mapping):

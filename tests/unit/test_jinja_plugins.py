@@ -74,6 +74,18 @@ def test_unsafe_text_is_never_rendered_even_when_it_would_run_a_command(tmp_path
     assert marker.exists()
 
 
+def test_a_template_in_a_constant_lookup_term_is_rendered_a_value_never(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    variables = templating.Vars({"playbook_dir": str(tmp_path), "who": "W"}).child(
+        host_text=f"{{{{ lookup('pipe', 'touch {marker}') }}}}"
+    )
+    assert templating.evaluate("lookup('pipe', 'echo {{ who }}')", variables) == "W"  # the playbook's constant
+    assert templating.evaluate("query('items', ['{{ who }}', host_text])", variables) == ["W", variables["host_text"]]
+    assert templating.evaluate("lookup('pipe', 'echo ' ~ host_text | quote)", variables) == variables["host_text"]
+    assert not marker.exists()
+    assert templating.names_used("{{ lookup('pipe', 'echo {{ who }} {{ nope }}') }}") == {"who", "nope"}
+
+
 def test_a_lookup_result_is_data_never_rendered_again(tmp_path: Path) -> None:
     (tmp_path / "files").mkdir()
     (tmp_path / "files" / "t.txt").write_text("{{ secret }}\n")
