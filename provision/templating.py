@@ -158,23 +158,6 @@ def _b64decode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> st
     return decode(str(value).encode()).decode(encoding, "surrogateescape")
 
 
-def _version_test(value: Any, other: Any, operator: str = "==", strict: Any = None, version_type: Any = None) -> bool:
-    """``version``/``version_compare``: the numeric parts compared in order (``strict``/``version_type`` are
-    accepted; every kind is compared this way)."""
-
-    def key(v: Any) -> tuple[int, ...]:
-        return tuple(int(p) for p in re.findall(r"\d+", str(v)))
-
-    a, b = key(value), key(other)
-    ops = {
-        "==": a == b, "eq": a == b, "!=": a != b, "ne": a != b, ">=": a >= b, "ge": a >= b,
-        ">": a > b, "gt": a > b, "<=": a <= b, "le": a <= b, "<": a < b, "lt": a < b, "=": a == b, "<>": a != b,
-    }  # fmt: skip
-    if operator not in ops:
-        raise TemplateError(f"version test: unknown operator {operator!r}")
-    return ops[operator]
-
-
 def _result_test(key: str) -> Any:
     def test(value: Any) -> bool:
         return isinstance(value, Mapping) and bool(value.get(key, False))
@@ -400,8 +383,6 @@ def _make_env(**options: Any) -> jinja2.Environment:
         skipped=_result_test("skipped"),
         match=lambda v, p: re.match(p, str(v)) is not None,
         search=lambda v, p: re.search(p, str(v)) is not None,
-        version=_version_test,
-        version_compare=_version_test,
         change=_result_test("changed"),
     )
     env.filters.update(jinja_plugins.FILTERS)
