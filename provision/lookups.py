@@ -9,13 +9,14 @@ controller's files. A relative file name is looked for as Ansible looks: in the 
 containing ``{{ ... }}`` stays text), except the ``template`` lookup, whose file is a template of the playbook.
 
 Known: env, file, pipe, lines, template, first_found, fileglob, vars, items, list, dict, indexed_items,
-sequence, together, nested, subelements, random_choice, ini, varnames, password. Any other name is refused before the
-run (``PLUGINS`` is what the planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
+sequence, together, nested, subelements, random_choice, ini, csvfile, varnames, password. Any other name is
+refused before the run (``PLUGINS`` is what the planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
 """
 
 from __future__ import annotations
 
 import configparser
+import csv
 import glob
 import itertools
 import os
@@ -241,6 +242,43 @@ def _ini(terms: list[Any], env: LookupEnv, **kw: Any) -> list[Any]:
     return out
 
 
+_CSV_DEFAULTS = {"col": 1, "keycol": 0, "default": None, "delimiter": "TAB", "file": "ansible.csv", "encoding": "utf-8"}
+
+
+def _csvfile(terms: list[Any], env: LookupEnv, **kw: Any) -> list[Any]:
+    """``csvfile``: column ``col`` of the first row whose column ``keycol`` is the key, in a TAB-separated file
+    (``delimiter=,`` for CSV); options as keywords or inline (``'alice file=people.csv delimiter=,'``)."""
+    out: list[Any] = []
+    for term in _strings("csvfile", terms):
+        opts = {**_CSV_DEFAULTS, **kw}
+        words = []
+        for word in shlex.split(term):
+            name, sep, value = word.partition("=")
+            if sep and name in _CSV_DEFAULTS:
+                opts[name] = value
+            elif sep:
+                raise TemplateError(f"lookup 'csvfile': {name!r} is not a valid option")
+            else:
+                words.append(word)
+        if not words:
+            raise TemplateError(f"lookup 'csvfile': no search key in {term!r}")
+        key = " ".join(words)
+        delimiter = "\t" if opts["delimiter"] in ("TAB", "\\t") else str(opts["delimiter"])
+        path = _find(env, "files", str(opts["file"]))
+        if path is None or not os.path.isfile(path):
+            raise TemplateError(f"lookup 'csvfile': could not find {opts['file']!r} (searched {_where(env, 'files')})")
+        try:
+            col, keycol = int(opts["col"]), int(opts["keycol"])
+            with open(path, encoding=str(opts["encoding"]), newline="") as fh:
+                value = next((row[col] for row in csv.reader(fh, delimiter=delimiter) if row and row[keycol] == key),
+                             opts["default"])  # fmt: skip
+        except (ValueError, IndexError, csv.Error) as exc:
+            raise TemplateError(f"lookup 'csvfile': {opts['file']}: {exc}") from None
+        if value is not None:
+            out.append(value)
+    return out
+
+
 def _varnames(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
     out: list[str] = []
     for term in _strings("varnames", terms):
@@ -432,6 +470,7 @@ PLUGINS: dict[str, Callable[..., list[Any]]] = {
     "ini": _ini,
     "password": _password,
     "varnames": _varnames,
+    "csvfile": _csvfile,
     "random_choice": lambda terms, env, **_: [random.SystemRandom().choice(terms)] if terms else [],
 }
 
@@ -444,6 +483,7 @@ OPTIONS: dict[str, set[str]] = {  # the keyword options each lookup takes; any o
     "vars": {"default"},
     "sequence": {"start", "end", "count", "stride", "format"},
     "ini": set(_INI_DEFAULTS),
+    "csvfile": set(_CSV_DEFAULTS),
     "password": _PASSWORD_PARAMS | _PASSWORD_REFUSED,
 }
 
