@@ -8,15 +8,17 @@ controller's files. A relative file name is looked for as Ansible looks: in the 
 (``PLAYBOOK_DIR/files``, ``PLAYBOOK_DIR/``). What a lookup returns is data: it is never rendered again (a file
 containing ``{{ ... }}`` stays text), except the ``template`` lookup, whose file is a template of the playbook.
 
-Known: env, file, pipe, lines, template, first_found, fileglob, vars, items, list, dict, indexed_items,
-sequence, together, nested, subelements, random_choice, ini, csvfile, varnames, password. Any other name is
-refused before the run (``PLUGINS`` is what the planner checks ``lookup('NAME', ...)`` and ``with_NAME`` against).
+Known: env, file, pipe, lines, template, first_found, fileglob, vars, items, list, dict, indexed_items, sequence,
+together, nested, subelements, random_choice, ini, csvfile, varnames, password, inventory_hostnames. Any other name
+is refused before the run (``PLUGINS`` is what the planner checks ``lookup('NAME', ...)`` and ``with_NAME``
+against).
 """
 
 from __future__ import annotations
 
 import configparser
 import csv
+import fnmatch
 import glob
 import itertools
 import os
@@ -279,6 +281,32 @@ def _csvfile(terms: list[Any], env: LookupEnv, **kw: Any) -> list[Any]:
     return out
 
 
+def _inventory_hostnames(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
+    """``inventory_hostnames``: the inventory's hosts a pattern names, in inventory order, from the ``groups``
+    magic variable: groups or hosts (``*`` wildcards), joined by ``:`` or ``,``, ``&`` intersects, ``!``
+    excludes."""
+    groups = env.variables.get("groups")
+    if not isinstance(groups, Mapping):
+        raise TemplateError("lookup 'inventory_hostnames': the 'groups' magic variable is not available here")
+    everyone = list(groups.get("all", []))
+    selected: list[str] = []
+    for term in _strings("inventory_hostnames", terms):
+        for part in [p.strip() for p in re.split(r"[:,]", term) if p.strip()]:
+            kind, name = (part[0], part[1:]) if part[0] in "&!" else ("", part)
+            if name in groups:
+                hosts = list(groups[name])
+            else:
+                matched = [g for g in groups if fnmatch.fnmatchcase(g, name)] if any(c in name for c in "*?[") else []
+                hosts = [h for g in matched for h in groups[g]] + [h for h in everyone if fnmatch.fnmatchcase(h, name)]
+            if kind == "&":
+                selected = [h for h in selected if h in hosts]
+            elif kind == "!":
+                selected = [h for h in selected if h not in hosts]
+            else:
+                selected += [h for h in hosts if h not in selected]
+    return [h for h in everyone if h in selected]
+
+
 def _varnames(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
     out: list[str] = []
     for term in _strings("varnames", terms):
@@ -471,6 +499,7 @@ PLUGINS: dict[str, Callable[..., list[Any]]] = {
     "password": _password,
     "varnames": _varnames,
     "csvfile": _csvfile,
+    "inventory_hostnames": _inventory_hostnames,
     "random_choice": lambda terms, env, **_: [random.SystemRandom().choice(terms)] if terms else [],
 }
 
