@@ -94,7 +94,7 @@ PLAYBOOK_CASES = {
     "loop_dict": (task("loop: {a: 1}"), r"pb\.yml:4: loop must be a list .* got a mapping"),
     "with_items_mapping": (task("with_items: {a: 1}"), r"pb\.yml:4: with_items must be a list"),
     "lookup_unknown": (task("", "debug: {msg: \"{{ lookup('nosuch', 'x') }}\"}"),
-                       r"pb\.yml:4: lookup plugin 'nosuch' is not supported .*\(known: dict, env, file, "),
+                       r"pb\.yml:4: lookup plugin 'nosuch' is not supported .*\(known: csvfile, dict, env, file, "),
     "query_unknown_in_when": (task("when: query('ansible.builtin.nosuch') | length > 0"),
                               r"pb\.yml:4: lookup plugin 'ansible\.builtin\.nosuch' is not supported"),
     "with_unknown": (task("with_nosuch: [1]"), r"pb\.yml:4: with_nosuch: lookup plugin 'nosuch' is not supported"),
