@@ -179,7 +179,7 @@ def _finalize(value: Any) -> Any:
 _EMBEDDED = "provision_lookup_term_"  # the global that renders a template written inside a lookup's term
 
 
-def _embedded_terms(node: jinja2.nodes.Node) -> jinja2.nodes.Node:
+def _embedded_terms(node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
     """A constant term of a lookup call that holds a template, wrapped so it is rendered when the call runs."""
     if isinstance(node, jinja2.nodes.Const) and is_template(node.value):
         return jinja2.nodes.Call(jinja2.nodes.Name(_EMBEDDED, "load"), [node], [], None, None, lineno=node.lineno)
