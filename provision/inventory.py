@@ -59,6 +59,7 @@ from typing import Any
 import yaml
 
 from provision.errors import InventoryError
+from provision.templating import Unsafe
 
 __all__ = ["Group", "Host", "Inventory", "expand_hosts"]
 
@@ -111,6 +112,28 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineDic
 
 
 _Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+
+
+def _unsafe(value: Any) -> Any:
+    if isinstance(value, str):
+        return Unsafe(value)
+    if isinstance(value, dict):
+        return {k: _unsafe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unsafe(v) for v in value]
+    return value
+
+
+def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
+    """``!unsafe``: text that is never rendered as a template (as in playbooks: templating.Unsafe)."""
+    if isinstance(node, yaml.ScalarNode):
+        return Unsafe(loader.construct_scalar(node))
+    if isinstance(node, yaml.SequenceNode):
+        return _unsafe(loader.construct_sequence(node, deep=True))
+    return _unsafe(loader.construct_mapping(node, deep=True))
+
+
+_Loader.add_constructor("!unsafe", _construct_unsafe)
 
 
 def _plain(value: Any) -> Any:

@@ -26,7 +26,6 @@ from .playbook import HOST_ORDERS, STRATEGIES, Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)
 FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once a play gathered facts
-UNSUPPORTED_GLOBALS = {"lookup", "query", "q"}  # Ansible's Jinja2 globals for lookup plugins: refused by name
 
 
 def guarded_names(source: str) -> set[str]:
@@ -149,6 +148,7 @@ def check_plan(
             if templating.is_template(text):
                 templating.names_used(text)
         check_recursion(play, hosts, extra_vars, defaults)
+        _check_vaulted(play)
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
             local = play_known | set(task.vars) | set(task.role_defaults) | {task.loop_var} | _loop_names(task)
@@ -158,13 +158,6 @@ def check_plan(
             missing_common = needed - local
             if not missing_common or open_names:
                 continue
-            lookups = sorted(missing_common & UNSUPPORTED_GLOBALS)
-            if lookups:
-                raise TemplateError(
-                    f"{lookups[0]}(): lookup plugins are not supported (task {task.name!r})",
-                    file=task.file,
-                    line=task.line,
-                )
             for host in hosts:
                 missing = sorted(missing_common - set(host.vars))
                 facts = [m for m in missing if m.startswith("ansible_")]
@@ -260,6 +253,23 @@ def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:
         return names if files else None
     except (ValueError, OSError):
         return None
+
+
+def _check_vaulted(play: Play) -> None:
+    """A ``!vault`` value anywhere in the play (its vars and vars_files, a task's arguments, vars, loop) is
+    refused before any host is contacted: provision does not decrypt Ansible Vault."""
+    places: list[Any] = [play.vars]
+    for task in play.tasks + play.handlers:
+        places += [task.args, task.vars, task.role_defaults, task.loop, task.environment]
+    for place in places:
+        found = templating.find_vaulted(place)
+        if found is not None:
+            raise TemplateError(
+                "vault-encrypted values (!vault) are not supported: provision does not decrypt Ansible Vault "
+                "(pass the secret with -e @file or an inventory var outside the repository)",
+                file=found.file,
+                line=found.line,
+            )
 
 
 def _loop_names(task: Task) -> set[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import templating
+from . import lookups, templating
 from .catalog import lookup
 from .data import roles_dir
 from .errors import PlaybookError, TemplateError
@@ -86,15 +86,25 @@ def _unsafe(value: Any) -> Any:
 
 
 def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
-    """``!unsafe``: Ansible's mark for text that is never rendered (a literal ``{{`` in a value)."""
+    """``!unsafe``: the value (every string inside it) is data, never rendered as a template."""
     if isinstance(node, yaml.ScalarNode):
-        return _unsafe(loader.construct_scalar(node))
+        return templating.Unsafe(loader.construct_scalar(node))
     if isinstance(node, yaml.SequenceNode):
         return _unsafe(loader.construct_sequence(node, deep=True))
-    return _unsafe(_construct_mapping(loader, node))  # type: ignore[arg-type]
+    if isinstance(node, yaml.MappingNode):
+        return _unsafe(_construct_mapping(loader, node))
+    raise PlaybookError(
+        "!unsafe: expected a scalar, a list or a mapping", file=loader.name, line=node.start_mark.line + 1
+    )
+
+
+def _construct_vault(loader: _Loader, node: yaml.Node) -> Any:
+    """``!vault``: kept as a marker (never decrypted, never shown); the planner refuses a play holding one."""
+    return templating.Vaulted(loader.name, node.start_mark.line + 1)
 
 
 _Loader.add_constructor("!unsafe", _construct_unsafe)
+_Loader.add_constructor("!vault", _construct_vault)
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -150,7 +160,7 @@ class Task:
     line: int
     when: Any = None
     loop: Any = None
-    loop_kind: str = "loop"  # "loop" or "with_items" (flattens one level, takes a bare string)
+    loop_kind: str = "loop"  # "loop", "with_items" (flattens one level, takes a bare string) or with_<lookup>
     loop_var: str = "item"
     loop_label: Any = None
     index_var: str | None = None
@@ -359,6 +369,8 @@ def _loop(value: Any, key: str, node: Any, path: str) -> Any:
         return value
     if key == "with_items" and isinstance(value, (str, int, float)):
         return [value]
+    if key.startswith("with_") and key != "with_items" and isinstance(value, (str, int, float, dict)):
+        return value  # a lookup's terms: a bare value is its one term
     raise _err(f"{key} must be a list or a template giving one, got {_kind(value)}", node, path)
 
 
@@ -426,12 +438,17 @@ def _action_form(node: dict[str, Any], path: str) -> dict[str, Any]:
     return out
 
 
+def _is_with(key: Any) -> bool:
+    """``with_items``, ``with_dict``, ...: a loop over a lookup's results (:mod:`provision.lookups`)."""
+    return isinstance(key, str) and key.startswith("with_") and len(key) > 5
+
+
 def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
     if not isinstance(node, dict):
         raise _err(f"a task must be a mapping, got {type(node).__name__}", node, path)
     if any(k in node for k in ACTION_KEYS):
         node = _action_form(node, path)
-    candidates = [k for k in node if k not in TASK_KEYS]
+    candidates = [k for k in node if k not in TASK_KEYS and not _is_with(k)]
     if "block" in node:
         raise _err("a block is not allowed here (handlers cannot be blocks)", node, path)
     for key in ("rescue", "always"):
@@ -460,9 +477,17 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         raise _err(str(exc), node, path) from None
     given = str(node["name"]) if node.get("name") is not None else ""
     name = given or module
-    if "loop" in node and "with_items" in node:
-        raise _err("loop and with_items are mutually exclusive", node, path)
-    loop_key = "loop" if "loop" in node else "with_items"
+    loop_keys = [str(k) for k in node if k == "loop" or _is_with(k)]
+    if len(loop_keys) > 1:
+        raise _err(f"{loop_keys[0]} and {loop_keys[1]} are mutually exclusive", node, path)
+    loop_key = loop_keys[0] if loop_keys else "loop"
+    if loop_key.startswith("with_") and lookups.plugin_name(loop_key[5:]) not in lookups.PLUGINS:
+        raise _err(
+            f"{loop_key}: lookup plugin {loop_key[5:]!r} is not supported "
+            f"(with_ loops: {', '.join('with_' + n for n in sorted(lookups.PLUGINS))})",
+            node,
+            path,
+        )
     loop = _loop(node.get(loop_key), loop_key, node, path)
     loop_control = _mapping(node.get("loop_control"), "loop_control", node, path)
     unknown_lc = sorted(set(loop_control) - LOOP_CONTROL_KEYS)

@@ -336,6 +336,9 @@ class TaskRunner:
     @staticmethod
     def _items(task: Task, variables: templating.Vars, where: str) -> list[Any]:
         items = templating.render(task.loop, variables, where)
+        if task.loop_kind.startswith("with_") and task.loop_kind != "with_items":  # with_<lookup>: its results
+            terms = items if isinstance(items, list) else [items]
+            return list(templating.run_lookup(task.loop_kind[5:], terms, variables, task.module))
         if task.loop_kind == "with_items":  # Ansible's with_items: a bare value is one item; flattens one level
             if not isinstance(items, list):
                 items = [items]

@@ -34,6 +34,7 @@ import jinja2.nodes
 import jinja2.sandbox
 import yaml
 
+from . import jinja_plugins, lookups
 from .commands import quote
 from .errors import TemplateError
 
@@ -46,13 +47,44 @@ MANAGED = "Ansible managed"  # `ansible_managed` in template files, as ansible-c
 
 
 class Unsafe(str):
-    """A string the playbook marked ``!unsafe``: text, never a template (as Ansible's)."""
+    """Text the playbook marked ``!unsafe``: data, never a template (``{{ x }}`` in it stays text), wherever
+    it goes (a var, a module argument, a loop item). The same trust a host's values get, on the author's word."""
 
     __slots__ = ()
 
 
+class Vaulted:
+    """A ``!vault`` value: loaded, never decrypted (provision does not handle Ansible Vault). The planner refuses
+    a play that holds one (:func:`provision.plan.check_plan`), naming where it is; the ciphertext is never shown."""
+
+    __slots__ = ("file", "line")
+
+    def __init__(self, file: str, line: int) -> None:
+        self.file, self.line = file, line
+
+    def __repr__(self) -> str:
+        return f"<vault-encrypted value at {self.file}:{self.line}>"
+
+    def __str__(self) -> str:
+        raise TemplateError("vault-encrypted values (!vault) are not supported", file=self.file, line=self.line)
+
+
 def is_template(value: Any) -> bool:
     return isinstance(value, str) and not isinstance(value, Unsafe) and ("{{" in value or "{%" in value)
+
+
+def find_vaulted(value: Any) -> Vaulted | None:
+    """The first ``!vault`` value inside ``value`` (nested mappings and lists), or None."""
+    if isinstance(value, Vaulted):
+        return value
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = find_vaulted(item)
+            if found is not None:
+                return found
+    return None
 
 
 # ------------------------------------------------------------------------------------ filters and tests
@@ -62,27 +94,68 @@ def _bool(value: Any) -> bool:
     return str(value).strip().lower() in ("yes", "true", "on", "1", "y")
 
 
-def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False) -> str:
-    return re.sub(pattern, replacement, str(value), flags=re.IGNORECASE if ignorecase else 0)
+def _regex_flags(ignorecase: bool, multiline: bool) -> int:
+    return (re.IGNORECASE if ignorecase else 0) | (re.MULTILINE if multiline else 0)
 
 
-def _regex_search(value: Any, pattern: str) -> str | None:
-    match = re.search(pattern, str(value))
-    return match.group(0) if match else None
+def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False,
+                   multiline: bool = False, count: int = 0, mandatory_count: int = 0) -> str:  # fmt: skip
+    """Ansible's ``regex_replace``: ``count`` replacements at most (0: all); ``mandatory_count``: exactly that
+    many matches, or the task fails."""
+    text = "" if value is None else str(value)
+    output, subs = re.compile(pattern, _regex_flags(ignorecase, multiline)).subn(replacement, text, count=count)
+    if mandatory_count and mandatory_count != subs:
+        raise TemplateError(
+            f"regex_replace: {pattern!r} should match {mandatory_count} times, but matches {subs} times in {text!r}"
+        )
+    return output
 
 
-def _version_test(value: Any, other: Any, op: str = "==") -> bool:
-    def key(v: Any) -> tuple[int, ...]:
-        return tuple(int(p) for p in re.findall(r"\d+", str(v)))
+def _regex_search(value: Any, pattern: str, *groups: str, ignorecase: bool = False,
+                  multiline: bool = False) -> Any:  # fmt: skip
+    """Ansible's ``regex_search``: the match, or None; with ``'\\1'``/``'\\g<name>'`` arguments, the list of
+    those groups."""
+    wanted: list[Any] = []
+    for group in groups:
+        named = re.match(r"\\g<(\S+)>", str(group))
+        numbered = re.match(r"\\(\d+)", str(group))
+        if named:
+            wanted.append(named.group(1))
+        elif numbered:
+            wanted.append(int(numbered.group(1)))
+        else:
+            raise TemplateError(f"regex_search: unknown argument {group!r} (a group: '\\1' or '\\g<name>')")
+    match = re.search(pattern, str(value), _regex_flags(ignorecase, multiline))
+    if match is None:
+        return None
+    return [match.group(g) for g in wanted] if wanted else match.group(0)
 
-    a, b = key(value), key(other)
-    ops = {
-        "==": a == b, "eq": a == b, "!=": a != b, "ne": a != b, ">=": a >= b, "ge": a >= b,
-        ">": a > b, "gt": a > b, "<=": a <= b, "le": a <= b, "<": a < b, "lt": a < b,
-    }  # fmt: skip
-    if op not in ops:
-        raise TemplateError(f"version test: unknown operator {op!r}")
-    return ops[op]
+
+def _dict2items(value: Any, key_name: str = "key", value_name: str = "value") -> list[dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise TemplateError(f"dict2items requires a mapping, got {type(value).__name__}")
+    return [{key_name: k, value_name: v} for k, v in value.items()]
+
+
+def _items2dict(items: Any, key_name: str = "key", value_name: str = "value") -> dict[Any, Any]:
+    if not isinstance(items, (list, tuple)):
+        raise TemplateError(f"items2dict requires a list, got {type(items).__name__}")
+    out = {}
+    for item in items:
+        if not isinstance(item, Mapping) or key_name not in item or value_name not in item:
+            raise TemplateError(f"items2dict: each item needs {key_name!r} and {value_name!r} keys, got {item!r}")
+        out[item[key_name]] = item[value_name]
+    return out
+
+
+def _b64encode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> str:
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    return encode(str(value).encode(encoding, "surrogateescape")).decode()
+
+
+def _b64decode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> str:
+    decode = base64.urlsafe_b64decode if urlsafe else base64.b64decode
+    return decode(str(value).encode()).decode(encoding, "surrogateescape")
 
 
 def _result_test(key: str) -> Any:
@@ -92,9 +165,9 @@ def _result_test(key: str) -> Any:
     return test
 
 
-def _mandatory(value: Any) -> Any:
+def _mandatory(value: Any, msg: str | None = None) -> Any:
     if isinstance(value, jinja2.Undefined):
-        raise TemplateError("mandatory variable is not defined")
+        raise TemplateError(msg or "mandatory variable is not defined")
     return value
 
 
@@ -103,8 +176,29 @@ def _finalize(value: Any) -> Any:
     return "" if value is None else value
 
 
+_EMBEDDED = "provision_lookup_term_"  # the global that renders a template written inside a lookup's term
+
+
+def _embedded_terms(node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
+    """A constant term of a lookup call that holds a template, wrapped so it is rendered when the call runs."""
+    if isinstance(node, jinja2.nodes.Const) and is_template(node.value):
+        return jinja2.nodes.Call(jinja2.nodes.Name(_EMBEDDED, "load"), [node], [], None, None, lineno=node.lineno)
+    if isinstance(node, (jinja2.nodes.List, jinja2.nodes.Tuple)):
+        node.items = [_embedded_terms(item) for item in node.items]
+    return node
+
+
 class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
-    """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``)."""
+    """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``),
+    and a template written as a constant inside a lookup's terms (``lookup('file', '{{ playbook_dir }}/x')``)
+    is rendered first, as ansible-core 2.19 still does for the playbook's own constants (never for values)."""
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> jinja2.nodes.Template:
+        ast = super()._parse(source, name, filename)
+        for call in ast.find_all(jinja2.nodes.Call):
+            if isinstance(call.node, jinja2.nodes.Name) and call.node.name in ("lookup", "query", "q"):
+                call.args = call.args[:1] + [_embedded_terms(arg) for arg in call.args[1:]]
+        return ast
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         result = super().call(__context, __obj, *args, **kwargs)
@@ -113,10 +207,28 @@ class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
         return result
 
 
+_LIST_MERGES = ("replace", "keep", "append", "prepend", "append_rp", "prepend_rp")
+
+
+def _merge_lists(a: list[Any], b: list[Any], how: str) -> list[Any]:
+    if how == "keep":
+        return a
+    if how == "append":
+        return a + b
+    if how == "prepend":
+        return b + a
+    if how == "append_rp":
+        return [x for x in a if x not in b] + b
+    if how == "prepend_rp":
+        return b + [x for x in a if x not in b]
+    return b
+
+
 def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") -> dict[str, Any]:
-    """Ansible's ``combine``: later mappings win; ``recursive`` merges nested mappings."""
-    if list_merge != "replace":
-        raise TemplateError(f"combine: list_merge={list_merge!r} is not supported (only 'replace')")
+    """Ansible's ``combine``: later mappings win; ``recursive`` merges nested mappings; ``list_merge`` says how
+    two lists under one key meet (replace, keep, append, prepend, append_rp, prepend_rp), at any depth."""
+    if list_merge not in _LIST_MERGES:
+        raise TemplateError(f"combine: list_merge={list_merge!r} is not one of {', '.join(_LIST_MERGES)}")
     items: list[Any] = []
     for d in dicts:
         items += d if isinstance(d, list) else [d]
@@ -124,8 +236,11 @@ def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") 
     def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(a)
         for k, v in b.items():
-            if recursive and isinstance(out.get(k), Mapping) and isinstance(v, Mapping):
-                out[k] = merge(out[k], v)
+            old = out.get(k)
+            if k in out and isinstance(old, Mapping) and isinstance(v, Mapping):
+                out[k] = merge(old, v) if recursive else v
+            elif k in out and isinstance(old, list) and isinstance(v, list):
+                out[k] = _merge_lists(old, v, list_merge)
             else:
                 out[k] = v
         return out
@@ -140,6 +255,8 @@ def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") 
 
 def _plain(value: Any) -> Any:
     """Plain dicts and lists (the YAML dumper refuses the loader's line-numbered mappings)."""
+    if isinstance(value, Unsafe):
+        return str(value)
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -164,6 +281,73 @@ class _ShownUndefined(jinja2.Undefined):
         return f"<< error 1 - {self._undefined_name!r} is undefined >>"
 
 
+class _ContextVars(Mapping[str, Any]):
+    """A template context's variables as a mapping, each one rendered only when a lookup reads it."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._ctx.resolve_or_missing(key)
+        if value is jinja2.utils.missing:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({*self._ctx.parent, *self._ctx.vars})
+
+    def __len__(self) -> int:
+        return len({*self._ctx.parent, *self._ctx.vars})
+
+
+def _lookup_env(ctx: Any) -> lookups.LookupEnv:
+    return _make_lookup_env(_ContextVars(ctx), ctx.parent)
+
+
+def _make_lookup_env(variables: Mapping[str, Any], parent: Mapping[str, Any]) -> lookups.LookupEnv:
+    dirs = []
+    for name in ("role_path", "playbook_dir"):
+        value = variables.get(name)
+        if isinstance(value, str) and value and value not in dirs:
+            dirs.append(value)
+
+    def render_lookup_template(source: str, _: Mapping[str, Any], extra: dict[str, Any]) -> str:
+        scope = parent if isinstance(parent, Vars) else Vars(dict(parent))
+        return render_file(source, scope.child(**extra) if extra else scope)
+
+    return lookups.LookupEnv(variables, dirs or [os.getcwd()], render_lookup_template)
+
+
+def run_lookup(name: str, terms: list[Any], variables: Mapping[str, Any], module: str) -> list[Any]:
+    """A ``with_<name>`` loop's items: lookup ``name`` on the rendered ``terms``, as ``query()`` runs it, for a
+    task of ``module``."""
+    env = _make_lookup_env(variables, variables)
+    env.loop_module = module
+    return list(lookups.run(name, terms, env, wantlist=True))
+
+
+@jinja2.pass_context
+def _render_term(ctx: Any, text: str) -> Any:
+    parent = ctx.parent
+    scope = parent if isinstance(parent, Vars) else Vars(dict(parent))
+    if ctx.vars:
+        scope = scope.child(**ctx.vars)
+    return render(text, scope, where=f"lookup term {text!r}")
+
+
+@jinja2.pass_context
+def _lookup(ctx: Any, name: str, *terms: Any, wantlist: bool = False, errors: str = "strict", **kw: Any) -> Any:
+    """Ansible's ``lookup()``: one value, or the values joined by commas (``wantlist=True``: the list)."""
+    return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=bool(wantlist), errors=errors, **kw)
+
+
+@jinja2.pass_context
+def _query(ctx: Any, name: str, *terms: Any, errors: str = "strict", **kw: Any) -> Any:
+    """Ansible's ``query()``/``q()``: always the list."""
+    kw.pop("wantlist", None)
+    return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=True, errors=errors, **kw)
+
+
 def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
@@ -183,12 +367,13 @@ def _make_env(**options: Any) -> jinja2.Environment:
         basename=os.path.basename,
         dirname=os.path.dirname,
         quote=quote,  # the one quoting function (provision.commands): for launch scripts
-        b64encode=lambda v: base64.b64encode(str(v).encode()).decode(),
-        b64decode=lambda v: base64.b64decode(str(v)).decode(),
+        b64encode=_b64encode,
+        b64decode=_b64decode,
         mandatory=_mandatory,
-        ternary=lambda v, a, b: a if v else b,
-        dict2items=lambda d: [{"key": k, "value": v} for k, v in d.items()],
-        items2dict=lambda items: {i["key"]: i["value"] for i in items},
+        ternary=lambda v, a, b, none_val=None: none_val if v is None and none_val is not None else a if v else b,
+        dict2items=_dict2items,
+        items2dict=_items2dict,
+        from_yaml_all=lambda v: list(yaml.safe_load_all(v)),
     )
     env.tests.update(
         succeeded=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
@@ -198,12 +383,18 @@ def _make_env(**options: Any) -> jinja2.Environment:
         skipped=_result_test("skipped"),
         match=lambda v, p: re.match(p, str(v)) is not None,
         search=lambda v, p: re.search(p, str(v)) is not None,
-        version=_version_test,
+        change=_result_test("changed"),
     )
+    env.filters.update(jinja_plugins.FILTERS)
+    env.tests.update(jinja_plugins.TESTS)
+    env.globals.update(lookup=_lookup, query=_query, q=_query, **{_EMBEDDED: _render_term})
+    for table in (env.filters, env.tests):  # every name also under its FQCN, as ansible-core knows them
+        table.update({f"ansible.builtin.{name}": fn for name, fn in list(table.items()) if "." not in name})
     return env
 
 
 ENV = _make_env()
+yaml.SafeDumper.add_representer(Unsafe, yaml.representer.SafeRepresenter.represent_str)  # dumped as text
 # the template module's environment: Ansible's template defaults (trim_blocks=True, lstrip_blocks=False)
 FILE_ENV = _make_env(trim_blocks=True)
 NAME_ENV = _make_env(undefined=_ShownUndefined)  # task names: never fail, show what is undefined
@@ -502,6 +693,11 @@ def names_used(value: Any, *, expression: bool = False) -> set[str]:
             ast = ENV.parse(text)
             check_filters_tests(ast, repr(value))
             names |= jinja2.meta.find_undeclared_variables(ast)
+            for call in ast.find_all(jinja2.nodes.Call):  # a template written inside a lookup's terms
+                if isinstance(call.node, jinja2.nodes.Name) and call.node.name == _EMBEDDED:
+                    term = call.args[0]
+                    if isinstance(term, jinja2.nodes.Const):
+                        names |= names_used(term.value)
         except jinja2.TemplateSyntaxError as exc:  # also the compiler's TemplateAssertionError
             raise TemplateError(f"template syntax error in {value!r}: {exc.message}") from None
     elif isinstance(value, Mapping):
@@ -531,10 +727,23 @@ def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *,
             raise TemplateError(f"template syntax error in {where or repr(source)}: {exc.message}") from None
     else:
         ast = source
+    for call in ast.find_all(jinja2.nodes.Call):
+        func = call.node
+        if isinstance(func, jinja2.nodes.Name) and func.name in ("lookup", "query", "q") and call.args:
+            first = call.args[0]
+            if isinstance(first, jinja2.nodes.Const) and lookups.plugin_name(first.value) not in lookups.PLUGINS:
+                place = f" in {where}" if where else ""
+                names = ", ".join(sorted(lookups.PLUGINS))
+                raise TemplateError(
+                    f"lookup plugin {first.value!r} is not supported{place} (known: {names})", line=call.lineno
+                )
     for node in ast.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
         is_filter = isinstance(node, jinja2.nodes.Filter)
         known = ENV.filters if is_filter else ENV.tests
         if node.name not in known:
             kind = "filter" if is_filter else "test"
             place = f" in {where}" if where else ""
+            refused = jinja_plugins.REFUSED.get(node.name.removeprefix("ansible.builtin."))
+            if is_filter and refused:
+                raise TemplateError(f"filter {node.name!r}{place}: {refused}", line=node.lineno)
             raise TemplateError(f"unknown Jinja2 {kind} {node.name!r}{place}", line=node.lineno)

@@ -1,0 +1,541 @@
+"""Ansible's ``ansible.builtin`` filters and tests that provision's templates know, beyond Jinja2's own.
+
+Written from Ansible's documented behaviour (ansible-core 2.19), checked by the differential cases
+``tests/compat/cases/filters_sets``, ``filters_paths`` and ``tests_jinja``. :mod:`provision.templating`
+registers :data:`FILTERS` and :data:`TESTS` in its environments, each also under its ``ansible.builtin.``
+name, so the static planner (which asks the environment) knows every one of them.
+
+Controller side, as in Ansible: the path filters and tests (``realpath``, ``expanduser``, ``fileglob``,
+``is file``, ``is directory``, ...) look at the controller's file system, not the managed host's.
+
+Refused by name before the run, with the reason (:data:`REFUSED`): ``vault``/``unvault`` (provision does not
+handle Ansible Vault) and the Windows path filters (``win_basename``, ...: provision manages POSIX hosts).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import hashlib
+import itertools
+import math
+import os
+import random as _random
+import re
+import time
+import uuid
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import unquote_plus, urlparse, urlsplit
+
+import jinja2
+
+from .errors import TemplateError
+
+_UUID_NAMESPACE = uuid.UUID("361E6D51-FAEC-444A-9079-341386DA8E2E")  # Ansible's documented to_uuid namespace
+
+
+def _impure(fn: Any) -> Any:
+    """A filter or test whose result is not a function of its arguments alone (random draws, the clock, the
+    controller's files and environment): Jinja2 must not fold it into a constant when it compiles a template
+    (a compiled template is cached, so ``100 | random`` would draw once per process)."""
+
+    @jinja2.pass_context
+    def call(_ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    call.__name__ = getattr(fn, "__name__", "impure")
+    return call
+
+
+# ------------------------------------------------------------------------------------------- types
+def type_debug(value: Any) -> str:
+    """The name of the value's plain Python type (a loader's line-numbered mapping is a ``dict``)."""
+    for cls in type(value).__mro__:
+        if cls.__module__ == "builtins":
+            return cls.__name__
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------------------------- sets
+def _unique(items: Iterable[Any]) -> list[Any]:
+    out: list[Any] = []
+    for x in items:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _set_op(name: str, op: Any, fallback: Any) -> Any:
+    """Ansible's set filters: Python set semantics when the items are hashable (order not promised), else the
+    list-preserving version of the same operation."""
+
+    def apply(a: Any, b: Any) -> list[Any]:
+        a, b = list(a), list(b)
+        try:
+            return list(op(set(a), set(b)))
+        except TypeError:
+            return fallback(a, b)
+
+    apply.__name__ = name
+    return apply
+
+
+def _intersect_list(a: list[Any], b: list[Any]) -> list[Any]:
+    return _unique(x for x in a if x in b)
+
+
+def _union_list(a: list[Any], b: list[Any]) -> list[Any]:
+    return _unique(a + b)
+
+
+FILTER_SETS = {
+    "union": _set_op("union", lambda a, b: a | b, _union_list),
+    "intersect": _set_op("intersect", lambda a, b: a & b, _intersect_list),
+    "difference": _set_op("difference", lambda a, b: a - b, lambda a, b: _unique(x for x in a if x not in b)),
+    "symmetric_difference": _set_op(
+        "symmetric_difference",
+        lambda a, b: a ^ b,
+        lambda a, b: [x for x in _union_list(a, b) if x not in _intersect_list(a, b)],
+    ),
+}
+
+
+def flatten(items: Any, levels: int | None = None, skip_nulls: bool = True) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if skip_nulls and item in (None, "None", "null"):
+            continue
+        if isinstance(item, (list, tuple)) and (levels is None or int(levels) >= 1):
+            out += flatten(item, None if levels is None else int(levels) - 1, skip_nulls)
+        else:
+            out.append(item)
+    return out
+
+
+def subelements(obj: Any, path: Any, skip_missing: bool = False) -> list[list[Any]]:
+    """Each element paired with each item of its list at ``path`` (a dotted string or a list of keys)."""
+    if isinstance(obj, Mapping):
+        elements = list(obj.values())
+    elif isinstance(obj, list):
+        elements = list(obj)
+    else:
+        raise TemplateError("subelements: expects a list of mappings or a mapping of them")
+    keys = path.split(".") if isinstance(path, str) else list(path) if isinstance(path, list) else None
+    if keys is None:
+        raise TemplateError("subelements: the key must be a string or a list")
+    out: list[list[Any]] = []
+    for element in elements:
+        values = element
+        for key in keys:
+            if isinstance(values, Mapping) and key in values:
+                values = values[key]
+            elif skip_missing and isinstance(values, Mapping):
+                values = []
+                break
+            else:
+                raise TemplateError(f"subelements: could not find {key!r} key in iterated item {values!r}")
+        if not isinstance(values, list):
+            raise TemplateError(f"subelements: the key {path!r} should point to a list, got {values!r}")
+        out += [[element, v] for v in values]
+    return out
+
+
+def _listed(fn: Any) -> Any:
+    """An itertools function whose result is a list of lists (Ansible shows tuples as lists)."""
+
+    def apply(*args: Any, **kwargs: Any) -> list[Any]:
+        return [list(t) for t in fn(*args, **kwargs)]
+
+    apply.__name__ = fn.__name__
+    return apply
+
+
+def extract(item: Any, container: Any, morekeys: Any = None) -> Any:
+    keys = [item] + (morekeys if isinstance(morekeys, list) else [] if morekeys is None else [morekeys])
+    value = container
+    for key in keys:
+        value = value[key]
+    return value
+
+
+def random_filter(end: Any, start: Any = None, step: Any = None, seed: Any = None) -> Any:
+    """``random``: an int below ``end`` (from ``start`` by ``step``) or an item of a sequence; repeatable with
+    ``seed`` (Python's ``random.Random(seed)``, as Ansible)."""
+    rng = _random.SystemRandom() if seed is None else _random.Random(seed)
+    if isinstance(end, int) and not isinstance(end, bool):
+        return rng.randrange(start or 0, end, step or 1)
+    if isinstance(end, (list, tuple, str)):
+        if start or step:
+            raise TemplateError("random: start and step can only be used with integer values")
+        return rng.choice(end)
+    raise TemplateError("random: can only be used on sequences and integers")
+
+
+def shuffle(items: Any, seed: Any = None) -> list[Any]:
+    out = list(items)
+    if seed:
+        _random.Random(seed).shuffle(out)
+    else:
+        _random.SystemRandom().shuffle(out)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ strings
+def regex_findall(value: Any, pattern: str, multiline: bool = False, ignorecase: bool = False) -> list[Any]:
+    flags = (re.MULTILINE if multiline else 0) | (re.IGNORECASE if ignorecase else 0)
+    return [list(m) if isinstance(m, tuple) else m for m in re.findall(pattern, str(value), flags)]
+
+
+def regex_escape(value: Any, re_type: str = "python") -> str:
+    if re_type == "python":
+        return re.escape(str(value))
+    if re_type == "posix_basic":
+        return re.sub(r"([].[^$*\\])", r"\\\1", str(value))
+    raise TemplateError(f"regex_escape: regex type {re_type!r} is not supported (python, posix_basic)")
+
+
+def split(value: Any, sep: str | None = None, maxsplit: int = -1) -> list[str]:
+    return str(value).split(sep, maxsplit)
+
+
+def get_hash(value: Any, hashtype: str = "sha1") -> str:
+    try:
+        h = hashlib.new(hashtype)
+    except ValueError:
+        raise TemplateError(f"hash: unknown hash type {hashtype!r}") from None
+    h.update(str(value).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+_CRYPT_IDS = {"md5": "1", "md5_crypt": "1", "sha256": "5", "sha256_crypt": "5", "sha512": "6", "sha512_crypt": "6"}
+
+
+def password_hash(password: Any, hashtype: str = "sha512", salt: str | None = None, rounds: int | None = None,
+                  **_: Any) -> str:  # fmt: skip
+    """A crypt(3) hash (sha512, sha256, md5) by the controller's libc. Without ``salt`` a random one is drawn,
+    so the hash changes on every run (as in Ansible): give a ``salt`` for a repeatable value."""
+    ident = _CRYPT_IDS.get(hashtype)
+    if ident is None:
+        raise TemplateError(f"password_hash: hash type {hashtype!r} is not supported ({', '.join(_CRYPT_IDS)})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            import crypt
+        except ImportError:
+            raise TemplateError("password_hash needs Python's crypt module (Python < 3.13)") from None
+    if salt is None:
+        alphabet = "./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+        salt = "".join(_random.SystemRandom().choice(alphabet) for _ in range(8 if ident == "1" else 16))
+    setting = f"${ident}${'' if rounds is None or ident == '1' else f'rounds={int(rounds)}$'}{salt}"
+    result = crypt.crypt(str(password), setting)
+    if not result or result.startswith("*"):
+        raise TemplateError(f"password_hash: the controller's crypt(3) cannot make a {hashtype} hash")
+    return str(result)
+
+
+def comment(text: Any, style: str = "plain", **kw: Any) -> str:
+    """``comment``: text as a comment block of ``style`` (plain, erlang, c, cblock, xml)."""
+    styles = {
+        "plain": {"decoration": "# "},
+        "erlang": {"decoration": "% "},
+        "c": {"decoration": "// "},
+        "cblock": {"beginning": "/*", "decoration": " * ", "end": " */"},
+        "xml": {"beginning": "<!--", "decoration": " - ", "end": "-->"},
+    }
+    if style not in styles:
+        raise TemplateError(f"comment: invalid style {style!r} (one of {', '.join(styles)})")
+    deco = kw.get("decoration", styles[style]["decoration"])
+    p = {"newline": "\n", "beginning": "", "prefix": deco.rstrip(), "prefix_count": 1, "decoration": "",
+         "postfix": deco.rstrip(), "postfix_count": 1, "end": "", **styles[style], **kw}  # fmt: skip
+    nl, deco = p["newline"], p["decoration"]
+    head = f"{p['beginning']}{nl}" if p["beginning"] else ""
+    if p["prefix"]:
+        head += (nl if p["prefix"] == nl else f"{p['prefix']}{nl}") * int(p["prefix_count"])
+    body = (deco + str(text).replace(nl, nl + deco)).replace(deco + nl, deco.rstrip() + nl)
+    tail = nl.join([""] + [p["postfix"]] * int(p["postfix_count"]))
+    end = f"{nl}{p['end']}" if p["end"] else ""
+    return head + body + tail + end
+
+
+# ------------------------------------------------------------------------------------------- sizes
+_SIZES = {"Y": 1 << 80, "Z": 1 << 70, "E": 1 << 60, "P": 1 << 50, "T": 1 << 40, "G": 1 << 30, "M": 1 << 20,
+          "K": 1 << 10, "B": 1}  # fmt: skip
+_UNIT_NAMES = {"B": "byte", "K": "kilo", "M": "mega", "G": "giga", "T": "tera", "P": "peta", "E": "exa",
+               "Z": "zeta", "Y": "yotta"}  # fmt: skip
+
+
+def human_readable(size: Any, isbits: bool = False, unit: str | None = None) -> str:
+    size = float(size)
+    suffix, limit = "B", 1
+    for suffix, limit in _SIZES.items():  # largest first
+        if (unit is None and size >= limit) or (unit is not None and unit.upper()[:1] == suffix):
+            break
+    base = "bits" if isbits else "Bytes"
+    label = suffix + base[0] if limit != 1 else base
+    return f"{size / limit:.2f} {label}"
+
+
+def human_to_bytes(value: Any, default_unit: str | None = None, isbits: bool = False) -> int:
+    m = re.search(r"^([0-9]*\.?[0-9]+)(?:\s*([A-Za-z]+))?\s*$", str(value))
+    if m is None:
+        raise TemplateError(f"human_to_bytes: cannot interpret {value!r}")
+    number, unit = float(m.group(1)), m.group(2) or default_unit
+    if unit is None:
+        return round(number)
+    key = unit[0].upper()
+    if key not in _SIZES:
+        raise TemplateError(f"human_to_bytes: cannot convert {value!r}: the suffix must be one of {', '.join(_SIZES)}")
+    if len(unit) > 1:
+        word = "bit" if isbits else "byte"
+        short = (key if key != "B" else "") + ("b" if isbits else "B")
+        long = word if key == "B" else f"{_UNIT_NAMES[key]}{word}"
+        if unit.lower() != long and unit != short:
+            raise TemplateError(f"human_to_bytes: cannot convert {value!r}: expect {short} or {key}")
+    return round(number * _SIZES[key])
+
+
+# -------------------------------------------------------------------------------------- paths, time
+def path_join(paths: Any) -> str:
+    if isinstance(paths, str):
+        return paths
+    if isinstance(paths, (list, tuple)):
+        return os.path.join(*[str(p) for p in paths]) if paths else ""
+    raise TemplateError(f"path_join: expects a string or a list of strings, got {type(paths).__name__}")
+
+
+def fileglob(pattern: Any) -> list[str]:
+    return [p for p in glob.glob(str(pattern)) if os.path.isfile(p)]
+
+
+def strftime(fmt: str, second: Any = None, utc: bool = False) -> str:
+    when = None if second is None else float(second)
+    return time.strftime(fmt, time.gmtime(when) if utc else time.localtime(when))
+
+
+def to_datetime(value: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> datetime.datetime:
+    return datetime.datetime.strptime(str(value), fmt)
+
+
+def urlsplit_filter(value: Any, query: str = "") -> Any:
+    parts = urlsplit(str(value))
+    fields = {k: getattr(parts, k) for k in ("fragment", "hostname", "netloc", "password", "path", "port", "query",
+                                             "scheme", "username")}  # fmt: skip
+    if query:
+        if query not in fields:
+            raise TemplateError(f"urlsplit: unknown URL component {query!r}")
+        return fields[query]
+    return fields
+
+
+_NO_VAULT = "Ansible Vault is not supported by provision (keep secrets in an unencrypted vars file outside the repo)"
+_NO_WIN = "Windows paths are not supported (provision manages POSIX hosts)"
+
+FILTERS: dict[str, Any] = {
+    **FILTER_SETS,
+    "type_debug": type_debug,
+    "realpath": _impure(os.path.realpath),
+    "expanduser": _impure(os.path.expanduser),
+    "expandvars": _impure(os.path.expandvars),
+    "normpath": os.path.normpath,
+    "relpath": _impure(os.path.relpath),
+    "splitext": lambda p: list(os.path.splitext(p)),
+    "commonpath": lambda paths: os.path.commonpath(list(paths)),
+    "path_join": path_join,
+    "fileglob": _impure(fileglob),
+    "flatten": flatten,
+    "subelements": subelements,
+    "product": _listed(itertools.product),
+    "permutations": _listed(itertools.permutations),
+    "combinations": _listed(itertools.combinations),
+    "zip": _listed(zip),
+    "zip_longest": _listed(itertools.zip_longest),
+    "extract": extract,
+    "random": _impure(random_filter),
+    "shuffle": _impure(shuffle),
+    "regex_findall": regex_findall,
+    "regex_escape": regex_escape,
+    "split": split,
+    "hash": get_hash,
+    "checksum": lambda v: get_hash(v, "sha1"),
+    "sha1": lambda v: get_hash(v, "sha1"),
+    "md5": lambda v: get_hash(v, "md5"),
+    "password_hash": _impure(password_hash),
+    "to_uuid": lambda v, namespace=_UUID_NAMESPACE: str(uuid.uuid5(uuid.UUID(str(namespace)), str(v))),
+    "comment": comment,
+    "human_readable": human_readable,
+    "human_to_bytes": human_to_bytes,
+    "strftime": _impure(strftime),
+    "to_datetime": to_datetime,
+    "urlsplit": urlsplit_filter,
+    "urldecode": lambda v: unquote_plus(str(v)),
+    "log": lambda x, base=math.e: math.log(x, base),
+    "pow": math.pow,
+    "root": lambda x, base=2: math.sqrt(x) if base == 2 else math.pow(x, 1.0 / float(base)),
+}
+
+# Ansible filters provision refuses by name, before the run (the planner says why)
+REFUSED = {"vault": _NO_VAULT, "unvault": _NO_VAULT, "win_basename": _NO_WIN, "win_dirname": _NO_WIN,
+           "win_splitdrive": _NO_WIN}  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------------- tests
+def _result(name: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TemplateError(f"the {name!r} test expects a task result (a mapping), got {type(value).__name__}")
+    return value
+
+
+def _async_state(key: str) -> Any:
+    def test(value: Any) -> bool:
+        result = _result(key, value)
+        return bool(result[key]) if key in result else True  # a task that was not async: done
+
+    return test
+
+
+def _truthy(value: Any, convert_bool: bool = False) -> bool:
+    if convert_bool and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = str(value).strip().lower()
+        if text in ("yes", "on", "1", "true", "y", "t", "1.0"):
+            return True
+        if text in ("no", "off", "0", "false", "n", "f", "0.0", ""):
+            return False
+    return bool(value)
+
+
+def regex_test(value: Any, pattern: str = "", ignorecase: bool = False, multiline: bool = False,
+               match_type: str = "search") -> bool:  # fmt: skip
+    flags = (re.IGNORECASE if ignorecase else 0) | (re.MULTILINE if multiline else 0)
+    if match_type not in ("search", "match", "fullmatch"):
+        raise TemplateError(f"regex test: match_type {match_type!r} is not one of search, match, fullmatch")
+    return bool(getattr(re.compile(pattern, flags), match_type)(str(value)))
+
+
+def _is_uri(value: Any, schemes: list[str] | None = None) -> bool:
+    try:
+        parts = urlparse(str(value))
+    except ValueError:
+        return False
+    return not schemes or parts.scheme in schemes
+
+
+def _is_url(value: Any, schemes: list[str] | None = None) -> bool:
+    if not _is_uri(value, schemes):
+        return False
+    parts = urlparse(str(value))
+    return bool(parts.netloc or parts.scheme == "file")
+
+
+def _loose_version(text: str) -> list[Any]:
+    """Ansible's default (LooseVersion): runs of digits are numbers, runs of lowercase letters and anything else
+    are text, dots separate."""
+    parts = [p for p in re.split(r"(\d+|[a-z]+|\.)", text) if p and p != "."]
+    return [int(p) if p.isdigit() else p for p in parts]
+
+
+def _strict_version(text: str) -> tuple[Any, ...]:
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:([ab])(\d+))?$", text)
+    if m is None:
+        raise ValueError(f"invalid version number {text!r}")
+    release = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    pre = (m.group(4), int(m.group(5))) if m.group(4) else ("~",)  # "~" sorts after "a" and "b": a release wins
+    return (*release, pre)
+
+
+def _semantic_version(text: str) -> tuple[Any, ...]:
+    m = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$", text)
+    if m is None:
+        raise ValueError(f"invalid semantic version {text!r}")
+    release = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if not m.group(4):
+        return (*release, 1, ())
+    # pre-release identifiers: numbers before text, numbers by value, text by ASCII; more of them sorts later
+    ids = tuple((0, int(i), "") if i.isdigit() else (1, 0, i) for i in m.group(4).split("."))
+    return (*release, 0, ids)
+
+
+def _pep440_version(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise ValueError(f"invalid PEP 440 version {text!r}") from None
+
+
+_VERSION_KINDS = {"loose": _loose_version, "strict": _strict_version, "semver": _semantic_version,
+                  "semantic": _semantic_version, "pep440": _pep440_version}  # fmt: skip
+_VERSION_OPS = {"==": "eq", "=": "eq", "eq": "eq", "<": "lt", "lt": "lt", "<=": "le", "le": "le", ">": "gt",
+                "gt": "gt", ">=": "ge", "ge": "ge", "!=": "ne", "<>": "ne", "ne": "ne"}  # fmt: skip
+
+
+def version_compare(value: Any, version: Any, operator: str = "eq", strict: Any = None,
+                    version_type: str | None = None) -> bool:  # fmt: skip
+    """``version``/``version_compare``: Ansible's comparison (LooseVersion unless ``strict`` or ``version_type``
+    says strict, semver/semantic or pep440)."""
+    if strict is not None and version_type is not None:
+        raise TemplateError("version test: cannot specify both 'strict' and 'version_type'")
+    if not value:
+        raise TemplateError("version test: the version to test cannot be empty")
+    if not version:
+        raise TemplateError("version test: the version to compare against cannot be empty")
+    kind = "strict" if strict else version_type or "loose"
+    if kind not in _VERSION_KINDS:
+        raise TemplateError(f"version test: invalid version type {kind!r} (one of {', '.join(_VERSION_KINDS)})")
+    if operator not in _VERSION_OPS:
+        raise TemplateError(f"version test: invalid operator {operator!r} (one of {', '.join(_VERSION_OPS)})")
+    parse = _VERSION_KINDS[kind]
+    try:
+        a, b = parse(str(value)), parse(str(version))
+        order = 0 if a == b else -1 if a < b else 1  # text against a number in one place: TypeError, as Ansible
+    except (TypeError, ValueError) as exc:
+        raise TemplateError(f"version test: version comparison failed: {exc}") from None
+    allowed = {"eq": (0,), "ne": (-1, 1), "lt": (-1,), "le": (-1, 0), "gt": (1,), "ge": (0, 1)}
+    return order in allowed[_VERSION_OPS[operator]]
+
+
+TESTS: dict[str, Any] = {
+    "version": version_compare,
+    "version_compare": version_compare,
+    "successful": lambda r: not bool(_result("successful", r).get("failed")),
+    "failure": lambda r: bool(_result("failure", r).get("failed")),
+    "reachable": lambda r: not bool(_result("reachable", r).get("unreachable")),
+    "unreachable": lambda r: bool(_result("unreachable", r).get("unreachable")),
+    "timedout": lambda r: bool(_result("timedout", r).get("timedout") and r["timedout"].get("period")),
+    "finished": _async_state("finished"),
+    "started": _async_state("started"),
+    "skip": lambda r: bool(_result("skip", r).get("skipped")),
+    "regex": regex_test,
+    "contains": lambda seq, value: value in seq,
+    "any": lambda seq: any(seq),
+    "all": lambda seq: all(seq),
+    "truthy": _truthy,
+    "falsy": lambda v, convert_bool=False: not _truthy(v, convert_bool),
+    "issubset": lambda a, b: set(a) <= set(b),
+    "subset": lambda a, b: set(a) <= set(b),
+    "issuperset": lambda a, b: set(a) >= set(b),
+    "superset": lambda a, b: set(a) >= set(b),
+    "nan": lambda v: isinstance(v, float) and math.isnan(v),
+    "isnan": lambda v: isinstance(v, float) and math.isnan(v),
+    "uri": _is_uri,
+    "url": _is_url,
+    "urn": lambda v: _is_uri(v, ["urn"]),
+    # controller-side path tests (the controller's file system, as in Ansible)
+    "directory": _impure(os.path.isdir),
+    "is_dir": _impure(os.path.isdir),
+    "file": _impure(os.path.isfile),
+    "is_file": _impure(os.path.isfile),
+    "link": _impure(os.path.islink),
+    "is_link": _impure(os.path.islink),
+    "exists": _impure(os.path.exists),
+    "link_exists": _impure(os.path.lexists),
+    "abs": os.path.isabs,
+    "is_abs": os.path.isabs,
+    "same_file": _impure(os.path.samefile),
+    "is_same_file": _impure(os.path.samefile),
+    "mount": _impure(os.path.ismount),
+    "is_mount": _impure(os.path.ismount),
+    "vault_encrypted": lambda v: False,  # no value provision loads is vault-encrypted (``!vault`` is refused)
+}
