@@ -211,6 +211,7 @@ class SSHConnection:
         self._heartbeat = opts.heartbeat_interval()  # H: see _heartbeats
         self._beats: dict[object, Callable[[], None]] = {}  # live channels that get heartbeats (see _heartbeats)
         self._beats_lock = threading.Lock()
+        self._sftp_lock = threading.Lock()  # one SFTP session per connection, even when threads share it
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -564,13 +565,16 @@ class SSHConnection:
 
     # -- files
     def _sftp_client(self) -> paramiko.SFTPClient:
-        channel = self._sftp.get_channel() if self._sftp is not None else None
-        if self._sftp is None or channel is None or channel.closed:  # none yet, or closed by a failure
-            self._sftp = self.connect().sftp()
-            channel = self._sftp.get_channel()
-            if channel is not None:
-                channel.settimeout(max(self.opts.channel_timeout, 60.0))
-        return self._sftp
+        """The connection's SFTP session, opened once (a delegated task's thread shares it with the host's own)."""
+        self.connect()  # outside the SFTP lock: connecting takes the connection's own lock
+        with self._sftp_lock:
+            channel = self._sftp.get_channel() if self._sftp is not None else None
+            if self._sftp is None or channel is None or channel.closed:  # none yet, or closed by a failure
+                self._sftp = self.connect().sftp()
+                channel = self._sftp.get_channel()
+                if channel is not None:
+                    channel.settimeout(max(self.opts.channel_timeout, 60.0))
+            return self._sftp
 
     def expand_path(self, path: str) -> str:
         if not path.startswith("~"):
