@@ -61,7 +61,18 @@ class _Runner(Module):
     def build(self, args: dict[str, Any]) -> Command:
         raise NotImplementedError
 
+    supports_async = True
+
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        planned = self.plan(ctx, args)
+        if isinstance(planned, ModuleResult):
+            return planned
+        cmd, data = planned
+        return self.report(ctx.run(cmd, stdin=data), args["strip_empty_ends"])
+
+    def plan(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult | tuple[Command, bytes | None]:
+        """The command to run and its stdin data, or the result when nothing is to run (a guard said no,
+        check mode, bad arguments): what ``run`` and an ``async`` task share."""
         try:
             cmd = self.build(args)
         except (ArgError, ValueError) as exc:
@@ -84,7 +95,7 @@ class _Runner(Module):
         data = None
         if stdin is not None:
             data = (stdin + ("\n" if args["stdin_add_newline"] else "")).encode()
-        return self.report(ctx.run(cmd, stdin=data), args["strip_empty_ends"])
+        return cmd, data
 
     @staticmethod
     def _guard(ctx: ModuleContext, args: dict[str, Any]) -> str | None:
