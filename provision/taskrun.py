@@ -452,8 +452,8 @@ class TaskRunner:
         variables: templating.Vars, where: str, attempt: int | None = None,
     ) -> TaskResult:  # fmt: skip
         try:
-            mres: ModuleResult = run_async(cls, ctx, args, task.async_val, task.poll) if task.async_val else (
-                cls().run(ctx, args)
+            mres: ModuleResult = (
+                run_async(cls, ctx, args, task.async_val, task.poll) if task.async_val else cls().run(ctx, args)
             )
         except CommandTimeout as exc:
             mres = ModuleResult(failed=True, msg=exc.msg, data={"timeout": exc.timeout})

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..commands import async_job
 from ..transport import CommandResult
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, Module, ModuleContext, ModuleResult, register
 
 ASYNC_DIR = "~/.provision/async"
 DEFAULT_POLL = 15  # Ansible's DEFAULT_POLL_INTERVAL
@@ -59,11 +59,11 @@ def _number(record: dict[str, Any], key: str) -> float:
 
 def _finished(record: dict[str, Any], jid: str, path: str) -> ModuleResult:
     """The module result a finished job record stands for."""
-    meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
+    meta: dict[str, Any] = record["meta"] if isinstance(record.get("meta"), dict) else {}
     keys = {"ansible_job_id": jid, "started": True, "finished": True, "results_file": path}
     given = record.get("result")
     if isinstance(given, dict):  # written by the controller (check mode, a guard): the module's own result
-        data = given.get("data") if isinstance(given.get("data"), dict) else {}
+        data: dict[str, Any] = given["data"] if isinstance(given.get("data"), dict) else {}
         return ModuleResult(
             changed=given.get("changed") is True, failed=given.get("failed") is True,
             skipped=given.get("skipped") is True, msg=_text(given, "msg"), data={**data, **keys},
@@ -98,8 +98,11 @@ def status(ctx: ModuleContext, jid: str) -> ModuleResult:
     except ValueError:
         record = None
     if not isinstance(record, dict):
-        return ModuleResult(failed=True, msg="Could not parse job output",
-                            data={"ansible_job_id": jid, "started": True, "finished": True, "results_file": path})
+        return ModuleResult(
+            failed=True,
+            msg="Could not parse job output",
+            data={"ansible_job_id": jid, "started": True, "finished": True, "results_file": path},
+        )
     if not record.get("finished"):
         return ModuleResult(data={"ansible_job_id": jid, "started": True, "finished": False, "results_file": path})
     return _finished(record, jid, path)
@@ -131,9 +134,7 @@ def run_async(cls: type[Module], ctx: ModuleContext, args: dict[str, Any], limit
             cmd, data = planned
             meta = json.dumps({"cmd": cmd.display(), "strip": args.get("strip_empty_ends", True)}).encode()
             script = cmd.script_text().encode()
-            path = _call(ctx, "start", jid, limit, len(meta), len(script), stdin=meta + script + (data or b""))[
-                "file"
-            ]
+            path = _call(ctx, "start", jid, limit, len(meta), len(script), stdin=meta + script + (data or b""))["file"]
         started = {"ansible_job_id": jid, "started": True, "finished": False, "results_file": path}
         if poll <= 0:
             return ModuleResult(changed=True, data=started)
@@ -170,4 +171,4 @@ class AsyncStatus(Module):
             return ModuleResult(failed=True, msg=str(exc))
 
 
-__all__ = ["ASYNC_DIR", "DEFAULT_POLL", "AsyncStatus", "ArgError", "cleanup", "run_async", "status"]
+__all__ = ["ASYNC_DIR", "DEFAULT_POLL", "AsyncStatus", "cleanup", "run_async", "status"]
