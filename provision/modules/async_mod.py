@@ -123,7 +123,7 @@ def run_async(cls: type[Module], ctx: ModuleContext, args: dict[str, Any], limit
     module = cls()
     jid = new_jid()
     try:
-        planned = module.plan(ctx, args)  # type: ignore[attr-defined]
+        planned = module.plan_command(ctx, args)  # type: ignore[attr-defined]
         if isinstance(planned, ModuleResult):  # nothing to run: recorded as a finished job
             if planned.failed and not planned.data:
                 return planned  # bad arguments: no job at all

@@ -6,7 +6,8 @@ relative to ``chdir``) are checked first in one command and turn the task into a
 program never runs: the task is skipped, or, with ``creates``/``removes``, reports whether it would run.
 ``creates=... removes=... chdir=...`` (and the other argument names Ansible takes there) words of a free-form
 string are taken as arguments, wherever they stand, as Ansible's ``parse_kv`` does. ``command`` expands ``~``
-and ``$VAR`` in its arguments on the host (Ansible's ``expand_argument_vars``, on by default).
+and ``$VAR`` in its arguments on the host (Ansible's ``expand_argument_vars``, on by default). Both support
+``async`` (:mod:`provision.modules.async_mod` runs what :meth:`_Runner.plan_command` returns as a detached job).
 """
 
 from __future__ import annotations
@@ -64,13 +65,13 @@ class _Runner(Module):
     supports_async = True
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        planned = self.plan(ctx, args)
+        planned = self.plan_command(ctx, args)
         if isinstance(planned, ModuleResult):
             return planned
         cmd, data = planned
         return self.report(ctx.run(cmd, stdin=data), args["strip_empty_ends"])
 
-    def plan(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult | tuple[Command, bytes | None]:
+    def plan_command(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult | tuple[Command, bytes | None]:
         """The command to run and its stdin data, or the result when nothing is to run (a guard said no,
         check mode, bad arguments): what ``run`` and an ``async`` task share."""
         try:
