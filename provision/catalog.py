@@ -27,6 +27,7 @@ MODULES: dict[str, str] = {
     "group_by": "provision.modules.runtime_inventory",
     "command": "provision.modules.commands_mod",
     "shell": "provision.modules.commands_mod",
+    "async_status": "provision.modules.async_mod",
     "copy": "provision.modules.files",
     "file": "provision.modules.files",
     "template": "provision.modules.files",

@@ -383,3 +383,104 @@ class Command:
 def argv_join(argv: Sequence[object]) -> str:
     """Join an argv list into quoted shell text (for launch scripts rendered to files)."""
     return " ".join(quote(a) for a in argv)
+
+
+# The fixed program behind ``async`` tasks and ``async_status`` (``python3 -c ASYNC_JOB MODE JID ...``): the ONE
+# deliberate exception to "a command dies with its channel". Job files live in ``~/.provision/async/`` (0700);
+# each is written atomically (O_EXCL temp file, 0600, rename) and holds a JSON record. Modes:
+#   start JID LIMIT NM NS: reads NM bytes of metadata (JSON: what the controller wants kept with the job), NS
+#     bytes of job script and then the job's stdin data from its stdin; writes the "started" record, then
+#     double-forks a daemon in a NEW session (so the runner's TERM/KILL of its process group, when the channel
+#     closes, does not reach it) with stdin/stdout/stderr on /dev/null (it holds nothing of the channel). The
+#     daemon runs /bin/sh on the script (through a pipe, as RUNNER does: never argv), output to 0600 files
+#     beside the record, and after LIMIT seconds TERMs the job's process group (KILL 5 s later) and records
+#     "Timeout exceeded". The finished record replaces the started one (rc, stdout, stderr, times).
+#   write JID: the record given on stdin (JSON), as a finished job (check mode, a skipped guard).
+#   status JID: prints {"file": PATH, "job": TEXT or null}. cleanup JID: removes the record and its output files.
+# Keep it free of user values: its text is what the host's process list shows.
+ASYNC_JOB = """\
+import os,sys,json,time,_thread,_signal
+m,j=sys.argv[1],sys.argv[2]
+d=os.path.join(os.path.expanduser('~'),'.provision','async')
+os.makedirs(d,0o700,exist_ok=True)
+f=os.path.join(d,j)
+def put(r):
+ t='%s.tmp%d'%(f,os.getpid());x=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
+ os.write(x,json.dumps(r).encode());os.fsync(x);os.close(x);os.rename(t,f)
+def say(**k):
+ k['file']=f;sys.stdout.write(json.dumps(k)+'\\n');sys.stdout.flush()
+if m=='status':
+ try:
+  with open(f) as h:t=h.read()
+ except FileNotFoundError:t=None
+ say(job=t);sys.exit(0)
+if m=='cleanup':
+ for x in (f,f+'.out',f+'.err'):
+  try:os.remove(x)
+  except FileNotFoundError:pass
+ say();sys.exit(0)
+b=sys.stdin.buffer.read()
+if m=='write':
+ r=json.loads(b.decode());r.update(ansible_job_id=j,started=1,finished=1);put(r);say();sys.exit(0)
+lim,nm,ns=float(sys.argv[3]),int(sys.argv[4]),int(sys.argv[5])
+meta=json.loads(b[:nm].decode());s=b[nm:nm+ns];data=b[nm+ns:]
+put({'ansible_job_id':j,'started':1,'finished':0,'meta':meta})
+r,w=os.pipe()
+if os.fork():
+ os.close(w);os.read(r,1);say();os._exit(0)
+os.close(r);os.setsid()
+if os.fork():os._exit(0)
+n=os.open(os.devnull,os.O_RDWR)
+for x in (0,1,2):os.dup2(n,x)
+os.close(w)
+o=os.open(f+'.out',os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o600)
+e=os.open(f+'.err',os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o600)
+sr,sw=os.pipe();dr,dw=os.pipe()
+t0=time.time()
+p=os.fork()
+if p==0:
+ try:
+  os.setpgid(0,0);os.dup2(dr,0);os.dup2(o,1);os.dup2(e,2);os.dup2(sr,3);os.set_inheritable(3,True)
+  for g in (13,25):_signal.signal(g,0)
+  os.execv('/bin/sh',['/bin/sh','/proc/self/fd/3'])
+ finally:os._exit(127)
+for x in (sr,dr,o,e):os.close(x)
+def feed(x,v):
+ try:
+  while v:v=v[os.write(x,v):]
+ except OSError:pass
+ os.close(x)
+_thread.start_new_thread(feed,(sw,memoryview(s)))
+_thread.start_new_thread(feed,(dw,memoryview(data)))
+st=None
+while st is None:
+ q,c=os.waitpid(p,os.WNOHANG)
+ if q:st=c;break
+ if time.time()>=t0+lim:break
+ time.sleep(0.1)
+def rd(x):
+ try:
+  with open(x,'rb') as h:return h.read().decode('utf-8','replace')
+ finally:os.remove(x)
+t1=time.time()
+r={'ansible_job_id':j,'started':1,'finished':1,'meta':meta,'start':t0,'end':t1}
+if st is None:
+ for g,wt in ((15,5),(9,0)):
+  try:os.killpg(p,g)
+  except OSError:pass
+  z=time.time()+wt
+  while wt and time.time()<z and not os.waitpid(p,os.WNOHANG)[0]:time.sleep(0.1)
+ rd(f+'.out');rd(f+'.err')
+ r.update(failed=1,msg='Timeout exceeded',child_pid=p,stdout='',stderr='')
+else:
+ r.update(rc=os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128+os.WTERMSIG(st),stdout=rd(f+'.out'),stderr=rd(f+'.err'))
+put(r)
+os._exit(0)
+"""
+
+
+def async_job(python: str, mode: str, jid: str, *rest: object) -> Command:
+    """The command that runs :data:`ASYNC_JOB` in ``mode`` for job ``jid`` (a controller-made name)."""
+    if not re.fullmatch(r"j[0-9]+\.[0-9]+", jid):
+        raise CommandError(f"invalid async job id: {jid!r}")
+    return Command.of(python, "-c", ASYNC_JOB, mode, jid, *rest)

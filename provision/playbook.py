@@ -41,7 +41,7 @@ TASK_KEYS = {
     "name", "args", "when", "tags", "notify", "register", "changed_when", "failed_when", "ignore_errors",
     "environment", "loop", "loop_control", "with_items", "become", "become_user", "run_once", "delegate_to",
     "retries", "delay", "until", "vars", "no_log", "timeout", "listen", "check_mode", "diff",
-    "module_defaults", "ignore_unreachable", "delegate_facts", "debugger", "any_errors_fatal",
+    "module_defaults", "ignore_unreachable", "delegate_facts", "debugger", "any_errors_fatal", "async", "poll",
 }  # fmt: skip
 ACTION_KEYS = ("action", "local_action")  # `action: MODULE ARGS` / `local_action:` (delegate_to: localhost)
 
@@ -198,6 +198,8 @@ class Task:
     module_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)  # in force here (includes use it)
     role_run: int | None = None  # which reading of its role this task is (meta: end_role ends that one)
     any_errors_fatal: bool = False  # a host failing this task ends the play for all (as the play's keyword)
+    async_val: int = 0  # `async`: run as a detached job with this time limit (s); 0: not async
+    poll: int = 15  # `poll`: seconds between status reads of an async job; 0: fire and forget
 
     @property
     def where(self) -> str:
@@ -554,6 +556,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
         any_errors_fatal=_bool(node.get("any_errors_fatal", False), "any_errors_fatal", node, path),
         module_defaults=defaults,
     )
+    _async_keys(task, cls, node, path)
     if task.module == "add_host":
         task.run_once = True  # it bypasses the host loop, as in Ansible: once per batch (each loop item)
     if task.module == "include_vars":
@@ -568,6 +571,16 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     if task.module == "include_role":
         _check_include_role(task, node, path)
     return task
+
+
+def _async_keys(task: Task, cls: Any, node: Any, path: str) -> None:
+    """``async``/``poll`` (whole numbers, no templates): only for modules whose work is one remote command."""
+    limit = _number(node.get("async"), "async", "count", node, path)
+    poll = _number(node.get("poll"), "poll", "count", node, path)
+    task.async_val = int(limit or 0)
+    task.poll = 15 if poll is None else int(poll)
+    if task.async_val and not cls.supports_async:
+        raise _err(f"async is not supported for the {cls.name} module (only for: command, shell)", node, path)
 
 
 def _untemplated(value: Any) -> Any:

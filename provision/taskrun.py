@@ -24,6 +24,7 @@ from .inventory import Inventory
 from .magic import PlayMagic, magic_vars, top_level_facts
 from .masking import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
+from .modules.async_mod import run_async
 from .playbook import Play, Task
 from .results import Status, TaskResult
 from .state import HostState, RunOptions
@@ -451,7 +452,9 @@ class TaskRunner:
         variables: templating.Vars, where: str, attempt: int | None = None,
     ) -> TaskResult:  # fmt: skip
         try:
-            mres: ModuleResult = cls().run(ctx, args)
+            mres: ModuleResult = (
+                run_async(cls, ctx, args, task.async_val, task.poll) if task.async_val else cls().run(ctx, args)
+            )
         except CommandTimeout as exc:
             mres = ModuleResult(failed=True, msg=exc.msg, data={"timeout": exc.timeout})
         except UnreachableError:

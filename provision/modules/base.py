@@ -263,6 +263,7 @@ class Module:
     controller_only: ClassVar[bool] = False  # debug/set_fact/fail/assert: no connection needed
     check_mode_support: ClassVar[bool] = True
     expression_args: ClassVar[tuple[str, ...]] = ()  # args holding bare Jinja2 expressions (assert's `that`)
+    supports_async: ClassVar[bool] = False  # `async` may run it as a detached job (see modules/async_mod.py)
     show_msg: ClassVar[bool] = False  # the result's message is worth printing without -v (debug, measurements)
 
     # ---------------------------------------------------------------- validation

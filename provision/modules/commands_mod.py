@@ -6,7 +6,8 @@ relative to ``chdir``) are checked first in one command and turn the task into a
 program never runs: the task is skipped, or, with ``creates``/``removes``, reports whether it would run.
 ``creates=... removes=... chdir=...`` (and the other argument names Ansible takes there) words of a free-form
 string are taken as arguments, wherever they stand, as Ansible's ``parse_kv`` does. ``command`` expands ``~``
-and ``$VAR`` in its arguments on the host (Ansible's ``expand_argument_vars``, on by default).
+and ``$VAR`` in its arguments on the host (Ansible's ``expand_argument_vars``, on by default). Both support
+``async`` (:mod:`provision.modules.async_mod` runs what :meth:`_Runner.plan_command` returns as a detached job).
 """
 
 from __future__ import annotations
@@ -61,7 +62,18 @@ class _Runner(Module):
     def build(self, args: dict[str, Any]) -> Command:
         raise NotImplementedError
 
+    supports_async = True
+
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        planned = self.plan_command(ctx, args)
+        if isinstance(planned, ModuleResult):
+            return planned
+        cmd, data = planned
+        return self.report(ctx.run(cmd, stdin=data), args["strip_empty_ends"])
+
+    def plan_command(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult | tuple[Command, bytes | None]:
+        """The command to run and its stdin data, or the result when nothing is to run (a guard said no,
+        check mode, bad arguments): what ``run`` and an ``async`` task share."""
         try:
             cmd = self.build(args)
         except (ArgError, ValueError) as exc:
@@ -84,7 +96,7 @@ class _Runner(Module):
         data = None
         if stdin is not None:
             data = (stdin + ("\n" if args["stdin_add_newline"] else "")).encode()
-        return self.report(ctx.run(cmd, stdin=data), args["strip_empty_ends"])
+        return cmd, data
 
     @staticmethod
     def _guard(ctx: ModuleContext, args: dict[str, Any]) -> str | None:
