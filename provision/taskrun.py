@@ -377,6 +377,8 @@ class TaskRunner:
         become = task.become if task.become is not None else self.play.become
         if isinstance(become, str):  # a template: rendered for this host and item
             become = templating.truthy(templating.render(become, variables, where))
+        # a template too (`become_user: "{{ app_user }}"`), rendered for this host and item like Ansible does
+        become_user = str(templating.render(task.become_user or self.play.become_user or "root", variables, where))
         check = self.options.check
         if task.check_mode is not None:
             check = templating.truthy(templating.render(task.check_mode, variables, where))
@@ -387,7 +389,7 @@ class TaskRunner:
             check=check,
             diff=self.options.diff if task.diff is None else task.diff,
             become=bool(become),
-            become_user=task.become_user or self.play.become_user or "root",
+            become_user=become_user or "root",
             verbosity=self.options.verbosity,
             environment={k: str(v) for k, v in env.items()},
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),

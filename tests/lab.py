@@ -12,6 +12,10 @@ even after their ``base_dir`` was deleted.
 
 Teardown (``stop()``, the context manager, an ``atexit`` hook) kills every process of the lab's sshds and
 users, deletes the users with their homes and removes ``base_dir``. Needs root.
+
+:meth:`Lab.grant_sudo` gives one host's user passwordless sudo (a sudoers drop-in
+``/etc/sudoers.d/provision-lab-<user>``, mode 0440, checked with ``visudo -cf``) until :meth:`Lab.revoke_sudo`
+or teardown; the drop-in is recorded in lab.json so that a crashed lab's cleanup removes it too.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import yaml
 SSHD = "/usr/sbin/sshd"
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
 PORT = 2222
+SUDOERS_DIR = Path("/etc/sudoers.d")
+VISUDO = shutil.which("visudo") or "/usr/sbin/visudo"
 REGISTRY = Path("/tmp/provision-lab")  # address locks, and a copy of every live lab's lab.json
 START_TIMEOUT = 10.0
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -69,6 +75,7 @@ class LabHost:
     config: Path  # its sshd_config
     host_key: Path  # private host key (the .pub beside it)
     log: Path  # sshd's stderr
+    sudo: bool = False  # its user has passwordless sudo (Lab.grant_sudo)
 
     @property
     def known_hosts_name(self) -> str:
@@ -313,6 +320,7 @@ class Lab:
         self._started = False
         atexit.unregister(self.stop)
         for h in self.hosts:
+            _remove_sudoers(h.user)
             self._kill_host(h)
             _remove_user(h.user)
         self.hosts = []
@@ -408,6 +416,33 @@ class Lab:
         _orig(pub).replace(pub)
         self.start_host(i)
 
+    def grant_sudo(self, i: int) -> None:
+        """Give host i's user passwordless sudo (to any user), until :meth:`revoke_sudo` or teardown."""
+        h = self.hosts[i]
+        h.sudo = True
+        self._write_state()  # first: a crash from here on leaves the drop-in recorded for cleanup
+        path = _sudoers_path(h.user)
+        tmp = path.with_name(f".{path.name}.tmp")  # visudo ignores names with a dot
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o440)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(
+                f"# provision test lab {self.base_dir}: removed when the lab stops\n"
+                f"{h.user} ALL=(ALL:ALL) NOPASSWD: ALL\n"
+            )
+        os.chmod(tmp, 0o440)
+        try:
+            _run([VISUDO, "-cqf", str(tmp)])
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def revoke_sudo(self, i: int) -> None:
+        """Remove host i's sudoers drop-in (no-op when there is none)."""
+        h = self.hosts[i]
+        _remove_sudoers(h.user)
+        h.sudo = False
+        self._write_state()
+
     def run_as(
         self, i: int, argv: Sequence[str], *, input: str | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
@@ -483,7 +518,8 @@ class Lab:
             "token": self._token,
             "base_dir": str(self.base_dir),
             "hosts": [
-                {"name": h.name, "user": h.user, "address": h.address, "port": h.port, "pid": h.pid} for h in self.hosts
+                {"name": h.name, "user": h.user, "address": h.address, "port": h.port, "pid": h.pid, "sudo": h.sudo}
+                for h in self.hosts
             ],
         }
         for path in (self.state_path, REGISTRY / f"lab-{self._token}.json"):
@@ -589,12 +625,24 @@ def _cleanup_state(state: dict[str, Any]) -> None:
         pid = h.get("pid")
         if isinstance(pid, int) and _is_lab_sshd(pid, base_dir):
             _kill_tree(pid)
+        _remove_sudoers(str(h["user"]))
         _remove_user(str(h["user"]))
     if base_dir.is_absolute() and (base_dir / "lab.json").exists():
         shutil.rmtree(base_dir, ignore_errors=True)
     token = state.get("token")
     if isinstance(token, str) and token.isalnum():
         (REGISTRY / f"lab-{token}.json").unlink(missing_ok=True)
+
+
+def _sudoers_path(user: str) -> Path:
+    if not user.replace("-", "").isalnum():  # lab user names only: never a path outside the drop-in dir
+        raise LabError(f"not a lab user name: {user!r}")
+    return SUDOERS_DIR / f"provision-lab-{user}"
+
+
+def _remove_sudoers(user: str) -> None:
+    with contextlib.suppress(LabError):
+        _sudoers_path(user).unlink(missing_ok=True)
 
 
 def _orig(path: Path) -> Path:

@@ -13,19 +13,26 @@ A case is a folder ``cases/<name>/`` with ``playbook.yml`` and an optional ``cas
       - match: "run 1: exit code"
         reason: why provision deliberately differs
     source: {repo: ..., path: ..., commit: ..., edits: [...]}   # for playbooks taken from public repos
+    sudo: false           # true: the case's lab users get passwordless sudo while the case runs (``become``);
+                          # such cases run one at a time (they change the machine: packages, accounts)
+    reset: reset.yml      # a playbook of the case, not compared but it must succeed: run by ansible-playbook
+                          # before each tool's first run, and by the tool itself after its last run (so each
+                          # tool's own removal is exercised): both tools start from the same machine state
 
 Each tool gets its own remote working dir per case and host, ``~/compat/<case>/<tool>``, created empty before
 the first run and passed as the inventory var ``wd`` (the absolute path). Compared per run: the exit code,
 each host's ok/changed/failed/skipped/ignored/unreachable counts, the message of every ``debug`` task (by task
 name and order), with ``--check``/``--diff`` which copy/template tasks showed a diff; after the runs, the
-files left in ``wd`` on each host (type, mode, content; the tool's own name in paths and text is normalised; what
+files left in ``wd`` on each host (type, mode, owner, content; the tool's own name in paths and text is normalised; what
 is inside a ``.git`` directory is not compared: git stores times and stat data there).
 """
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import re
 import shutil
 import stat
@@ -60,13 +67,15 @@ class Case:
     host_vars: dict[str, Any] = field(default_factory=dict)
     accept: list[dict[str, str]] = field(default_factory=list)
     serve: str | None = None
+    sudo: bool = False
+    reset: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> Case:
         meta_path = path / "case.yml"
         meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
         meta = meta or {}
-        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about", "serve"}
+        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about", "serve", "sudo", "reset"}
         unknown = set(meta) - known
         if unknown:
             raise ValueError(f"{meta_path}: unknown keys {sorted(unknown)}")
@@ -83,6 +92,8 @@ class Case:
             host_vars=dict(meta.get("host_vars", {})),
             accept=list(meta.get("accept", [])),
             serve=str(meta["serve"]) if meta.get("serve") else None,
+            sudo=bool(meta.get("sudo", False)),
+            reset=str(meta["reset"]) if meta.get("reset") else None,
         )
 
 
@@ -114,6 +125,8 @@ class Outcome:
 
 class Harness:
     """Runs cases on lab hosts; ``slot`` hosts (a list of LabHost) are used by one case at a time."""
+
+    _machine_lock = threading.Lock()  # held by a ``sudo`` case: one case at a time changes the machine
 
     def __init__(self, lab: Any, work: Path) -> None:
         self.lab = lab
@@ -174,10 +187,11 @@ class Harness:
         if local.exists():
             shutil.rmtree(local)
         records: dict[str, list[RunRecord]] = {}
-        with _http_server(case) as http_base:
+        resets: list[str] = []
+        with self._sudo(case, hosts), _http_server(case) as http_base:
             for tool in TOOLS:
-                records[tool] = self._run_tool(case, hosts, local, tool, http_base)
-        differences = self._compare(case, hosts, records)
+                records[tool] = self._run_tool(case, hosts, local, tool, http_base, resets)
+        differences = resets + self._compare(case, hosts, records)
         accepted, unexplained, used = [], [], set()
         for diff in differences:
             hit = next((a for a in case.accept if a["match"] in diff), None)
@@ -189,20 +203,57 @@ class Harness:
         unused = [a["match"] for a in case.accept if a["match"] not in used]
         return Outcome(case.name, unexplained, accepted, unused, records, time.monotonic() - started)
 
-    def _run_tool(self, case: Case, hosts: list[Any], local: Path, tool: str, http_base: str | None) -> list[RunRecord]:
+    @contextmanager
+    def _sudo(self, case: Case, hosts: list[Any]) -> Iterator[None]:
+        """For a ``sudo`` case: its hosts' users get sudo, and no other ``sudo`` case runs meanwhile."""
+        if not case.sudo:
+            yield
+            return
+        with self._machine_lock:
+            indexes = [self.lab.hosts.index(h) for h in hosts]
+            try:
+                for i in indexes:
+                    self.lab.grant_sudo(i)
+                yield
+            finally:
+                for i in indexes:
+                    self.lab.revoke_sudo(i)
+
+    def _run_tool(
+        self, case: Case, hosts: list[Any], local: Path, tool: str, http_base: str | None, resets: list[str]
+    ) -> list[RunRecord]:
         tool_dir = local / tool
         shutil.copytree(case.path, tool_dir)
         inventory = self._inventory(case, hosts, tool, tool_dir, http_base)
         for h in hosts:
             wd = self.wd(h, case, tool)
+            if case.sudo:  # a become case may have left root's files there
+                subprocess.run(["rm", "-rf", "--one-file-system", str(wd)], check=False, timeout=60)
             self._as_user(h, ["rm", "-rf", str(wd), ".provision/pending_handlers.json"])
             self._as_user(h, ["mkdir", "-p", str(wd)])
+        self._reset(case, "ansible", tool_dir, inventory, f"before {tool}", resets)
         runs: list[RunRecord] = []
         if case.check:
             runs.append(self._run(tool, tool_dir, inventory, [*case.args, "--check", "--diff"]))
         for _ in range(case.runs):
             runs.append(self._run(tool, tool_dir, inventory, case.args))
+        self._reset(case, tool, tool_dir, inventory, f"after {tool}", resets)
         return runs
+
+    def _reset(self, case: Case, tool: str, tool_dir: Path, inventory: Path, when: str, resets: list[str]) -> None:
+        """Run the case's ``reset`` playbook with ``tool``; a failure is reported as a difference."""
+        if not case.reset:
+            return
+        if tool == "ansible":
+            argv = ["ansible-playbook", "-i", str(inventory), case.reset]
+            env = self.ansible_env(tool_dir)
+            env["ANSIBLE_STDOUT_CALLBACK"] = "default"
+        else:
+            argv = [sys.executable, "-m", "provision", "run", case.reset, "-i", str(inventory)]
+            env = self.provision_env()
+        proc = subprocess.run(argv, cwd=tool_dir, env=env, capture_output=True, text=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            resets.append(f"reset {when}: exit code {proc.returncode}: {proc.stdout[-1500:]}{proc.stderr[-500:]}")
 
     def wd(self, host: Any, case: Case, tool: str) -> Path:
         return Path(host.home) / "compat" / case.name / tool
@@ -405,16 +456,20 @@ def _short(entry: tuple[str, str, str] | None) -> str:
 
 
 def _tree(root: Path, tool: str) -> dict[str, tuple[str, str, str]]:
-    """Relative path -> (kind, mode, content) of everything under root (the tool's name normalised)."""
+    """Relative path -> (kind, mode, content) of everything under root (the tool's name normalised); the mode
+    carries the owner and group where they are not the wd's own (files a ``become`` task made)."""
     out: dict[str, tuple[str, str, str]] = {}
     if not root.exists():
         return out
+    home_owner = (root.stat().st_uid, root.stat().st_gid)
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
         if ".git" in path.relative_to(root).parts[:-1]:  # a repository's internals hold times and stat data
             continue
         st = path.lstat()
         mode = oct(stat.S_IMODE(st.st_mode))
+        if (st.st_uid, st.st_gid) != home_owner:
+            mode += f" {_name(pwd.getpwuid, st.st_uid)}:{_name(grp.getgrgid, st.st_gid)}"
         if stat.S_ISLNK(st.st_mode):
             out[rel] = ("link", "", os.readlink(path).replace(f"/{tool}", "/TOOL"))
         elif stat.S_ISDIR(st.st_mode):
@@ -423,3 +478,10 @@ def _tree(root: Path, tool: str) -> dict[str, tuple[str, str, str]]:
             data = path.read_bytes().decode("utf-8", "replace").replace(f"/{tool}", "/TOOL")
             out[rel] = ("file", mode, data)
     return out
+
+
+def _name(lookup: Any, ident: int) -> str:
+    try:
+        return str(lookup(ident)[0])
+    except KeyError:
+        return str(ident)

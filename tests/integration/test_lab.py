@@ -240,6 +240,26 @@ def test_rotate_host_key(own_lab: Lab) -> None:
         assert _exec(client, "id -un")[1] == h.user + "\n"
 
 
+def test_grant_and_revoke_sudo(own_lab: Lab) -> None:
+    h0, h1 = own_lab.host(0), own_lab.host(1)
+    drop_in = Path("/etc/sudoers.d") / f"provision-lab-{h0.user}"
+    assert _ssh(own_lab, h0, "sudo -n true").returncode != 0  # no sudo by default
+    own_lab.grant_sudo(0)
+    assert stat.S_IMODE(drop_in.stat().st_mode) == 0o440 and drop_in.stat().st_uid == 0
+    assert subprocess.run(["visudo", "-cqf", str(drop_in)], capture_output=True).returncode == 0
+    assert _ssh(own_lab, h0, "sudo -n id -u").stdout == "0\n"
+    assert _ssh(own_lab, h0, f"sudo -n -u {h1.user} id -un").stdout == h1.user + "\n"  # become_user
+    assert _ssh(own_lab, h1, "sudo -n true").returncode != 0  # only the host asked for
+    assert json.loads(own_lab.state_path.read_text())["hosts"][0]["sudo"] is True
+    own_lab.revoke_sudo(0)
+    assert not drop_in.exists()
+    assert _ssh(own_lab, h0, "sudo -n true").returncode != 0
+    own_lab.grant_sudo(1)
+    drop_in1 = Path("/etc/sudoers.d") / f"provision-lab-{h1.user}"
+    own_lab.stop()  # teardown removes a drop-in still there
+    assert not drop_in1.exists()
+
+
 # ---- lifecycle ------------------------------------------------------------------------------------
 
 
@@ -293,7 +313,7 @@ def test_cleanup_after_crash(tmp_path: Path, how: str) -> None:
     code = (
         f"import sys, os, signal; sys.path.insert(0, {str(REPO / 'tests')!r})\n"
         "from pathlib import Path; from lab import Lab\n"
-        f"Lab(2, Path({str(base)!r})).start(); print('up', flush=True)\n"
+        f"lab = Lab(2, Path({str(base)!r})).start(); lab.grant_sudo(1); print('up', flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"  # no atexit, no teardown
     )
     crashed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -301,13 +321,15 @@ def test_cleanup_after_crash(tmp_path: Path, how: str) -> None:
     state = json.loads((base / "lab.json").read_text())
     users, pids = [h["user"] for h in state["hosts"]], [h["pid"] for h in state["hosts"]]
     assert not _gone(users, pids)
+    drop_in = Path("/etc/sudoers.d") / f"provision-lab-{users[1]}"
+    assert drop_in.exists()
     if how == "cleanup_stale":
         assert Lab.cleanup_stale(base) is True
         assert Lab.cleanup_stale(base) is False
     else:
         shutil.rmtree(base)  # e.g. pytest rotated its old tmp dirs away: the registry still knows the lab
         assert Lab.cleanup_orphans() >= 1
-    assert _gone(users, pids) and not base.exists()
+    assert _gone(users, pids) and not base.exists() and not drop_in.exists()
     assert not list(Path("/tmp/provision-lab").glob(f"lab-{state['token']}.json"))
 
 

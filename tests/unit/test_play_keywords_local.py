@@ -97,6 +97,21 @@ def test_become_may_be_a_template_rendered_per_item(tmp_path: Path) -> None:
     assert tasks[0].become == "{{ item }}" and tasks[1].become == "{{ 1 == 2 }}"
 
 
+def test_become_user_may_be_a_template_rendered_per_item(tmp_path: Path) -> None:
+    """sudo runs as the rendered user (the template text reached sudo before); needs sudo (scripts/test)."""
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    one: {ansible_connection: local, runner: nobody}\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  become: true\n  become_user: '{{ runner }}'\n  tasks:\n"
+        "    - command: id -un\n      register: play_level\n"
+        "    - command: id -un\n      become_user: '{{ item }}'\n      loop: [root, '{{ runner }}']\n"
+        "      register: r\n"
+        "    - assert:\n        that:\n          - play_level.stdout == 'nobody'\n"
+        "          - r.results | map(attribute='stdout') | list == ['root', 'nobody']\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml"), "--json"])
+    assert result.code == 0, result.out + result.err
+
+
 def test_retries_and_delay_may_be_templates(tmp_path: Path) -> None:
     (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    one: {ansible_connection: local, n: 2}\n")
     counter = tmp_path / "n"
