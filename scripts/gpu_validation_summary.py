@@ -23,6 +23,9 @@ def results(doc: Any) -> list[tuple[str, str, dict[str, Any]]]:
         for task in play.get("tasks", []):
             for host, res in task.get("hosts", {}).items():
                 out.append((task["task"]["name"], host, res))
+                for item in res.get("results") or []:  # a looped task's items (the preflight: one per decode host)
+                    if isinstance(item, dict):
+                        out.append((task["task"]["name"], host, item))
     return out
 
 
@@ -55,7 +58,7 @@ def main(out: Path) -> dict[str, Any]:
         }
         if name == "install":
             for task, _host, res in results(doc):
-                if task.startswith("Wheel directory"):
+                if task.split(" : ")[-1].startswith("Wheel directory"):  # a role's task: "ROLE : NAME"
                     summary[name]["sync"] = {k: res.get(k) for k in ("files", "bytes_sent", "msg")} | {
                         "sent": len(res.get("sent") or [])
                     }
