@@ -93,7 +93,9 @@ class Package(Module):
     name = "package"
     args = {
         "name": Arg("raw", required=True),
-        "state": Arg(required=True, choices=("present", "installed", "latest", "absent", "removed")),
+        # ansible-core documents state as required, but its package action hands the arguments to the backend,
+        # whose default (present) applies: `package: name=git` installs git there, and here
+        "state": Arg(default="present", choices=("present", "installed", "latest", "absent", "removed")),
         "use": Arg(default="auto", choices=("auto", "apt")),
     }
 

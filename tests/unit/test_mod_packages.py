@@ -26,6 +26,7 @@ def _steps() -> list[tuple[str, dict[str, Any], bool]]:
         ("apt", {"name": PKG}, False),  # converged
         ("apt", {"name": [PKG], "state": "latest"}, False),  # the candidate is installed
         ("package", {"name": PKG, "state": "present"}, False),
+        ("package", {"name": PKG}, False),  # no state: the backend's default (present), as Ansible's action does
         ("apt", {"name": PKG, "state": "absent"}, True),
         ("apt", {"name": PKG, "state": "absent", "purge": True}, False),
         ("apt", {"name": PKG, "state": "absent"}, False),  # converged
@@ -68,7 +69,7 @@ def test_apt_and_package_the_same_as_ansible(tmp_path: Path) -> None:
                 assert not _installed()  # check mode installed nothing
             if i == 1:
                 assert _installed()
-            if i == 5:
+            if i == 6:
                 assert _installed()  # check mode removed nothing
         assert not _installed()
     finally:
