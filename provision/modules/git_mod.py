@@ -97,8 +97,8 @@ def _ssh_command(args: dict[str, Any]) -> str | None:
         words += ["-i", args["key_file"], "-o", "IdentitiesOnly=yes"]
     if args["ssh_opts"]:
         words += shlex.split(str(args["ssh_opts"]))
-    if args["accept_hostkey"]:
-        words += ["-o", "StrictHostKeyChecking=no"]
-    if args["accept_newhostkey"]:
+    if args["accept_hostkey"] or args["accept_newhostkey"]:
+        # Ansible's accept_hostkey turns host key checking off; provision never does: an unknown server key
+        # is learned, a CHANGED one is still refused (the same as accept_newhostkey)
         words += ["-o", "StrictHostKeyChecking=accept-new"]
     return " ".join(quote(w) for w in ["ssh", *words]) if words else None  # git runs it with sh
