@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from provision.cli import main
 
@@ -33,6 +35,21 @@ def run_cli(argv: list[str]) -> CliResult:
 def named(shown: str, name: str) -> bool:
     """A task shown as ``name``, or as a role's task ``ROLE : name`` (Ansible's and provision's title)."""
     return shown == name or shown.endswith(f" : {name}")
+
+
+@contextlib.contextmanager
+def lab_ssh_config(lab: Any) -> Iterator[None]:
+    """``PROVISION_SSH_CONFIG`` set to the lab's ssh config for the block (the in-process CLI reads it), then
+    put back as it was."""
+    old = os.environ.get("PROVISION_SSH_CONFIG")
+    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PROVISION_SSH_CONFIG", None)
+        else:
+            os.environ["PROVISION_SSH_CONFIG"] = old
 
 
 def run_cli_in(workdir: Path, argv: list[str]) -> CliResult:

@@ -5,7 +5,6 @@ reads its record and cleans it up. A job past its limit is killed on the host th
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import lab_ssh_config, run_cli
 
 pytestmark = pytest.mark.lab
 
@@ -51,15 +50,10 @@ STATUS = """
 
 @pytest.fixture
 def inv(lab: Any, tmp_path: Path) -> Iterator[Path]:
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    lab.run_as(0, ["mkdir", "-p", "async-test"])
-    yield lab.write_inventory(tmp_path / "inv.yml", names=[0])
-    lab.run_as(0, ["rm", "-rf", "async-test"])
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
+    with lab_ssh_config(lab):
+        lab.run_as(0, ["mkdir", "-p", "async-test"])
+        yield lab.write_inventory(tmp_path / "inv.yml", names=[0])
+        lab.run_as(0, ["rm", "-rf", "async-test"])
 
 
 def _run(tmp_path: Path, text: str, inv: Path, *extra: str) -> dict[str, dict[str, Any]]:

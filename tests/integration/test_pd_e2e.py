@@ -10,7 +10,6 @@ launch parameter restarts one process → a killed decode is seen and brought ba
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -25,7 +24,7 @@ import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from tests.helpers import CliResult, named, run_cli_in
+from tests.helpers import CliResult, lab_ssh_config, named, run_cli_in
 from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
     SglangStack,
@@ -118,17 +117,12 @@ def deployment(
         extra_host_vars={"lab0": common, "lab1": common},
         groups={"prefill": ["lab0"], "decode": ["lab1"], "router": ["lab0"]},
     )
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
     deployed = Deployment(lab, inventory, workdir, install_seconds)
-    try:
-        yield deployed
-    finally:
-        deployed.provision("pd", "down")
-        if old is None:
-            os.environ.pop("PROVISION_SSH_CONFIG", None)
-        else:
-            os.environ["PROVISION_SSH_CONFIG"] = old
+    with lab_ssh_config(lab):
+        try:
+            yield deployed
+        finally:
+            deployed.provision("pd", "down")
 
 
 def test_a_failed_up_names_the_process_and_stops_what_it_started(deployment: Deployment) -> None:

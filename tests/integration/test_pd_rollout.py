@@ -12,7 +12,6 @@ failures, exit 2) → a rollout with nothing to change touches nothing.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.error
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import CliResult, run_cli_in
+from tests.helpers import CliResult, lab_ssh_config, run_cli_in
 from tests.stack_support import VENV, SglangStack, install_sglang_stack
 
 pytestmark = pytest.mark.lab
@@ -144,22 +143,17 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
         extra_host_vars={name: common for name in SERVERS},
         groups={"prefill": ["lab0", "lab1"], "decode": ["lab2", "lab3"], "router": ["lab0"]},
     )
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
     deployed = Deployment(lab, inventory, workdir)
     deployed.set_vars(sglang_extra_args=BASE_ARGS, pd_env={"PROVISION_ROLLOUT_MARK": "v1"})
-    try:
-        started = time.monotonic()
-        result = deployed.provision("pd", "up")
-        assert result.code == 0, result.out[-4000:] + result.err[-2000:]
-        print(f"\npd up of 2 prefill + 2 decode + router: {time.monotonic() - started:.1f}s")
-        yield deployed
-    finally:
-        deployed.provision("pd", "down")
-        if old is None:
-            os.environ.pop("PROVISION_SSH_CONFIG", None)
-        else:
-            os.environ["PROVISION_SSH_CONFIG"] = old
+    with lab_ssh_config(lab):
+        try:
+            started = time.monotonic()
+            result = deployed.provision("pd", "up")
+            assert result.code == 0, result.out[-4000:] + result.err[-2000:]
+            print(f"\npd up of 2 prefill + 2 decode + router: {time.monotonic() - started:.1f}s")
+            yield deployed
+        finally:
+            deployed.provision("pd", "down")
 
 
 def router_url(d: Deployment) -> str:

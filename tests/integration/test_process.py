@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import lab_ssh_config, run_cli
 
 pytestmark = pytest.mark.lab
 
@@ -39,17 +39,12 @@ PLAYBOOK = """
 
 @pytest.fixture
 def setup(lab: Any, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    lab.run_as(0, ["mkdir", "-p", "proc-test"])
-    playbook = tmp_path / "proc.yml"
-    playbook.write_text(PLAYBOOK)
-    yield lab.write_inventory(tmp_path / "inv.yml", names=[0]), playbook
-    lab.run_as(0, ["sh", "-c", "kill -9 -$(cat proc-test/run/svc.pid) 2>/dev/null; rm -rf proc-test"])
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
+    with lab_ssh_config(lab):
+        lab.run_as(0, ["mkdir", "-p", "proc-test"])
+        playbook = tmp_path / "proc.yml"
+        playbook.write_text(PLAYBOOK)
+        yield lab.write_inventory(tmp_path / "inv.yml", names=[0]), playbook
+        lab.run_as(0, ["sh", "-c", "kill -9 -$(cat proc-test/run/svc.pid) 2>/dev/null; rm -rf proc-test"])
 
 
 def apply(playbook: Path, inv: Path, tmp_path: Path, *extra: str) -> dict[str, Any]:
