@@ -71,11 +71,8 @@ class HostVarsView(Mapping[str, Any]):
         return len(self._runner.inventory.hosts)
 
 
-def _skipped_by_when(host: str, task: Task, variables: Mapping[str, Any], where: str) -> TaskResult:
-    """Ansible's result of a task its ``when`` skipped: ``skip_reason`` and the first ``false_condition``, no
-    ``msg``."""
-    conditions = task.when if isinstance(task.when, list) else [task.when]
-    false = next((c for c in conditions if not templating.condition(c, variables, where)), conditions[-1])
+def _skipped_by_when(host: str, task: Task, false: Any) -> TaskResult:
+    """Ansible's result of a task its ``when`` skipped: ``skip_reason`` and the ``false_condition``, no ``msg``."""
     data = {"skip_reason": "Conditional result was False", "false_condition": str(false)}
     return TaskResult(host, task.name, Status.SKIPPED, "conditional result was False", data)
 
@@ -301,8 +298,9 @@ class TaskRunner:
                 msg = f"skipped in check mode: needs {unknown!r}, which check mode did not really run"
                 return TaskResult(host, task.name, Status.SKIPPED, msg, {CHECK_SKIPPED: True})
         if task.loop is None:
-            if task.when is not None and not templating.condition(task.when, variables, where):
-                return _skipped_by_when(host, task, variables, where)
+            false = None if task.when is None else templating.false_condition(task.when, variables, where)
+            if false is not None:
+                return _skipped_by_when(host, task, false)
             return self._call(task, host, variables, where)
         # a looped task's `when` is evaluated per item (it may test the item), as Ansible does
         items = self._items(task, variables, where)
@@ -315,10 +313,8 @@ class TaskRunner:
             if task.extended:
                 loop_vars["ansible_loop"] = _loop_info(items, index)
             item_vars = self.host_vars(host, task, loop_vars)
-            if task.when is not None and not templating.condition(task.when, item_vars, where):
-                res = _skipped_by_when(host, task, item_vars, where)
-            else:
-                res = self._call(task, host, item_vars, where)
+            false = None if task.when is None else templating.false_condition(task.when, item_vars, where)
+            res = self._call(task, host, item_vars, where) if false is None else _skipped_by_when(host, task, false)
             res.data.update(loop_vars)
             label = item if task.loop_label is None else templating.render(task.loop_label, item_vars, where)
             # masked BEFORE it is cut: a secret cut in half would no longer match the masker

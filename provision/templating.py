@@ -658,14 +658,23 @@ def evaluate_expression(expr: Any, variables: Mapping[str, Any], where: str = ""
 
 def condition(expr: Any, variables: Mapping[str, Any], where: str = "") -> bool:
     """``when``-style condition: bare expression, list of expressions (all must hold), or a bool."""
-    if isinstance(expr, bool):
-        return expr
+    return false_condition(expr, variables, where) is None
+
+
+def false_condition(expr: Any, variables: Mapping[str, Any], where: str = "") -> Any:
+    """The first part of a ``when``-style condition that is false (Ansible's ``false_condition``), evaluated in
+    order and no further; None when the whole condition holds."""
     if isinstance(expr, list):
-        return all(condition(e, variables, where) for e in expr)
+        for part in expr:
+            found = false_condition(part, variables, where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(expr, bool):
+        return None if expr else expr
     result = evaluate_expression(str(expr), variables, where)
-    if isinstance(result, str):
-        return _bool(result)
-    return bool(result)
+    holds = _bool(result) if isinstance(result, str) else bool(result)
+    return None if holds else expr
 
 
 # ----------------------------------------------------------------------------------------- validation
