@@ -41,8 +41,7 @@ class Group(Module):
             answer = ctx.call_helper("accounts.py", "group", json.dumps(request), what="group", check_rc=False)
         except HelperError as exc:
             return exc.as_result()
-        failed, changed = bool(answer.pop("failed", False)), bool(answer.pop("changed", False))
-        return ModuleResult(changed=changed, failed=failed, msg=str(answer.pop("msg", "")), data=answer)
+        return ModuleResult.from_answer(answer)
 
 
 @register
@@ -84,8 +83,7 @@ class User(Module):
             )
         except HelperError as exc:
             return exc.as_result()
-        failed, changed = bool(answer.pop("failed", False)), bool(answer.pop("changed", False))
-        return ModuleResult(changed=changed, failed=failed, msg=str(answer.pop("msg", "")), data=answer)
+        return ModuleResult.from_answer(answer)
 
 
 __all__ = ["Group", "User"]

@@ -123,6 +123,14 @@ class ModuleResult:
     gathered: dict[str, Any] | None = None  # the setup module: becomes the host's ansible_facts
     notify: bool = True  # handlers are notified only when changed; kept for modules that never notify
 
+    @classmethod
+    def from_answer(cls, answer: Mapping[str, Any]) -> ModuleResult:
+        """A helper's answer that already has Ansible's result shape: ``changed``, ``failed`` and ``msg``, and the
+        module's own keys as the returned values."""
+        data = dict(answer)
+        changed, failed = bool(data.pop("changed", False)), bool(data.pop("failed", False))
+        return cls(changed=changed, failed=failed, msg=str(data.pop("msg", "") or ""), data=data)
+
 
 @dataclass(frozen=True)
 class Arg:

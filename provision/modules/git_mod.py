@@ -81,13 +81,7 @@ class Git(Module):
             answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what="git", check_rc=False)
         except HelperError as exc:
             return exc.as_result()
-        data: dict[str, Any] = {k: answer[k] for k in ("before", "after", "remote_url_changed") if k in answer}
-        return ModuleResult(
-            changed=bool(answer.get("changed")),
-            failed=bool(answer.get("failed")),
-            msg=str(answer.get("msg") or ""),
-            data=data,
-        )
+        return ModuleResult.from_answer(answer)  # before, after, remote_url_changed
 
 
 def _ssh_command(args: dict[str, Any]) -> str | None:

@@ -35,15 +35,11 @@ def _apply(ctx: ModuleContext, request: dict[str, Any]) -> ModuleResult:
         answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what="apt", check_rc=False)
     except HelperError as exc:
         return exc.as_result()
-    keys = ("cache_updated", "cache_update_time", "stdout", "stderr", "rc", "diff")
-    data: dict[str, Any] = {k: answer[k] for k in keys if k in answer}
+    result = ModuleResult.from_answer(answer)  # cache_updated, cache_update_time, stdout, stderr, rc, diff
     for stream in ("stdout", "stderr"):
-        if stream in data:
-            data[f"{stream}_lines"] = str(data[stream]).splitlines()
-    return ModuleResult(
-        changed=bool(answer.get("changed")), failed=bool(answer.get("failed")), msg=str(answer.get("msg") or ""),
-        data=data,
-    )  # fmt: skip
+        if stream in result.data:
+            result.data[f"{stream}_lines"] = str(result.data[stream]).splitlines()
+    return result
 
 
 @register

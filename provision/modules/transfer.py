@@ -193,9 +193,7 @@ class GetUrl(Module):
             )  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
-        failed, changed = bool(answer.pop("failed", False)), bool(answer.pop("changed", False))
-        msg = str(answer.pop("msg", ""))
-        return ModuleResult(changed=changed, failed=failed, msg=msg, data=answer)
+        return ModuleResult.from_answer(answer)
 
 
 # --------------------------------------------------------------------------------------------- unarchive
