@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.cli import main
+from provision.results import TaskResult
 
 
 @dataclass
@@ -60,3 +61,18 @@ def run_cli_in(workdir: Path, argv: list[str]) -> CliResult:
         return run_cli(argv)
     finally:
         os.chdir(old)
+
+
+class Collect:
+    """A reporter (provision.report.Sink) that keeps every task result and prints nothing."""
+
+    def __init__(self) -> None:
+        self.results: list[TaskResult] = []
+
+    def play_start(self, name: str, hosts: list[str]) -> None: ...
+    def task_start(self, name: str, *, handler: bool = False) -> None: ...
+    def progress(self, host: str, msg: str) -> None: ...
+    def line(self, text: str = "") -> None: ...
+
+    def task_result(self, result: TaskResult) -> None:
+        self.results.append(result)

@@ -17,6 +17,7 @@ from provision.inventory import Inventory
 from provision.playbook import load_playbook
 from provision.results import Status, TaskResult
 from provision.transport import ConnectOptions
+from tests.helpers import Collect
 
 N_FILES = 12  # probe-able tasks in the converged segment
 
@@ -59,21 +60,6 @@ def _play(tmp: Path, base: str) -> Path:
     path = tmp / f"{base}.yml"
     path.write_text(PLAY.format(base=base, files=files))
     return path
-
-
-class Collect:
-    """A reporter that keeps every task result."""
-
-    def __init__(self) -> None:
-        self.results: list[TaskResult] = []
-
-    def play_start(self, name: str, hosts: list[str]) -> None: ...
-    def task_start(self, name: str, *, handler: bool = False) -> None: ...
-    def progress(self, host: str, msg: str) -> None: ...
-    def line(self, text: str = "") -> None: ...
-
-    def task_result(self, result: TaskResult) -> None:
-        self.results.append(result)
 
 
 def _apply(inventory: Inventory, playbook: Path, batch: bool, **opts: Any) -> tuple[Executor, list[TaskResult]]:

@@ -9,20 +9,8 @@ from provision.executor import Executor, RunOptions
 from provision.inventory import Inventory
 from provision.playbook import load_playbook
 from provision.prefetch import probeable, segment
-from provision.results import Status, TaskResult
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.results: list[TaskResult] = []
-
-    def play_start(self, name: str, hosts: list[str]) -> None: ...
-    def task_start(self, name: str, *, handler: bool = False) -> None: ...
-    def progress(self, host: str, msg: str) -> None: ...
-    def line(self, text: str = "") -> None: ...
-
-    def task_result(self, result: TaskResult) -> None:
-        self.results.append(result)
+from provision.results import Status
+from tests.helpers import Collect
 
 
 def _run(tmp: Path, play: str, batch: bool) -> tuple[Executor, list[tuple[str, str, Status]]]:
