@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..nixl.ucx import ucx_env
-from ..sglang.cpu_compat import CPU_DECODE_FLAGS, cpu_env, cpu_server_flags
+from ..sglang.cpu_compat import CPU_DECODE_FLAGS, CPU_ROUTER_HEALTH_CHECK_TIMEOUT, cpu_env, cpu_server_flags
 from .addr import address_of, is_ip, machine_of, url_host
 from .flags import PlanError, effective, flag_lines, words
 
@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "router_port": 8000,
     "router_prometheus_port": 29000,
     "router_health_check_interval": 5,
+    "router_health_check_timeout": None,  # the router's own (5 s); CPU_ROUTER_HEALTH_CHECK_TIMEOUT in CPU mode
+    "router_health_failure_threshold": None,  # the router's own (3 failed checks in a row)
     "router_policy": None,
     "tp": 1,
     "dp": 1,
@@ -243,6 +245,14 @@ def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list
     flags.append(["--prometheus-host", bind, "--prometheus-port", str(prometheus)])
     interval = int_var(v, "router_health_check_interval", host, 1, 86400)
     flags.append(["--health-check-interval-secs", str(interval)])
+    if var(v, "router_health_check_timeout") is not None or var(v, "sglang_device") == "cpu":
+        timeout = CPU_ROUTER_HEALTH_CHECK_TIMEOUT
+        if var(v, "router_health_check_timeout") is not None:
+            timeout = int_var(v, "router_health_check_timeout", host, 1, 86400)
+        flags.append(["--health-check-timeout-secs", str(timeout)])
+    if var(v, "router_health_failure_threshold") is not None:
+        threshold = int_var(v, "router_health_failure_threshold", host, 1, 1000)
+        flags.append(["--health-failure-threshold", str(threshold)])
     if var(v, "router_policy"):
         flags.append(["--policy", str(var(v, "router_policy"))])
     flags += flag_lines(words(var(v, "router_extra_args"), f"{host}: router_extra_args"))

@@ -49,6 +49,10 @@ PATCHED_METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")  # of n
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "PROVISION_CPU_COMPAT": "1"}
 DEFAULT_MAX_TOTAL_TOKENS = 16384
 CPU_DECODE_FLAGS = (("--disaggregation-decode-retraction-backup", "cpu_tensor"),)
+# A CPU server answers /health slowly while it decodes and while another server starts on the same cores (seen:
+# over 5 s, the router's default, three times in a row on both decodes of a 2-core machine during a rollout, and
+# the router then had no decode worker): the router waits this long instead.
+CPU_ROUTER_HEALTH_CHECK_TIMEOUT = 30
 
 
 def cpu_server_flags(max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS) -> list[list[str]]:
@@ -75,6 +79,7 @@ def shipped_files() -> dict[str, bytes]:
 
 __all__ = [
     "CPU_DECODE_FLAGS",
+    "CPU_ROUTER_HEALTH_CHECK_TIMEOUT",
     "CPU_ENV",
     "PATCHED_METHODS",
     "SGLANG_VERSION",

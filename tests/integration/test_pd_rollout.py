@@ -128,6 +128,11 @@ class Deployment:
     def environ(self, host: str, pid: int) -> str:
         return str(self.lab.run_as(self.index(host), ["cat", f"/proc/{pid}/environ"]).stdout)
 
+    def router_log(self, lines: int = 60) -> str:
+        """The router's last log lines (why it had no worker to give a request to)."""
+        out = self.lab.run_as(0, ["tail", "-n", str(lines), ".provision/pd/logs/lab0-router.log"]).stdout
+        return str(out)
+
     def leftovers(self, host: str) -> str:
         listing = self.lab.run_as(self.index(host), ["sh", "-c", "ls .provision/pd/ | grep rollout-prev || true"])
         return str(listing.stdout)
@@ -180,7 +185,7 @@ def test_rollout_of_a_flag_and_pd_env_loses_no_request(deployment: Deployment) -
         time.sleep(3)  # and after it ends
     show(report, client, time.monotonic() - started)
     assert result.code == 0, json.dumps(report, indent=1)[-6000:]
-    assert client.failures == [], client.failures[:10]
+    assert client.failures == [], (client.failures[:10], deployment.router_log())
     assert client.served > 0
     changes = {c["host"]: c for c in report["changes"]}
     assert set(changes) == set(SERVERS)
@@ -219,7 +224,7 @@ def test_a_failing_new_command_rolls_the_canary_back(deployment: Deployment) -> 
         time.sleep(3)
     show(report, client, time.monotonic() - started)
     assert result.code == 2, json.dumps(report, indent=1)[-6000:]
-    assert client.failures == [], client.failures[:10]
+    assert client.failures == [], (client.failures[:10], deployment.router_log())
     assert client.served > 0
     assert len(report["batches"]) == 1  # the canary only: later batches are never started
     canary = report["batches"][0]

@@ -154,3 +154,20 @@ def test_helpers() -> None:
     assert machine_of("lab0", {"ansible_host": "127.0.5.10"}) == "localhost"
     assert machine_of("x", {"ansible_connection": "local"}) == "localhost"
     assert machine_of("gpu01", {}) == "gpu01"
+
+
+def test_router_health_check_flags() -> None:
+    def router_args(**common: Any) -> list[str]:
+        return build(two_hosts(**common)).routers[0].args
+
+    gpu = router_args()
+    assert effective(gpu, "--health-check-interval-secs") == "5"
+    assert effective(gpu, "--health-check-timeout-secs") is None  # the router's own default
+    assert effective(gpu, "--health-failure-threshold") is None
+    cpu = router_args(sglang_device="cpu")  # slow /health answers on shared cores must not empty the router
+    assert effective(cpu, "--health-check-timeout-secs") == "30"
+    set_ = router_args(router_health_check_timeout=12, router_health_failure_threshold=5, sglang_device="cpu")
+    assert effective(set_, "--health-check-timeout-secs") == "12"
+    assert effective(set_, "--health-failure-threshold") == "5"
+    with pytest.raises(PlanError, match="router_health_failure_threshold"):
+        router_args(router_health_failure_threshold="many")
