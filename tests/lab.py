@@ -1,7 +1,8 @@
 """The lab: N real OpenSSH sshd "hosts" on loopback, one Unix user each, for integration tests.
 
 Host ``i`` is Unix user ``{prefix}{i}-{token}`` (home under /home, 0700) served by its own
-``/usr/sbin/sshd -D`` listening on ``127.0.X.(10+i):2222``. ``X`` is picked at random per lab and reserved
+``/usr/sbin/sshd -D`` listening on ``127.0.X.(10+i):2222`` (hosts past the 240th reuse the addresses on port
+2223, 2224, ...: at most :data:`MAX_HOSTS`). ``X`` is picked at random per lab and reserved
 with a lock file, so labs running in parallel (other pytest sessions, xdist workers) never collide.
 
 Everything the lab writes lives in ``base_dir``: host keys, sshd configs and logs, one client key pair
@@ -44,6 +45,13 @@ import yaml
 SSHD = "/usr/sbin/sshd"
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
 PORT = 2222
+PER_PORT = 240  # addresses 127.0.X.10..249 on one port
+MAX_HOSTS = 2 * PER_PORT
+
+
+def _endpoint(subnet: int, i: int) -> tuple[str, int]:
+    """Host i's address and port."""
+    return f"127.0.{subnet}.{10 + i % PER_PORT}", PORT + i // PER_PORT
 SUDOERS_DIR = Path("/etc/sudoers.d")
 VISUDO = shutil.which("visudo") or "/usr/sbin/visudo"
 REGISTRY = Path("/tmp/provision-lab")  # address locks, and a copy of every live lab's lab.json
@@ -214,8 +222,8 @@ class Lab:
     """N sshd hosts on 127.0.X.(10+i):2222. ``with Lab(4, path) as lab: ...``"""
 
     def __init__(self, n: int, base_dir: Path, prefix: str = "plab") -> None:
-        if not 1 <= n <= 200:
-            raise ValueError("a lab has 1..200 hosts")
+        if not 1 <= n <= MAX_HOSTS:
+            raise ValueError(f"a lab has 1..{MAX_HOSTS} hosts")
         if len(prefix) + len(str(n - 1)) + 5 > 32 or not prefix[:1].isalpha():
             raise ValueError(f"bad user name prefix {prefix!r}")
         self.n = n
@@ -283,12 +291,13 @@ class Lab:
         client_pub = _keygen(self.client_key, "provision-lab-client")
         for i in range(self.n):
             user = f"{self.prefix}{i}-{token}"
+            address, port = _endpoint(subnet, i)
             self.hosts.append(
                 LabHost(
                     name=f"lab{i}",
                     user=user,
-                    address=f"127.0.{subnet}.{10 + i}",
-                    port=PORT,
+                    address=address,
+                    port=port,
                     home=Path("/home") / user,
                     pid=None,
                     config=self.base_dir / f"sshd_config.lab{i}",
@@ -548,7 +557,7 @@ class Lab:
 
     # -- internals
     def _reserve_subnet(self) -> int:
-        """Pick X in 100..250 no other lab holds (flock on a file) and whose addresses bind on PORT."""
+        """Pick X in 100..250 no other lab holds (flock on a file) and whose hosts' addresses and ports bind."""
         candidates = list(range(100, 251))
         random.shuffle(candidates)
         for x in candidates:
@@ -558,7 +567,7 @@ class Lab:
             except OSError:
                 fh.close()
                 continue
-            if all(_can_bind(f"127.0.{x}.{10 + i}", PORT) for i in range(self.n)):
+            if all(_can_bind(*_endpoint(x, i)) for i in range(self.n)):
                 self._lock = fh
                 return x
             fh.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
-from lab import Lab, LabError, LabHost
+from lab import MAX_HOSTS, Lab, LabError, LabHost, _endpoint
 
 pytestmark = pytest.mark.lab
 
@@ -353,3 +353,12 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
             if up.poll() is None:
                 up.terminate()
                 up.wait(timeout=30)
+
+
+def test_hosts_past_240_share_the_addresses_on_the_next_port() -> None:
+    assert _endpoint(150, 0) == ("127.0.150.10", 2222)
+    assert _endpoint(150, 239) == ("127.0.150.249", 2222)
+    assert _endpoint(150, 240) == ("127.0.150.10", 2223)  # the 256-host benchmark's fleet
+    assert len({_endpoint(150, i) for i in range(MAX_HOSTS)}) == MAX_HOSTS
+    with pytest.raises(ValueError, match="1..480"):
+        Lab(MAX_HOSTS + 1, Path("/nonexistent"))
