@@ -52,6 +52,8 @@ MAX_HOSTS = 2 * PER_PORT
 def _endpoint(subnet: int, i: int) -> tuple[str, int]:
     """Host i's address and port."""
     return f"127.0.{subnet}.{10 + i % PER_PORT}", PORT + i // PER_PORT
+
+
 SUDOERS_DIR = Path("/etc/sudoers.d")
 VISUDO = shutil.which("visudo") or "/usr/sbin/visudo"
 REGISTRY = Path("/tmp/provision-lab")  # address locks, and a copy of every live lab's lab.json

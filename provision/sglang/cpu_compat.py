@@ -79,8 +79,8 @@ def shipped_files() -> dict[str, bytes]:
 
 __all__ = [
     "CPU_DECODE_FLAGS",
-    "CPU_ROUTER_HEALTH_CHECK_TIMEOUT",
     "CPU_ENV",
+    "CPU_ROUTER_HEALTH_CHECK_TIMEOUT",
     "PATCHED_METHODS",
     "SGLANG_VERSION",
     "SHIPPED",

@@ -360,5 +360,5 @@ def test_hosts_past_240_share_the_addresses_on_the_next_port() -> None:
     assert _endpoint(150, 239) == ("127.0.150.249", 2222)
     assert _endpoint(150, 240) == ("127.0.150.10", 2223)  # the 256-host benchmark's fleet
     assert len({_endpoint(150, i) for i in range(MAX_HOSTS)}) == MAX_HOSTS
-    with pytest.raises(ValueError, match="1..480"):
+    with pytest.raises(ValueError, match=r"1\.\.480"):
         Lab(MAX_HOSTS + 1, Path("/nonexistent"))
