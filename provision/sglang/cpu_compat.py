@@ -64,6 +64,9 @@ def cpu_server_flags(max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS) -> list[l
         ["--skip-server-warmup"],
         ["--disable-radix-cache"],
         ["--max-total-tokens", str(max_total_tokens)],
+        # an idle CPU scheduler otherwise busy-polls a whole core: two servers held both cores of a 2-core
+        # machine, and every provision run beside them (a converged site.yml, CI) waited for CPU
+        ["--sleep-on-idle"],
     ]
 
 

@@ -30,7 +30,7 @@ from tests.stack_support import VENV, SglangStack, install_sglang_stack
 pytestmark = pytest.mark.lab
 
 SERVERS = {"lab0": "prefill", "lab1": "prefill", "lab2": "decode", "lab3": "decode"}
-BASE_ARGS = ["--sleep-on-idle"]  # four CPU servers on a small machine: no busy polling while idle
+BASE_ARGS: list[str] = []  # CPU mode already sleeps on idle: four servers on a small machine do not busy-poll
 NEW_ARGS = [*BASE_ARGS, "--max-running-requests", "48"]
 FAILING_CMD = ["/bin/sh", "-c", "echo 'boom: the new server cannot start' >&2; exit 3", "fake-sglang"]
 

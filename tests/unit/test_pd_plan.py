@@ -54,7 +54,7 @@ def test_cpu_mode_flags_env_and_model() -> None:
     pre, dec = d.prefill[0], d.decode[0]
     for proc in (pre, dec):
         for flag in ("--device", "--attention-backend", "--disable-cuda-graph", "--skip-server-warmup",
-                     "--disable-radix-cache", "--max-total-tokens"):  # fmt: skip
+                     "--disable-radix-cache", "--max-total-tokens", "--sleep-on-idle"):  # fmt: skip
             assert flag in proc.args
         assert "--base-gpu-id" not in proc.args
     assert effective(dec.args, "--disaggregation-decode-retraction-backup") == "cpu_tensor"
