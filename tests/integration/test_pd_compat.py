@@ -136,3 +136,23 @@ def test_cpu_engine_switch_and_flags(lab: Any, sglang_stack: SglangStack) -> Non
     )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["results"] == [{"ok": True, "error": None}] * 2, f"SGLang rejects the CPU flags: {report}"
+
+
+PROGRESS = """
+import json, time
+from nixl._api import nixl_agent, nixl_agent_config
+agent = nixl_agent("idle-probe", nixl_agent_config(backends=["UCX"]))
+t0, c0 = time.time(), time.process_time()
+time.sleep(3)
+print(json.dumps({"cpu": (time.process_time() - c0) / (time.time() - t0)}))
+"""
+
+
+def test_the_progress_thread_pause_is_still_needed_and_works(lab: Any, sglang_stack: SglangStack) -> None:
+    api = source_of(lab, sglang_stack, "nixl_cu13._api")
+    assert "pthrDelay = 0" in api, f"NIXL's Python API no longer creates agents with pthrDelay 0: {RECHECK}"
+    out = py(lab, sglang_stack, PROGRESS, compat=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "NIXL progress thread pauses 1000 us" in out.stderr
+    cpu = json.loads(out.stdout.strip().splitlines()[-1])["cpu"]
+    assert cpu < 0.2, f"an idle NIXL agent still uses {cpu:.0%} of a core with the pause"  # busy: a whole core

@@ -7,6 +7,13 @@ host those buffers are host memory and UCX refuses to register host memory as VR
 ``no available backends for mem type 'VRAM_SEG'``). The agent class is patched when its module is first
 imported (an import hook), or at once when it already is.
 
+It also gives the agent's progress thread a pause: NIXL's Python API creates every agent with
+``pthrDelay = 0``, and the UCX backend's progress thread then polls without sleeping, a whole core per server
+(four CPU servers on a 2-core machine left the servers' own work, their ``/health`` answers and everything
+beside them waiting for CPU). :func:`patch_bindings` wraps the bindings' ``nixlAgent`` so that a zero delay
+becomes :data:`PROGRESS_DELAY_US` (the thread then uses about 2 % of a core while idle). GPU servers keep
+NIXL's busy progress thread.
+
 Only for testing and trying provision without GPUs: never set ``PROVISION_CPU_COMPAT=1`` on a GPU server.
 """
 
@@ -19,6 +26,7 @@ import sys
 MODULES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
 METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")
 MARK = "_provision_dram_relabel"
+PROGRESS_DELAY_US = 1000
 
 
 def relabel(mem_type):
@@ -55,10 +63,32 @@ def patch_agent(cls):
     return list(METHODS)
 
 
+def patch_bindings(bindings):
+    """Make the bindings' ``nixlAgent`` give a zero ``pthrDelay`` :data:`PROGRESS_DELAY_US` instead, once."""
+    original = getattr(bindings, "nixlAgent", None)
+    if original is None or getattr(original, MARK, False):
+        return False
+    if "pthrDelay" not in dir(bindings.nixlAgentConfig()):
+        raise RuntimeError("nixlAgentConfig has no pthrDelay any more: the progress thread pause no longer fits")
+
+    def agent(name, config, *rest):
+        if config.pthrDelay == 0:
+            config.pthrDelay = PROGRESS_DELAY_US
+        return original(name, config, *rest)
+
+    setattr(agent, MARK, True)
+    bindings.nixlAgent = agent
+    sys.stderr.write("provision cpu compat: NIXL progress thread pauses %d us between polls\n" % PROGRESS_DELAY_US)
+    return True
+
+
 def _patch_module(module):
     cls = getattr(module, "nixl_agent", None)
     if cls is not None:
         patch_agent(cls)
+    bindings = getattr(module, "nixlBind", None)
+    if bindings is not None:
+        patch_bindings(bindings)
 
 
 class _Loader(importlib.abc.Loader):
