@@ -7,7 +7,9 @@ Needs root (the lab makes one Unix user and one real sshd per host, on loopback)
 the same play once with each tool (each tool in its own directory on the hosts), then times the no-op re-run
 of each tool, alternating tools round by round (median of ``--repeat``), each through its own command line
 (`provision run`, `pyinfra`, `ansible-playbook`: Python start and imports count, as they do for a user). It
-prints the medians, the ratios and provision's peak RSS (its own process, so per host it is an upper bound).
+prints the medians, the ratios, provision's peak RSS (its own process, so per host it is an upper bound) and the
+CPU seconds of each re-run: the tool's own process tree, and the whole machine's (the lab's sshd processes and
+what runs on the hosts share the same cores, so the machine's figure divided by the core count bounds the wall).
 
 The play: a directory, a private sub-directory, a file with content (notifies a handler), a template, a command
 with ``creates``, a shell with ``changed_when: false``, a skipped task, a tagged task, the handler. pyinfra has no
@@ -83,10 +85,26 @@ server.shell(name="restart app", commands=["touch " + base + "/restarted"], _if=
 TEMPLATE = "welcome to {{ inventory_hostname }}\n"
 
 
-def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+def _machine_busy() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process: the lab's sshds too)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+CPU: dict[str, list[tuple[float, float]]] = {}  # tool -> (its own CPU s, the machine's busy CPU s) per run
+
+
+def _run(tool: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = _machine_busy()
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    CPU.setdefault(tool, []).append((own, _machine_busy() - busy))
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return wall, proc
@@ -130,7 +148,7 @@ class Tools:
         """(wall, changed, peak RSS bytes of the provision process)."""
         argv = [sys.executable, "-c", RSS_WRAPPER, "run", "provision.yml",
                 "-i", str(self.lab.inventory_path), "-f", "50", "--json"]  # fmt: skip
-        wall, proc = _run(argv, self.env, self.work)
+        wall, proc = _run("provision", argv, self.env, self.work)
         doc = json.loads(proc.stdout)
         changed = sum(s.get("changed", 0) for s in doc["stats"].values())
         return wall, changed, int(proc.stderr.strip().splitlines()[-1])
@@ -138,14 +156,14 @@ class Tools:
     def ansible(self) -> tuple[float, int]:
         argv = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(self.lab.inventory_path),
                 "ansible.yml"]  # fmt: skip
-        wall, proc = _run(argv, self.ansible_env, self.work)
+        wall, proc = _run("ansible", argv, self.ansible_env, self.work)
         recap = proc.stdout[proc.stdout.rindex("PLAY RECAP") :]  # the json callback is in ansible.posix now
         return wall, sum(int(m) for m in re.findall(r"changed=(\d+)", recap))
 
     def pyinfra(self) -> tuple[float, int]:
         argv = [shutil.which("pyinfra") or "pyinfra", "pyinfra_inventory.py", "deploy.py", "-y",
                 "--parallel", "50", "--no-wait"]  # fmt: skip
-        wall, _ = _run(argv, self.env, self.work)
+        wall, _ = _run("pyinfra", argv, self.env, self.work)
         return wall, -1  # pyinfra's shell operations always run: it has no "changed" to compare
 
 
@@ -168,6 +186,7 @@ def bench(n: int, repeat: int, tools: list[str]) -> dict[str, object]:
         t = Tools(lab, work)
         runs = {"provision": t.provision, "pyinfra": t.pyinfra, "ansible": t.ansible}
         converge = {tool: runs[tool]()[0] for tool in tools}
+        CPU.clear()  # the re-runs only
         walls: dict[str, list[float]] = {tool: [] for tool in tools}
         rss: list[int] = []
         for _ in range(repeat):
@@ -181,6 +200,13 @@ def bench(n: int, repeat: int, tools: list[str]) -> dict[str, object]:
         medians = {tool: statistics.median(w) for tool, w in walls.items()}
         result: dict[str, object] = {"hosts": n, "converge_s": converge, "rerun_median_s": medians,
                                      "rerun_all_s": walls}  # fmt: skip
+        result["cpu_s"] = {
+            tool: {
+                "own": statistics.median(c[0] for c in CPU[tool]),
+                "machine": statistics.median(c[1] for c in CPU[tool]),
+            }
+            for tool in tools
+        }  # the tool's own process tree, and the whole machine (the lab's sshds and host-side work too)
         if rss:
             result["provision_peak_rss_mb"] = max(rss) / 2**20
             result["provision_rss_per_host_kb"] = max(rss) / n / 1024
@@ -217,6 +243,10 @@ def main() -> None:
             else ""
         )
         print(f"{r['hosts']:>6} " + " ".join(f"{med[t]:>10.2f}" for t in args.tools) + f"   {ratios:<24} {rss}")
+        cpu = r["cpu_s"]
+        assert isinstance(cpu, dict)
+        print("   CPU s (own / whole machine): "
+              + "  ".join(f"{t} {cpu[t]['own']:.2f} / {cpu[t]['machine']:.2f}" for t in args.tools))  # fmt: skip
 
 
 if __name__ == "__main__":
