@@ -14,7 +14,17 @@ import time
 from typing import Any
 
 from ..errors import ModuleError, TemplateError
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, find_controller_file, register
+from .base import (
+    Arg,
+    ArgError,
+    Module,
+    ModuleContext,
+    ModuleResult,
+    SymbolicMode,
+    find_controller_file,
+    register,
+    resolve_mode,
+)
 
 HELPER = "file_state.py"
 DIFF_LIMIT = 1 << 20  # old content is fetched for --diff only up to this size
@@ -152,6 +162,10 @@ class File(Module):
         st = states[0]
         if state is None:
             state = "directory" if st.get("ftype") == "directory" else "file"
+        if isinstance(args["mode"], SymbolicMode) and state == "link":
+            msg = f"file: a symbolic mode ({args['mode']}) with state=link is not supported"
+            return ModuleResult(failed=True, msg=msg)
+        args = {**args, "mode": resolve_mode(args["mode"], st, 0o777 if state == "directory" else 0o666)}
         before = {"state": _current(st), "mode": fmt_mode(st.get("mode")), "src": st.get("target")}
         if state == "absent":
             ops = [{"op": "absent", "path": path}] if st["exists"] else []
@@ -262,6 +276,7 @@ def converge_file(
     if st["exists"] and not args.get("force", True):
         return ModuleResult(msg="dest exists and force=no: left as it is", data=data_info)
     write = not st["exists"] or st.get("sha256") != sha
+    args = {**args, "mode": resolve_mode(args.get("mode"), st)}
     attrs = attr_changes(st, args)
     mode = args.get("mode")
     data_info["mode"] = fmt_mode(mode if mode is not None else st.get("mode", 0o644))

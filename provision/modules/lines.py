@@ -13,7 +13,7 @@ import posixpath
 import re
 from typing import Any
 
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register, resolve_mode
 from .files import attr_changes, converge_file, remote_apply, remote_stat
 
 READ_LIMIT = 64 << 20  # a file larger than this is not edited (its content would travel whole)
@@ -68,10 +68,12 @@ def _finish(result: ModuleResult, msg: str, st: dict[str, Any], args: dict[str, 
     """Ansible's message: the content's, then " and " the attributes' when they changed too."""
     if result.failed:
         return result
+    args = {**args, "mode": resolve_mode(args.get("mode"), st)}
     if st.get("exists"):
         attrs = bool(attr_changes(st, args))
-    else:  # a new file is made 0644 (umask 022), then given the wanted attributes
-        attrs = (args.get("mode") is not None and args["mode"] != 0o644) or bool(args.get("owner") or args.get("group"))
+    else:  # a new file is made 0666 less the umask, then given the wanted attributes
+        new = 0o666 & ~int(st.get("umask", 0o022))
+        attrs = (args.get("mode") is not None and args["mode"] != new) or bool(args.get("owner") or args.get("group"))
     if attrs and result.changed:
         msg = f"{msg} and {ATTRS_CHANGED}" if msg else ATTRS_CHANGED
     result.msg = msg

@@ -20,10 +20,28 @@ import shlex
 from typing import Any
 
 from ..localfiles import replace_file
-from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, find_controller_file, register
+from .base import (
+    Arg,
+    ArgError,
+    HelperError,
+    Module,
+    ModuleContext,
+    ModuleResult,
+    SymbolicMode,
+    find_controller_file,
+    parse_mode,
+    register,
+)
 from .files import read_controller_file, remote_stat
 
 HELPER = "transfer.py"
+
+
+def _absolute_mode(module: str, mode: Any, is_template: Any = lambda _: False) -> None:
+    """get_url and unarchive set the mode on the host: a symbolic mode that depends on the old one is refused."""
+    if mode is not None and not is_template(mode) and isinstance(parse_mode(mode), SymbolicMode):
+        raise ArgError(f"{module}: mode {mode!r} depends on the file's current mode: give it in octal or as "
+                       "'u=...,g=...,o=...'")  # fmt: skip
 
 
 def _ask(ctx: ModuleContext, action: str, request: dict[str, Any], stdin: bytes | None = None) -> dict[str, Any]:
@@ -159,6 +177,7 @@ class GetUrl(Module):
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
+        _absolute_mode("get_url", args.get("mode"), is_template)
         checksum = args.get("checksum")
         if checksum and not is_template(checksum):
             _check_checksum(checksum)
@@ -167,6 +186,7 @@ class GetUrl(Module):
             raise ArgError("get_url: timeout must be a positive number of seconds")
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        _absolute_mode("get_url", args["mode"])
         if args["checksum"]:
             _check_checksum(args["checksum"])
         if args["timeout"] <= 0:
@@ -209,7 +229,12 @@ class Unarchive(Module):
         "list_files": Arg("bool", default=False),
     }
 
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        _absolute_mode("unarchive", args.get("mode"), is_template)
+
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        _absolute_mode("unarchive", args["mode"])
         request: dict[str, Any] = {
             "dest": args["dest"],
             "creates": args["creates"],

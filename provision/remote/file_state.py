@@ -7,8 +7,8 @@ Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3
   (file, directory, link, other; of the path itself), ``ftype`` (the type after following a link), ``mode``,
   ``owner``, ``group``, ``size``, ``mtime``, ``atime``, ``target`` (links), ``parent`` (is the parent a
   directory), ``sha256`` (regular files, when ``hash``) and ``content`` (base64, when the hash differs from the
-  ``want`` sha256 and the file is at most ``content_limit`` bytes: for ``--diff``). With ``glob``, only
-  ``exists`` (any match).
+  ``want`` sha256 and the file is at most ``content_limit`` bytes: for ``--diff``), ``umask`` (this process's).
+  With ``glob``, only ``exists`` (any match) and ``umask``.
 * ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs) and prints
   ``{"ok": true}``; on error it prints ``{"ok": false, "msg": ...}`` and exits 1.
 * ``write {"path": ..., "mode": ...}`` writes stdin to the path atomically (temp file beside it, rename).
@@ -49,10 +49,17 @@ def _sha256(path):
     return digest.hexdigest()
 
 
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def stat_one(path, req):
     path = os.path.expanduser(path)
     parent = os.path.dirname(path.rstrip("/")) or "."
     out = {"path": path, "exists": False, "type": None, "ftype": None, "parent": os.path.isdir(parent)}
+    out["umask"] = _umask()  # what a new file's mode starts from (a symbolic mode such as u+x applies to it)
     if req.get("glob"):
         out["exists"] = bool(glob.glob(path))
         return out
