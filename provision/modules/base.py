@@ -397,12 +397,19 @@ class SymbolicMode(str):
     it against the file's current mode (or a new file's, from the host's umask) with :func:`resolve_mode`."""
 
 
-def parse_mode(value: Any) -> int | SymbolicMode:
+class PreserveMode(str):
+    """``mode: preserve`` (copy and template): the source file's own mode on the controller."""
+
+
+def parse_mode(value: Any) -> int | SymbolicMode | PreserveMode:
     """Ansible-style mode: '0644', '644', 0o644 (an int as YAML gives it), a symbolic mode that sets every class
-    absolutely ('u=rw,g=r,o=': an int at once), or any other symbolic mode (a :class:`SymbolicMode`)."""
+    absolutely ('u=rw,g=r,o=': an int at once), any other symbolic mode (a :class:`SymbolicMode`), or
+    ``preserve`` (a :class:`PreserveMode`: copy and template replace it, other modules refuse it)."""
     if isinstance(value, int):
         return value
     text = str(value).strip()
+    if text == "preserve":
+        return PreserveMode(text)
     if text and all(c in "01234567" for c in text):
         return int(text, 8)
     clauses = text.split(",")
@@ -464,6 +471,8 @@ def resolve_mode(want: int | str | None, st: Mapping[str, Any], new_mode: int = 
     """The mode a module sets: ``want`` itself, or a :class:`SymbolicMode` applied to the file's current mode
     (``st``: its state from ``file_state.py``), or for a file not there yet to ``new_mode`` less the host's umask
     (0o666: a new file, 0o777: a new directory), as Ansible does after creating it."""
+    if isinstance(want, PreserveMode):
+        raise ArgError("mode=preserve is only for copy (with src) and template")
     if not isinstance(want, SymbolicMode):
         return want if want is None else int(want)
     umask = int(st.get("umask", 0o022))

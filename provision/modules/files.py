@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import posixpath
+import stat
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ from .base import (
     Module,
     ModuleContext,
     ModuleResult,
+    PreserveMode,
     SymbolicMode,
     find_controller_file,
     register,
@@ -294,6 +296,13 @@ def converge_file(
     return result
 
 
+def preserved(args: dict[str, Any], src: str) -> dict[str, Any]:
+    """``mode: preserve``: the controller source file's own mode."""
+    if not isinstance(args.get("mode"), PreserveMode):
+        return args
+    return {**args, "mode": stat.S_IMODE(os.stat(src).st_mode)}
+
+
 FILE_ARGS = {
     "dest": Arg("path", required=True),
     "mode": Arg("mode"),
@@ -316,7 +325,8 @@ class Copy(Module):
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         content, src = args["content"], args["src"]
         if src is not None:
-            _, data = read_controller_file(ctx, src)
+            path, data = read_controller_file(ctx, src)
+            args = preserved(args, path)
         elif isinstance(content, (dict, list)):
             data = json.dumps(content).encode()
         elif isinstance(content, bytes):
@@ -335,6 +345,7 @@ class Template(Module):
         if ctx.render is None:
             return ModuleResult(failed=True, msg="template: no template renderer in this context")
         path, raw = read_controller_file(ctx, args["src"])
+        args = preserved(args, path)
         try:
             source = raw.decode("utf-8")
             if ctx.render_file is not None:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 
-from provision.modules.base import ArgError, SymbolicMode, apply_symbolic, parse_mode, resolve_mode
+from provision.modules.base import ArgError, PreserveMode, SymbolicMode, apply_symbolic, parse_mode, resolve_mode
 
 MODES = [
     "u+x", "go-w", "a+X", "u=rwX,g=rX,o=", "+x", "-w", "=r", "o-rwx", "u+s", "g+s,o+t", "a-s", "u=g", "go=u",
@@ -64,3 +64,9 @@ def test_resolved_against_the_file_or_a_new_one() -> None:
     assert resolve_mode(SymbolicMode("u+x"), missing) == 0o740  # 0666 less the umask, then u+x
     assert resolve_mode(SymbolicMode("o+X"), missing, 0o777) == 0o751  # a new directory
     assert resolve_mode(0o644, missing) == 0o644 and resolve_mode(None, missing) is None
+
+
+def test_preserve_is_for_copy_and_template_only() -> None:
+    assert isinstance(parse_mode("preserve"), PreserveMode)  # copy/template put the source's mode in its place
+    with pytest.raises(ArgError, match="only for copy"):
+        resolve_mode(PreserveMode("preserve"), {"exists": True, "mode": 0o644})
