@@ -312,10 +312,48 @@ FILE_ARGS = {
 }
 
 
+def converge_remote_copy(ctx: ModuleContext, src: str, dest: str, args: dict[str, Any]) -> ModuleResult:
+    """``copy`` with ``remote_src``: a file on the host made the content of ``dest`` (with the source's mode and
+    times, as Ansible's copystat), then the wanted attributes; one stat of both, then one apply."""
+    source, st = remote_stat(ctx, [src, dest], hash=True)
+    if not source["exists"]:
+        return ModuleResult(failed=True, msg=f"Source {src} not found")
+    if source.get("ftype") == "directory":
+        return ModuleResult(failed=True, msg=f"copy: remote_src of a directory ({src}) is not supported by provision")
+    if source.get("ftype") != "file":
+        return ModuleResult(failed=True, msg=f"Cannot copy invalid source '{src}': not a file")
+    if st.get("ftype") == "directory":
+        dest = posixpath.join(dest, posixpath.basename(src))
+        st = remote_stat(ctx, [dest], hash=True)[0]
+    if not st["parent"]:
+        return ModuleResult(failed=True, msg=f"Destination directory {posixpath.dirname(dest)} does not exist")
+    if isinstance(args.get("mode"), PreserveMode):
+        args = {**args, "mode": source["mode"]}
+    data = {"dest": dest, "src": src, "checksum": source["sha256"], "size": source["size"]}
+    if st["exists"] and not args["force"]:
+        return ModuleResult(msg="dest exists and force=no: left as it is", data=data)
+    write = not st["exists"] or st.get("type") == "link" or st.get("sha256") != source["sha256"]
+    after = st  # a copy brings the source's mode along to a file that exists; a new one gets 0666 less the umask
+    if write:
+        new_mode = 0o666 & ~int(st.get("umask", 0o022))
+        after = {**source, "mode": source["mode"] if st["exists"] else new_mode, "umask": st.get("umask")}
+    args = {**args, "mode": resolve_mode(args.get("mode"), after)}
+    if write:  # a new file belongs to whoever copies: every wanted attribute is set on it
+        attrs = {k: args[k] for k in ("mode", "owner", "group") if args.get(k) is not None}
+    else:
+        attrs = attr_changes(st, args)
+    data["mode"] = fmt_mode(args["mode"] if args["mode"] is not None else after.get("mode"))
+    result = ModuleResult(changed=write or bool(attrs), data=data)
+    if result.changed and not ctx.check:
+        ops = [{"op": "copy", "src": src, "path": dest, **attrs}] if write else [{"op": "attrs", "path": dest, **attrs}]
+        remote_apply(ctx, ops)
+    return result
+
+
 @register
 class Copy(Module):
     name = "copy"
-    args = {"content": Arg("raw"), "src": Arg("path"), **FILE_ARGS}
+    args = {"content": Arg("raw"), "src": Arg("path"), "remote_src": Arg("bool", default=False), **FILE_ARGS}
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
@@ -324,6 +362,10 @@ class Copy(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         content, src = args["content"], args["src"]
+        if args["remote_src"]:
+            if src is None:
+                return ModuleResult(failed=True, msg="copy: remote_src needs src (a file on the host)")
+            return converge_remote_copy(ctx, src, args["dest"], args)
         if src is not None:
             path, data = read_controller_file(ctx, src)
             args = preserved(args, path)

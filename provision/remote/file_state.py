@@ -9,7 +9,8 @@ Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3
   directory), ``sha256`` (regular files, when ``hash``) and ``content`` (base64, when the hash differs from the
   ``want`` sha256 and the file is at most ``content_limit`` bytes: for ``--diff``), ``umask`` (this process's).
   With ``glob``, only ``exists`` (any match) and ``umask``.
-* ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs) and prints
+* ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs, copy: a file on the
+  host copied to ``path`` with its mode and times, through a temp file beside it and a rename) and prints
   ``{"ok": true}``; on error it prints ``{"ok": false, "msg": ...}`` and exits 1.
 * ``write {"path": ..., "mode": ...}`` writes stdin to the path atomically (temp file beside it, rename).
 """
@@ -135,9 +136,34 @@ def apply_op(op):
                 os.unlink(path)
         os.symlink(op["src"], path)
         return
+    elif kind == "copy":
+        _copy(os.path.expanduser(op["src"]), path)
     elif kind != "attrs":
         raise ValueError("unknown operation " + kind)
     _attrs(path, op)
+
+
+def _copy(src, path):
+    """As Ansible's copy with remote_src: the source's mode and times come along, except that a file made new
+    gets 0666 less the umask."""
+    creating = not os.path.lexists(path)
+    tmp = os.path.join(os.path.dirname(path) or ".", ".provision-%s" % uuid.uuid4().hex[:12])
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(src, "rb") as source, os.fdopen(fd, "wb") as fh:
+            shutil.copyfileobj(source, fh, 1 << 20)
+            fh.flush()
+            os.fsync(fh.fileno())
+        shutil.copystat(src, tmp)
+        if os.path.islink(path):
+            os.unlink(path)
+        os.replace(tmp, path)
+        if creating:
+            os.chmod(path, 0o666 & ~_umask())
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def write(req):
