@@ -226,6 +226,8 @@ class Unarchive(Module):
         "remote_src": Arg("bool", default=False),
         "creates": Arg("path"),
         "mode": Arg("mode"),
+        "owner": Arg(),
+        "group": Arg(),
         "list_files": Arg("bool", default=False),
     }
 
@@ -239,6 +241,8 @@ class Unarchive(Module):
             "dest": args["dest"],
             "creates": args["creates"],
             "mode": args["mode"],
+            "owner": args["owner"],
+            "group": args["group"],
             "check": ctx.check,
             "list_files": args["list_files"],
             "name": args["src"],

@@ -6,9 +6,10 @@
   does; the content is left out when its sha1 equals ``have`` (the controller's copy is already right).
   ``{"ok": true, "exists": false}`` for no file, ``"isdir": true`` for a directory.
 * ``tempfile {"state", "path", "prefix", "suffix"}``: ``mkstemp``/``mkdtemp`` as Ansible's tempfile module.
-* ``unarchive {"src"|stdin, "dest", "creates", "mode", "check", "list_files"}``: compares the archive's members
-  with ``dest`` and extracts only when something differs (a converged rerun changes nothing); members that
-  would land outside ``dest`` (absolute paths, ``..``, links out of it) are refused.
+* ``unarchive {"src"|stdin, "dest", "creates", "mode", "owner", "group", "check", "list_files"}``: compares the
+  archive's members (content, mode, owner, group) with ``dest`` and extracts only when something differs (a
+  converged rerun changes nothing); members that would land outside ``dest`` (absolute paths, ``..``, links out
+  of it) are refused.
 """
 
 import base64
@@ -172,10 +173,19 @@ def _open_archive(data):
     return handler, _tar_members(tar)
 
 
-def _differs(path, member, mode):
+def _ids(req):
+    """The uid and gid that owner/group name (-1: leave as extracted); KeyError for an unknown name."""
+    uid = pwd.getpwnam(req["owner"]).pw_uid if req.get("owner") else -1
+    gid = grp.getgrnam(req["group"]).gr_gid if req.get("group") else -1
+    return uid, gid
+
+
+def _differs(path, member, mode, ids=(-1, -1)):
     try:
         st = os.lstat(path)
     except OSError:
+        return True
+    if (ids[0] != -1 and st.st_uid != ids[0]) or (ids[1] != -1 and st.st_gid != ids[1]):
         return True
     if member.kind == "dir":
         return not stat.S_ISDIR(st.st_mode) or (mode is not None and stat.S_IMODE(st.st_mode) != mode)
@@ -199,7 +209,13 @@ def _inside(dest, path):
     return real == real_dest or real.startswith(real_dest + os.sep)
 
 
-def _write(path, member, mode):
+def _write(path, member, mode, ids=(-1, -1)):
+    _put(path, member, mode)
+    if ids != (-1, -1):
+        os.lchown(path, *ids)
+
+
+def _put(path, member, mode):
     if member.kind == "dir":
         os.makedirs(path, exist_ok=True)
         os.chmod(path, mode if mode is not None else (member.mode or 0o755))
@@ -251,6 +267,10 @@ def do_unarchive(req, stdin):
             "msg": "remote module (unarchive) does not support check mode when using gtar",
         }
     mode = req.get("mode")
+    try:
+        ids = _ids(req)
+    except KeyError as exc:
+        return {"ok": False, "msg": "unknown owner or group: %s" % exc}
     todo, names = [], []
     for member in members:
         rel = _clean(member.name)
@@ -264,7 +284,7 @@ def do_unarchive(req, stdin):
         path = os.path.join(dest, rel)
         if not _inside(dest, path):
             return {"ok": False, "msg": "archive member %r would land outside dest: refused" % member.name}
-        if _differs(path, member, mode):
+        if _differs(path, member, mode, ids):
             todo.append((path, member))
     answer = {"ok": True, "changed": bool(todo), "handler": handler, "dest": dest}
     if req.get("list_files"):
@@ -272,7 +292,7 @@ def do_unarchive(req, stdin):
     if todo and not req.get("check"):
         try:
             for path, member in todo:
-                _write(path, member, mode)
+                _write(path, member, mode, ids)
             for path, member in reversed(todo):  # as tar does: the archive's times (dirs last: after their files)
                 if member.mtime is not None and member.kind != "link":
                     os.utime(path, (member.mtime, member.mtime))
