@@ -1,4 +1,4 @@
-"""``ping``, ``stat``, ``slurp`` and ``raw``, with Ansible's arguments and return values.
+"""``ping``, ``stat``, ``find``, ``slurp`` and ``raw``, with Ansible's arguments and return values.
 
 ``ping``/``stat``/``slurp`` ask the shipped ``remote/info.py`` (through the host's agent: one round trip, no
 interpreter start); ``raw`` runs its text with ``/bin/sh`` and needs no Python on the host when the agent is
@@ -8,10 +8,22 @@ not there (the runner's sh fallback), as Ansible's ``raw`` is used to bootstrap 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..commands import Command
-from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
+from .base import (
+    Arg,
+    ArgError,
+    HelperError,
+    Module,
+    ModuleContext,
+    ModuleResult,
+    SymbolicMode,
+    apply_symbolic,
+    parse_mode,
+    register,
+)
 
 HELPER = "info.py"
 
@@ -59,6 +71,79 @@ class Stat(Module):
         except HelperError as exc:
             return exc.as_result()
         return ModuleResult(data={"stat": answer.get("stat", {"exists": False})})
+
+
+_AGE = re.compile(r"^(-?\d+)(s|m|h|d|w)?$")
+_SIZE = re.compile(r"^(-?\d+)(b|k|m|g|t)?$")
+
+
+def _scaled(value: Any, pattern: re.Pattern[str], units: dict[str, int]) -> int | None:
+    """``3d``/``-1w`` (age) or ``10k``/``-2m`` (size) as seconds or bytes; None when not given, ArgError when bad."""
+    if value is None:
+        return None
+    m = pattern.match(str(value).lower())
+    if not m:
+        raise ArgError("failed to process")
+    return int(m.group(1)) * units.get(m.group(2) or "", 1)
+
+
+@register
+class Find(Module):
+    name = "find"
+    args = {
+        "paths": Arg("list", required=True, aliases=("name", "path")),
+        "patterns": Arg("list", default=[], aliases=("pattern",)),
+        "excludes": Arg("list", aliases=("exclude",)),
+        "contains": Arg("str"),
+        "read_whole_file": Arg("bool", default=False),
+        "file_type": Arg(default="file", choices=("any", "directory", "file", "link")),
+        "age": Arg("str"),
+        "age_stamp": Arg(default="mtime", choices=("atime", "ctime", "mtime")),
+        "size": Arg("str"),
+        "recurse": Arg("bool", default=False),
+        "hidden": Arg("bool", default=False),
+        "follow": Arg("bool", default=False),
+        "get_checksum": Arg("bool", default=False),
+        "checksum_algorithm": Arg(
+            default="sha1",
+            choices=("md5", "sha1", "sha224", "sha256", "sha384", "sha512"),
+            aliases=("checksum", "checksum_algo"),
+        ),
+        "use_regex": Arg("bool", default=False),
+        "depth": Arg("int"),
+        "mode": Arg("str"),
+        "exact_mode": Arg("bool", default=True),
+        "encoding": Arg("str"),
+        "limit": Arg("int"),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        try:
+            age = _scaled(args["age"], _AGE, {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800})
+        except ArgError:
+            return ModuleResult(failed=True, msg="failed to process age", data={"age": args["age"]})
+        try:
+            size = _scaled(args["size"], _SIZE, {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4})
+        except ArgError:
+            return ModuleResult(failed=True, msg="failed to process size", data={"size": args["size"]})
+        if args["limit"] is not None and args["limit"] <= 0:
+            return ModuleResult(failed=True, msg=f"limit cannot be {args['limit']} (use None for unlimited)")
+        mode = None
+        if args["mode"]:
+            wanted = parse_mode(args["mode"])  # symbolic: what it makes of mode 0000, as Ansible computes it
+            mode = apply_symbolic(wanted, 0, False, 0o022) if isinstance(wanted, SymbolicMode) else int(wanted)
+        keys = ("paths", "patterns", "excludes", "contains", "read_whole_file", "file_type", "age_stamp", "recurse",
+                "hidden", "follow", "get_checksum", "checksum_algorithm", "use_regex", "depth", "exact_mode",
+                "encoding", "limit")  # fmt: skip
+        request = {**{k: args[k] for k in keys}, "age": age, "size": size, "mode": mode}
+        try:
+            answer = _ask(ctx, "find", request)
+        except HelperError as exc:
+            return exc.as_result()
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=str(answer.get("msg")))
+        data = {k: answer[k] for k in ("files", "matched", "examined", "skipped_paths")}
+        return ModuleResult(msg=str(answer["msg"]), data=data)
 
 
 @register
