@@ -26,6 +26,11 @@ from .base import (
 )
 
 HELPER = "info.py"
+CHECKSUM_ALGORITHM = Arg(  # stat's and find's
+    default="sha1",
+    choices=("md5", "sha1", "sha224", "sha256", "sha384", "sha512"),
+    aliases=("checksum", "checksum_algo"),
+)
 
 
 def _ask(ctx: ModuleContext, action: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -54,11 +59,7 @@ class Stat(Module):
         "path": Arg("path", required=True, aliases=("dest", "name")),
         "follow": Arg("bool", default=False),
         "get_checksum": Arg("bool", default=True),
-        "checksum_algorithm": Arg(
-            default="sha1",
-            choices=("md5", "sha1", "sha224", "sha256", "sha384", "sha512"),
-            aliases=("checksum", "checksum_algo"),
-        ),
+        "checksum_algorithm": CHECKSUM_ALGORITHM,
         "get_mime": Arg("bool", default=True, aliases=("mime", "mime_type", "mime-type")),
         "get_attributes": Arg("bool", default=True, aliases=("attr", "attributes")),
     }
@@ -104,11 +105,7 @@ class Find(Module):
         "hidden": Arg("bool", default=False),
         "follow": Arg("bool", default=False),
         "get_checksum": Arg("bool", default=False),
-        "checksum_algorithm": Arg(
-            default="sha1",
-            choices=("md5", "sha1", "sha224", "sha256", "sha384", "sha512"),
-            aliases=("checksum", "checksum_algo"),
-        ),
+        "checksum_algorithm": CHECKSUM_ALGORITHM,
         "use_regex": Arg("bool", default=False),
         "depth": Arg("int"),
         "mode": Arg("str"),
