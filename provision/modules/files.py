@@ -133,6 +133,7 @@ class File(Module):
         "group": Arg(),
         "src": Arg("path"),
         "force": Arg("bool", default=False),
+        "recurse": Arg("bool", default=False),
         "modification_time": Arg(),
         "modification_time_format": Arg(default="%Y%m%d%H%M.%S"),
         "access_time": Arg(),
@@ -167,7 +168,8 @@ class File(Module):
         if isinstance(args["mode"], SymbolicMode) and state == "link":
             msg = f"file: a symbolic mode ({args['mode']}) with state=link is not supported"
             return ModuleResult(failed=True, msg=msg)
-        args = {**args, "mode": resolve_mode(args["mode"], st, 0o777 if state == "directory" else 0o666)}
+        given_mode = args["mode"]  # recurse resolves a symbolic mode per entry
+        args = {**args, "mode": resolve_mode(given_mode, st, 0o777 if state == "directory" else 0o666)}
         before = {"state": _current(st), "mode": fmt_mode(st.get("mode")), "src": st.get("target")}
         if state == "absent":
             ops = [{"op": "absent", "path": path}] if st["exists"] else []
@@ -175,6 +177,10 @@ class File(Module):
             ops = self._link(ctx, path, args, st, states[1])
         else:
             ops = self._node(ctx, path, state, args, st, {"mtime": mtime, "atime": atime})
+            if args["recurse"]:
+                if state != "directory":
+                    return ModuleResult(failed=True, msg="recurse option requires state to be 'directory'")
+                ops += self._tree(ctx, path, args, st, given_mode)
         after = dict(before, state=state)
         if state == "link":
             after.update(src=args["src"], mode=None)
@@ -220,6 +226,27 @@ class File(Module):
                 attrs[key] = value
         if attrs:
             ops.append({"op": "attrs", "path": path, **attrs})
+        return ops
+
+    @staticmethod
+    def _tree(
+        ctx: ModuleContext, path: str, args: dict[str, Any], st: dict[str, Any], mode: Any
+    ) -> list[dict[str, Any]]:
+        """``recurse``: mode, owner and group on everything under the directory (a symbolic mode per entry, as
+        chmod -R; links are left alone). One read of the tree, then the differing entries in the same apply."""
+        wanted = {"mode": args["mode"], "owner": args["owner"], "group": args["group"]}
+        if all(v is None for v in wanted.values()) or not st["exists"]:
+            entries: list[dict[str, Any]] = []  # a directory made now has nothing under it
+        else:
+            entries = list(helper(ctx, "tree", {"path": path})["entries"])
+        ops = []
+        for entry in entries:
+            if entry["ftype"] == "link":
+                continue
+            entry["umask"] = st.get("umask")
+            attrs = attr_changes(entry, {**wanted, "mode": resolve_mode(mode, entry)})
+            if attrs:
+                ops.append({"op": "attrs", "path": entry["path"], **attrs})
         return ops
 
     @staticmethod

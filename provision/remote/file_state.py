@@ -12,6 +12,8 @@ Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3
 * ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs, copy: a file on the
   host copied to ``path`` with its mode and times, through a temp file beside it and a rename) and prints
   ``{"ok": true}``; on error it prints ``{"ok": false, "msg": ...}`` and exits 1.
+* ``tree {"path": ...}`` prints ``{"ok": true, "entries": [...]}``: everything under a directory (not the directory
+  itself; links not followed), each with ``path``, ``ftype`` (its own type), ``mode``, ``owner``, ``group``.
 * ``write {"path": ..., "mode": ...}`` writes stdin to the path atomically (temp file beside it, rename).
 """
 
@@ -189,6 +191,27 @@ def write(req):
         raise
 
 
+def tree(req):
+    top = os.path.expanduser(req["path"])
+    entries = []
+    for root, dirs, files in os.walk(top):
+        for name in sorted(dirs) + sorted(files):
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            entries.append({
+                "path": path,
+                "exists": True,
+                "ftype": _kind(st),
+                "mode": stat.S_IMODE(st.st_mode),
+                "owner": _name(pwd.getpwuid, st.st_uid),
+                "group": _name(grp.getgrgid, st.st_gid),
+            })  # fmt: skip
+    return entries
+
+
 def main(argv):
     action, req = argv[1], json.loads(argv[2])
     result: object
@@ -202,6 +225,8 @@ def main(argv):
         elif action == "write":
             write(req)
             result = {"ok": True}
+        elif action == "tree":
+            result = {"ok": True, "entries": tree(req)}
         else:
             raise ValueError("unknown action " + action)
     except (OSError, KeyError, ValueError) as exc:
