@@ -467,6 +467,12 @@ def _perm_bits(cls: str, perms: str, mode: int, is_dir: bool, umask: int) -> int
     return bits
 
 
+def new_file_mode(st: Mapping[str, Any], base: int = 0o666) -> int:
+    """The mode a file (0o666) or directory (0o777) made now gets on the host: ``base`` less its umask, which the
+    state read ``st`` reports (022 when it does not)."""
+    return base & ~int(st.get("umask", 0o022))
+
+
 def resolve_mode(want: int | str | None, st: Mapping[str, Any], new_mode: int = 0o666) -> int | None:
     """The mode a module sets: ``want`` itself, or a :class:`SymbolicMode` applied to the file's current mode
     (``st``: its state from ``file_state.py``), or for a file not there yet to ``new_mode`` less the host's umask
@@ -478,7 +484,7 @@ def resolve_mode(want: int | str | None, st: Mapping[str, Any], new_mode: int = 
     umask = int(st.get("umask", 0o022))
     if st.get("exists") and st.get("mode") is not None:
         return apply_symbolic(want, int(st["mode"]), st.get("ftype") == "directory", umask)
-    return apply_symbolic(want, new_mode & ~umask, new_mode == 0o777, umask)
+    return apply_symbolic(want, new_file_mode(st, new_mode), new_mode == 0o777, umask)
 
 
 _ESCAPES = re.compile(r"""(\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\N\{[^}]+\}|\\[\\'"abfnrtv])""")

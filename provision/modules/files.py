@@ -24,6 +24,7 @@ from .base import (
     PreserveMode,
     SymbolicMode,
     find_controller_file,
+    new_file_mode,
     register,
     resolve_mode,
 )
@@ -362,8 +363,7 @@ def converge_remote_copy(ctx: ModuleContext, src: str, dest: str, args: dict[str
     write = not st["exists"] or st.get("type") == "link" or st.get("sha256") != source["sha256"]
     after = st  # a copy brings the source's mode along to a file that exists; a new one gets 0666 less the umask
     if write:
-        new_mode = 0o666 & ~int(st.get("umask", 0o022))
-        after = {**source, "mode": source["mode"] if st["exists"] else new_mode, "umask": st.get("umask")}
+        after = {**source, "mode": source["mode"] if st["exists"] else new_file_mode(st), "umask": st.get("umask")}
     args = {**args, "mode": resolve_mode(args.get("mode"), after)}
     if write:  # a new file belongs to whoever copies: every wanted attribute is set on it
         attrs = {k: args[k] for k in ("mode", "owner", "group") if args.get(k) is not None}

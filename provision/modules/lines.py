@@ -13,7 +13,7 @@ import posixpath
 import re
 from typing import Any
 
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register, resolve_mode
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, new_file_mode, register, resolve_mode
 from .files import attr_changes, converge_file, remote_apply, remote_stat
 
 READ_LIMIT = 64 << 20  # a file larger than this is not edited (its content would travel whole)
@@ -72,8 +72,8 @@ def _finish(result: ModuleResult, msg: str, st: dict[str, Any], args: dict[str, 
     if st.get("exists"):
         attrs = bool(attr_changes(st, args))
     else:  # a new file is made 0666 less the umask, then given the wanted attributes
-        new = 0o666 & ~int(st.get("umask", 0o022))
-        attrs = (args.get("mode") is not None and args["mode"] != new) or bool(args.get("owner") or args.get("group"))
+        mode_differs = args.get("mode") is not None and args["mode"] != new_file_mode(st)
+        attrs = mode_differs or bool(args.get("owner") or args.get("group"))
     if attrs and result.changed:
         msg = f"{msg} and {ATTRS_CHANGED}" if msg else ATTRS_CHANGED
     result.msg = msg
