@@ -19,10 +19,9 @@ from .base import (
     Module,
     ModuleContext,
     ModuleResult,
-    SymbolicMode,
-    apply_symbolic,
     parse_mode,
     register,
+    resolve_mode,
 )
 
 HELPER = "info.py"
@@ -125,10 +124,8 @@ class Find(Module):
             return ModuleResult(failed=True, msg="failed to process size", data={"size": args["size"]})
         if args["limit"] is not None and args["limit"] <= 0:
             return ModuleResult(failed=True, msg=f"limit cannot be {args['limit']} (use None for unlimited)")
-        mode = None
-        if args["mode"]:
-            wanted = parse_mode(args["mode"])  # symbolic: what it makes of mode 0000, as Ansible computes it
-            mode = apply_symbolic(wanted, 0, False, 0o022) if isinstance(wanted, SymbolicMode) else int(wanted)
+        # a symbolic mode: what it makes of mode 0000, as Ansible computes it (preserve: refused, as elsewhere)
+        mode = resolve_mode(parse_mode(args["mode"]), {"exists": True, "mode": 0}) if args["mode"] else None
         keys = ("paths", "patterns", "excludes", "contains", "read_whole_file", "file_type", "age_stamp", "recurse",
                 "hidden", "follow", "get_checksum", "checksum_algorithm", "use_regex", "depth", "exact_mode",
                 "encoding", "limit")  # fmt: skip

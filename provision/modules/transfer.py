@@ -27,7 +27,6 @@ from .base import (
     Module,
     ModuleContext,
     ModuleResult,
-    SymbolicMode,
     find_controller_file,
     parse_mode,
     register,
@@ -38,8 +37,9 @@ HELPER = "transfer.py"
 
 
 def _absolute_mode(module: str, mode: Any, is_template: Any = lambda _: False) -> None:
-    """get_url and unarchive set the mode on the host: a symbolic mode that depends on the old one is refused."""
-    if mode is not None and not is_template(mode) and isinstance(parse_mode(mode), SymbolicMode):
+    """get_url and unarchive set the mode on the host: a symbolic mode that depends on the old one, or
+    ``preserve``, is refused."""
+    if mode is not None and not is_template(mode) and not isinstance(parse_mode(mode), int):
         raise ArgError(f"{module}: mode {mode!r} depends on the file's current mode: give it in octal or as "
                        "'u=...,g=...,o=...'")  # fmt: skip
 

@@ -70,3 +70,13 @@ def test_preserve_is_for_copy_and_template_only() -> None:
     assert isinstance(parse_mode("preserve"), PreserveMode)  # copy/template put the source's mode in its place
     with pytest.raises(ArgError, match="only for copy"):
         resolve_mode(PreserveMode("preserve"), {"exists": True, "mode": 0o644})
+
+
+@pytest.mark.parametrize("mode", ["u+x", "preserve"])
+def test_get_url_and_unarchive_refuse_a_mode_they_cannot_resolve(mode: str) -> None:
+    from provision.modules.transfer import GetUrl, Unarchive
+
+    with pytest.raises(ArgError, match="depends on the file's current mode"):
+        GetUrl.validate_static({"url": "https://x/y", "dest": "/tmp/y", "mode": mode}, lambda _: False)
+    with pytest.raises(ArgError, match="depends on the file's current mode"):
+        Unarchive.validate_static({"src": "a.tgz", "dest": "/tmp", "mode": mode}, lambda _: False)
