@@ -245,10 +245,12 @@ def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list
     flags.append(["--prometheus-host", bind, "--prometheus-port", str(prometheus)])
     interval = int_var(v, "router_health_check_interval", host, 1, 86400)
     flags.append(["--health-check-interval-secs", str(interval)])
-    if var(v, "router_health_check_timeout") is not None or var(v, "sglang_device") == "cpu":
+    timeout = None
+    if var(v, "router_health_check_timeout") is not None:
+        timeout = int_var(v, "router_health_check_timeout", host, 1, 86400)
+    elif var(v, "sglang_device") == "cpu":
         timeout = CPU_ROUTER_HEALTH_CHECK_TIMEOUT
-        if var(v, "router_health_check_timeout") is not None:
-            timeout = int_var(v, "router_health_check_timeout", host, 1, 86400)
+    if timeout is not None:
         flags.append(["--health-check-timeout-secs", str(timeout)])
     if var(v, "router_health_failure_threshold") is not None:
         threshold = int_var(v, "router_health_failure_threshold", host, 1, 1000)

@@ -145,50 +145,53 @@ def apply_op(op):
     _attrs(path, op)
 
 
-def _copy(src, path):
-    """As Ansible's copy with remote_src: the source's mode and times come along, except that a file made new
-    gets 0666 less the umask."""
-    creating = not os.path.lexists(path)
+def _replace(path, fill, finish):
+    """Atomically replace ``path``: a temp file beside it (a short name, never over NAME_MAX; 0600 until
+    ``finish`` sets its attributes) that ``fill`` writes, renamed over it; the temp file never outlives a failure."""
     tmp = os.path.join(os.path.dirname(path) or ".", ".provision-%s" % uuid.uuid4().hex[:12])
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with open(src, "rb") as source, os.fdopen(fd, "wb") as fh:
-            shutil.copyfileobj(source, fh, 1 << 20)
-            fh.flush()
-            os.fsync(fh.fileno())
-        shutil.copystat(src, tmp)
-        if os.path.islink(path):
-            os.unlink(path)
+        with os.fdopen(fd, "wb") as fh:
+            fill(fh)
+        finish(tmp)
         os.replace(tmp, path)
-        if creating:
-            os.chmod(path, 0o666 & ~_umask())
     except BaseException:
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
 
 
+def _copy(src, path):
+    """As Ansible's copy with remote_src: the source's mode and times come along, except that a file made new
+    gets 0666 less the umask."""
+    creating = not os.path.lexists(path)
+
+    def fill(fh):
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, fh, 1 << 20)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+    def finish(tmp):
+        shutil.copystat(src, tmp)
+        if os.path.islink(path):
+            os.unlink(path)
+
+    _replace(path, fill, finish)
+    if creating:
+        os.chmod(path, 0o666 & ~_umask())
+
+
 def write(req):
     path = os.path.expanduser(req["path"])
     data = sys.stdin.buffer.read()
-    name = f".{os.path.basename(path)}.provision-{uuid.uuid4().hex[:8]}"
-    tmp = os.path.join(os.path.dirname(path) or ".", name)
     mode = req.get("mode")
     if mode is None:
         try:
             mode = stat.S_IMODE(os.stat(path).st_mode)
         except OSError:
             mode = 0o644
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    _replace(path, lambda fh: fh.write(data), lambda tmp: os.chmod(tmp, mode))
 
 
 def tree(req):
