@@ -24,7 +24,7 @@ import os
 import re
 import threading
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
-from functools import lru_cache
+from functools import lru_cache, wraps
 from types import GeneratorType
 from typing import Any
 
@@ -348,6 +348,21 @@ def _query(ctx: Any, name: str, *terms: Any, errors: str = "strict", **kw: Any) 
     return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=True, errors=errors, **kw)
 
 
+_ITERATORS = (Iterator, KeysView, ValuesView, ItemsView, range)
+
+
+def _listing(fn: Any) -> Any:
+    """A filter whose iterator result goes on as a list, as every filter's does in ansible-core 2.19: ``d |
+    dict2items | selectattr(...) | items2dict`` and ``(l | map('string')) + ['x']`` work as they do there."""
+
+    @wraps(fn)  # keeps Jinja's pass_context/pass_environment marks
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        return list(result) if isinstance(result, _ITERATORS) else result
+
+    return wrapper
+
+
 def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
@@ -386,6 +401,7 @@ def _make_env(**options: Any) -> jinja2.Environment:
         change=_result_test("changed"),
     )
     env.filters.update(jinja_plugins.FILTERS)
+    env.filters.update({name: _listing(fn) for name, fn in env.filters.items()})
     env.tests.update(jinja_plugins.TESTS)
     env.globals.update(lookup=_lookup, query=_query, q=_query, **{_EMBEDDED: _render_term})
     for table in (env.filters, env.tests):  # every name also under its FQCN, as ansible-core knows them
