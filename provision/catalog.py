@@ -52,6 +52,7 @@ MODULES: dict[str, str] = {
     "setup": "provision.modules.system",
     "tempfile": "provision.modules.system",
     "pause": "provision.modules.system",
+    "service": "provision.modules.system",
     "group": "provision.modules.accounts",
     "user": "provision.modules.accounts",
     "python_check": "provision.stack.host",

@@ -1,11 +1,14 @@
-"""``setup``, ``tempfile`` and ``pause``.
+"""``setup``, ``tempfile``, ``pause`` and ``service``.
 
 ``setup`` is the play's fact gathering as a task (:func:`provision.facts.gather`: one round trip): what it
 gathers becomes the host's facts (``ansible_facts``, the top-level ``ansible_*`` names), ``filter`` keeps only
 the facts whose ``ansible_`` name matches one of its shell patterns. ``tempfile`` makes a file or directory
 with ``mkstemp``/``mkdtemp`` on the host (``remote/transfer.py``, through the agent). ``pause`` waits on the
 controller: ``seconds``/``minutes``; a ``prompt`` without them needs an interactive terminal and is refused
-with one clear line when there is none (a run under CI would otherwise sail past a human gate).
+with one clear line when there is none (a run under CI would otherwise sail past a human gate). ``service``
+drives a SysV init script as ansible-core's ``service`` module does on a Linux host without systemd
+(``remote/service.py``, one round trip; it needs root, so ``become``); a host run by systemd, upstart or OpenRC
+fails the task in one line (``systemd_service`` is not built: there is no systemd to compare it with).
 """
 
 from __future__ import annotations
@@ -156,4 +159,33 @@ class Pause(Module):
         return ModuleResult(data=data)
 
 
-__all__ = ["Pause", "Setup", "Tempfile"]
+@register
+class Service(Module):
+    name = "service"
+    args = {
+        "name": Arg(required=True),
+        "state": Arg(choices=("started", "stopped", "reloaded", "restarted")),
+        "sleep": Arg("int"),
+        "pattern": Arg(),
+        "enabled": Arg("bool"),
+        "runlevel": Arg(default="default"),  # OpenRC's; accepted and unused, as Ansible on a SysV host
+        "arguments": Arg(default="", aliases=("args",)),
+        "use": Arg(default="auto", choices=("auto", "service")),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("state") is None and args.get("enabled") is None:
+            raise ArgError("service: one of the following is required: state, enabled")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = {k: args[k] for k in ("name", "state", "enabled", "sleep", "pattern", "arguments")}
+        request["check"] = ctx.check
+        try:
+            answer = ctx.call_helper("service.py", stdin=json.dumps(request).encode(), what="service", check_rc=False)
+        except HelperError as exc:
+            return exc.as_result()
+        return ModuleResult.from_answer(answer)
+
+
+__all__ = ["Pause", "Service", "Setup", "Tempfile"]

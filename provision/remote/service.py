@@ -1,0 +1,243 @@
+"""The host side of ``service``: a SysV init script (``/etc/init.d/NAME``) brought to a running state and a boot
+state, as ansible-core's ``service`` module does on a Linux host without systemd (its ``LinuxService``), in one
+round trip (stdlib only; the request as JSON on stdin).
+
+Request keys: ``name``, ``state`` (started, stopped, restarted, reloaded or null), ``enabled`` (bool or null),
+``sleep``, ``pattern``, ``arguments``, ``check``. Prints one JSON answer with Ansible's keys: ``name``,
+``changed``, ``state``, ``enabled``; ``failed``/``msg`` when it could not (Ansible's messages). As Ansible:
+
+- the running state is the init script's ``status`` (``service NAME status`` where ``service`` exists): rc 1-4
+  or 69 is stopped, else a one-line answer's words (stop, run, not ...), else rc 0 is running; ``pattern``
+  instead looks for the text in ``ps auxww``;
+- ``restarted`` is stop, ``sleep`` seconds, start; ``reloaded`` starts a stopped service;
+- the boot state is ``update-rc.d``: enabled when ``/etc/rc?.d/S??NAME`` exists; enabling a service without
+  links runs ``update-rc.d NAME defaults`` first;
+- the service's commands run in a session of their own, so a daemon they leave behind outlives this script (the
+  command runner ends its own process group when the task is done), with only a C locale in the environment.
+
+A host managed by systemd, upstart or OpenRC fails in one line: provision drives SysV init scripts only.
+"""
+
+import glob
+import json
+import os
+import select
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+TIMEOUT = 600  # one service command; the task's own timeout bounds the whole script too
+PATHS = ("/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin")
+SYSTEMD_CANARIES = ("/run/systemd/system/", "/dev/.run/systemd/", "/dev/.systemd/")
+STOPPED_RCS = (1, 2, 3, 4, 69)  # LSB status codes for "not running", and EX_UNAVAILABLE
+C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LC_MESSAGES": "C"}
+
+
+class Failed(Exception):
+    def __init__(self, msg, **data):
+        super().__init__(msg)
+        self.data = dict(data, msg=msg)
+
+
+class Done(Exception):
+    """An early answer (check mode), as Ansible's ``exit_json`` in the middle of the module."""
+
+    def __init__(self, **answer):
+        super().__init__("done")
+        self.answer = answer
+
+
+def which(name):
+    dirs = os.environ.get("PATH", "").split(os.pathsep) + list(PATHS)
+    return shutil.which(name, path=os.pathsep.join(d for d in dirs if d))
+
+
+def run(argv):
+    """A quick query (``update-rc.d``, ``ps``): rc, stdout, stderr, with the C locale added."""
+    try:
+        proc = subprocess.run(  # noqa: UP022 (capture_output is 3.7+; hosts may have 3.6)
+            argv,
+            env=dict(os.environ, **C_LOCALE),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        raise Failed("'%s' did not finish within %d s" % (" ".join(argv), TIMEOUT)) from None
+    except OSError as exc:
+        raise Failed("cannot run '%s': %s" % (argv[0], exc.strerror)) from None
+    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+
+
+def run_detached(argv):
+    """A service command, in a new session (a daemon it starts is not in this script's process group) with
+    only the C locale in its environment (as Ansible's daemonized commands). Its output is read until it exits,
+    not until every descendant closes the pipes: a daemon that keeps them open does not hold the task."""
+    try:
+        proc = subprocess.Popen(
+            argv, env=dict(C_LOCALE), cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
+        raise Failed("cannot run '%s': %s" % (argv[0], exc.strerror)) from None
+    out_pipe, err_pipe = proc.stdout, proc.stderr
+    assert out_pipe is not None and err_pipe is not None
+    chunks = {out_pipe.fileno(): [], err_pipe.fileno(): []}  # type: dict
+    open_fds = list(chunks)
+    deadline = time.monotonic() + TIMEOUT
+    while open_fds:
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise Failed("'%s' did not finish within %d s" % (" ".join(argv), TIMEOUT))
+        ready, _, _ = select.select(open_fds, [], [], 1.0)
+        if not ready and proc.poll() is not None:
+            break
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.remove(fd)
+    rc = proc.wait()
+    out, err = (b"".join(chunks[p.fileno()]).decode(errors="replace") for p in (out_pipe, err_pipe))
+    out_pipe.close()
+    err_pipe.close()
+    return rc, out, err
+
+
+class Service:
+    def __init__(self, req):
+        self.name = req["name"]
+        self.state = req.get("state")
+        self.enable = req.get("enabled")
+        self.sleep = req.get("sleep")
+        self.pattern = req.get("pattern")
+        self.arguments = shlex.split(req.get("arguments") or "")
+        self.check = bool(req.get("check"))
+        self.running = None
+        self.changed = False
+        self.svc_change = False
+        initscript = "/etc/init.d/%s" % self.name
+        self.initscript = initscript if os.path.isfile(initscript) else None
+        self._find_tools()
+
+    def _find_tools(self):
+        if which("systemctl") and any(os.path.exists(c) for c in SYSTEMD_CANARIES):
+            raise Failed("service: this host runs systemd; provision's service module drives SysV init scripts only")
+        if which("initctl") and os.path.exists("/etc/init/%s.conf" % self.name):
+            raise Failed("service: %s is an upstart job; provision drives SysV init scripts only" % self.name)
+        if which("rc-service"):
+            raise Failed("service: this host runs OpenRC; provision drives SysV init scripts only")
+        self.enable_cmd = None
+        if self.initscript:
+            self.enable_cmd = next(filter(None, (which(t) for t in ("update-rc.d", "insserv", "chkconfig"))), None)
+        if self.enable_cmd is None:
+            raise Failed("Could not find the requested service %s: host" % self.name)
+        self.svc_cmd = which("service")
+
+    def control(self, action):
+        """``service NAME ACTION ARGS`` (the init script itself without ``service``); restart is stop then start."""
+        prefix = [self.svc_cmd, self.name] if self.svc_cmd else [self.initscript]
+        if action != "restart":
+            return run_detached(prefix + [action] + self.arguments)
+        rc1, out1, err1 = run_detached(prefix + ["stop"] + self.arguments)
+        if self.sleep:
+            time.sleep(self.sleep)
+        rc2, out2, err2 = run_detached(prefix + ["start"] + self.arguments)
+        if rc1 != 0 and rc2 == 0:
+            return rc2, out2, err2
+        return rc1 + rc2, out1 + out2, err1 + err2
+
+    def set_boot_state(self):
+        if os.path.basename(self.enable_cmd or "") != "update-rc.d":
+            raise Failed("service: enabled needs update-rc.d on this host (found %s)" % self.enable_cmd)
+        enabled = bool(glob.glob("/etc/rc?.d/S??" + self.name))
+        self.changed = self.enable != enabled
+        if not self.changed or self.check:
+            return
+        steps = [["enable"]] if self.enable else [["disable"]]
+        if self.enable and not glob.glob("/etc/rc?.d/K??" + self.name):
+            steps.insert(0, ["defaults"])
+        for step in steps:
+            rc, out, err = run([self.enable_cmd, self.name] + step)
+            if rc != 0:
+                raise Failed(err or out)
+
+    def read_running(self):
+        if self.pattern:
+            rc, out, _ = run([which("ps") or "ps", "auxww"])
+            if rc == 0:
+                self.running = any(self.pattern in line and "pattern=" not in line for line in out.split("\n"))
+            return
+        rc, out, _ = self.control("status")
+        if rc in STOPPED_RCS:
+            self.running = False
+        elif out.count("\n") <= 1:
+            self.running = _running_from_words(out.lower().replace(self.name.lower(), ""))
+        if self.running is None and rc == 0:
+            self.running = True
+
+    def apply_state(self):
+        if self.running is None:
+            raise Failed("failed determining service state, possible typo of service name?")
+        wants = {"started": not self.running, "reloaded": True, "stopped": self.running, "restarted": True}
+        self.svc_change = bool(wants[self.state])
+        if not self.svc_change:
+            return
+        if self.check:
+            raise Done(changed=True, msg="service state changed")
+        if self.state == "started" or (self.state == "reloaded" and not self.running):
+            action = "start"
+        else:
+            action = {"stopped": "stop", "reloaded": "reload", "restarted": "restart"}[self.state]
+        rc, out, err = self.control(action)
+        if rc != 0 and "Job is already running" not in err:
+            raise Failed(err or out)
+
+
+def _running_from_words(text):
+    """Ansible's reading of a one-line status answer (the service's own name removed): None when unsure."""
+    if "stop" in text:
+        return False
+    if "run" in text:
+        return "not " not in text
+    if "start" in text and "not " not in text:
+        return True
+    dead = ("could not access pid file", "is dead and pid file exists", "dead but subsys locked",
+            "dead but pid file exists")  # fmt: skip
+    return False if any(d in text for d in dead) else None
+
+
+def apply(req):
+    service = Service(req)
+    answer = {"name": service.name}
+    if service.enable is not None:
+        service.set_boot_state()
+        answer["enabled"] = service.enable
+    if service.state is None:
+        answer["changed"] = service.changed
+        return answer
+    service.read_running()
+    service.apply_state()
+    answer["changed"] = service.changed or service.svc_change
+    answer["state"] = "stopped" if service.state == "stopped" else "started"
+    return answer
+
+
+def main():
+    req = json.loads(sys.stdin.read())
+    try:
+        answer = apply(req)
+    except Done as done:
+        answer = done.answer
+    except Failed as exc:
+        answer = dict(exc.data, failed=True)
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
