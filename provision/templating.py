@@ -274,6 +274,12 @@ def _to_nice_yaml(value: Any, indent: int = 4, **kw: Any) -> str:
     return str(yaml.safe_dump(_plain(value), indent=indent, allow_unicode=True, default_flow_style=False, **kw))
 
 
+class _Undefined(jinja2.ChainableUndefined, jinja2.StrictUndefined):
+    """Strict (printing, iterating, comparing or testing it for truth fails, naming what is missing), but an
+    attribute or item of it is the same undefined, as in ansible-core 2.19: ``d.missing.x | default('v')`` is
+    ``v`` and ``d.missing.x is defined`` is false, where plain StrictUndefined failed on ``.x``."""
+
+
 class _ShownUndefined(jinja2.Undefined):
     """In a task name, an undefined name shows as ansible-core 2.19 shows it."""
 
@@ -366,7 +372,7 @@ def _listing(fn: Any) -> Any:
 def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
-    options.setdefault("undefined", jinja2.StrictUndefined)
+    options.setdefault("undefined", _Undefined)
     env = _Sandbox(keep_trailing_newline=True, autoescape=False, finalize=_finalize, **options)
     env.filters.update(
         bool=_bool,

@@ -74,3 +74,15 @@ def test_a_filters_iterator_result_goes_on_as_a_list_as_in_ansible(expr: str, ex
     # ansible-core 2.19 turns every filter's iterator result into a list before the next step uses it; plain
     # Jinja hands on a generator (`generator + list` fails, items2dict refused it)
     assert evaluate(expr, {}) == expected
+
+
+def test_an_attribute_of_an_undefined_value_is_the_same_undefined_as_in_ansible() -> None:
+    # ansible-core 2.19: `d.missing.x | default(v)` is v and `d.missing.x is defined` is false; using it still fails
+    data = {"d": {"a": 1}}
+    assert evaluate("d.b.c | default('v')", data) == "v"
+    assert evaluate("d.b['c'].e is defined", data) is False
+    assert evaluate("nope.x.y | default(2)", {}) == 2
+    with pytest.raises(TemplateError, match="has no attribute 'b'"):
+        render("{{ d.b.c }}", data)
+    with pytest.raises(TemplateError, match="has no attribute 'b'"):
+        condition("d.b.c == 1", data)
