@@ -642,6 +642,19 @@ def _render_text(source: str, variables: Mapping[str, Any], where: str, *, file:
         raise TemplateError(f"error rendering {where or repr(source)}: {type(exc).__name__}: {exc}") from None
 
 
+def _raise_undefined(value: Any) -> None:
+    """Raise the UndefinedError (naming what is missing) of an undefined value, also one inside the lists and
+    dicts an expression built (``[r.missing]``): it must fail the task here, not later wherever it is used."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _raise_undefined(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _raise_undefined(item)
+
+
 def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
     """Evaluate a bare Jinja2 expression and return its native value."""
     if isinstance(expr, bool):
@@ -651,10 +664,9 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
         template = _compile(source)
         module = template.make_module(vars=_as_vars(variables), shared=True)  # type: ignore[arg-type]
         result = getattr(module, _RESULT)
-        if isinstance(result, jinja2.Undefined):
-            str(result)  # StrictUndefined raises UndefinedError naming the variable
         if isinstance(result, (GeneratorType, KeysView, ValuesView, ItemsView)):
             result = list(result)  # `l | unique`, `d.keys()`: a list, as Ansible gives
+        _raise_undefined(result)
         return result
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(

@@ -86,3 +86,11 @@ def test_an_attribute_of_an_undefined_value_is_the_same_undefined_as_in_ansible(
         render("{{ d.b.c }}", data)
     with pytest.raises(TemplateError, match="has no attribute 'b'"):
         condition("d.b.c == 1", data)
+
+
+def test_an_undefined_value_inside_a_built_list_or_dict_fails_the_expression() -> None:
+    # before, `[r.missing]` evaluated to a list holding an Undefined, which failed later, outside the task
+    with pytest.raises(TemplateError, match="has no attribute 'x'"):
+        evaluate("[d.x]", {"d": {}})
+    with pytest.raises(TemplateError, match="has no attribute 'x'"):
+        render("{{ {'k': [1, d.x.y]} }}", {"d": {}})
