@@ -53,6 +53,8 @@ MODULES: dict[str, str] = {
     "tempfile": "provision.modules.system",
     "pause": "provision.modules.system",
     "service": "provision.modules.system",
+    "systemd_service": "provision.modules.system",
+    "systemd": "provision.modules.system",
     "group": "provision.modules.accounts",
     "user": "provision.modules.accounts",
     "python_check": "provision.stack.host",

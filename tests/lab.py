@@ -14,6 +14,17 @@ even after their ``base_dir`` was deleted.
 Teardown (``stop()``, the context manager, an ``atexit`` hook) kills every process of the lab's sshds and
 users, deletes the users with their homes and removes ``base_dir``. Needs root.
 
+:meth:`Lab.systemd_host` runs one host under a real systemd for a while: its sshd becomes a unit of a systemd
+that is PID 1 of its own PID, mount, UTS and IPC namespaces (``unshare``), so what a session on that host sees
+is a machine run by systemd (``/proc/1/comm`` is ``systemd``, ``/run/systemd/system`` exists, ``systemctl``
+works as root), while the rest of the machine is not (the network is shared: the host keeps its address). That
+systemd must not act on the real machine: it gets a private ``/run``, ``/tmp`` and ``/var/tmp`` (``base_dir``
+is bound back in), the units that boot a machine (everything wanted by ``sysinit.target`` and the other boot
+targets: tmpfiles, sysusers, utmp, udev, timesyncd, ...) are masked in its private ``/run``, and it starts only
+its own target, which wants nothing but the sshd. Without those masks a service with default dependencies pulls
+in ``sysinit.target``, whose ``systemd-tmpfiles-setup`` empties the real ``/tmp``. Unit files a test writes
+to ``/etc/systemd/system`` are real files of the machine: the test removes them.
+
 :meth:`Lab.grant_sudo` gives one host's user passwordless sudo (a sudoers drop-in
 ``/etc/sudoers.d/provision-lab-<user>``, mode 0440, checked with ``visudo -cf``) until :meth:`Lab.revoke_sudo`
 or teardown; the drop-in is recorded in lab.json so that a crashed lab's cleanup removes it too.
@@ -30,12 +41,13 @@ import os
 import pwd
 import random
 import secrets
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -58,6 +70,23 @@ SUDOERS_DIR = Path("/etc/sudoers.d")
 VISUDO = shutil.which("visudo") or "/usr/sbin/visudo"
 REGISTRY = Path("/tmp/provision-lab")  # address locks, and a copy of every live lab's lab.json
 START_TIMEOUT = 10.0
+SYSTEMD = "/lib/systemd/systemd"
+UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
+BOOT_TARGETS = (
+    "sysinit", "basic", "local-fs", "local-fs-pre", "swap", "sockets", "timers", "paths", "multi-user", "graphical",
+    "getty", "network", "network-online", "network-pre", "remote-fs", "cryptsetup", "integritysetup",
+    "veritysetup", "emergency", "rescue",
+)  # fmt: skip
+BOOT_UNITS = (  # masked too, whichever target wants them: each acts on the machine, not on a namespace
+    "systemd-tmpfiles-setup.service", "systemd-tmpfiles-setup-dev.service", "systemd-tmpfiles-clean.service",
+    "systemd-tmpfiles-clean.timer", "systemd-sysusers.service", "systemd-update-utmp.service",
+    "systemd-update-utmp-runlevel.service", "systemd-remount-fs.service", "systemd-journal-flush.service",
+    "systemd-random-seed.service", "systemd-timesyncd.service", "systemd-repart.service", "ldconfig.service",
+    "systemd-hwdb-update.service", "systemd-udevd.service", "systemd-udev-trigger.service",
+    "systemd-fsck-root.service", "systemd-machine-id-commit.service", "systemd-firstboot.service",
+    "systemd-pstore.service", "systemd-binfmt.service", "systemd-modules-load.service", "systemd-sysctl.service",
+    "e2scrub_reap.service", "systemd-logind.service", "getty@.service", "serial-getty@.service",
+)  # fmt: skip
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
 _PR_SET_CHILD_SUBREAPER = 36
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
@@ -86,6 +115,7 @@ class LabHost:
     host_key: Path  # private host key (the .pub beside it)
     log: Path  # sshd's stderr
     sudo: bool = False  # its user has passwordless sudo (Lab.grant_sudo)
+    systemd: bool = False  # its sshd runs under a systemd of its own (Lab.systemd_host)
 
     @property
     def known_hosts_name(self) -> str:
@@ -402,6 +432,23 @@ class Lab:
         self._wait_listening(h)
         self._write_state()
 
+    @contextlib.contextmanager
+    def systemd_host(self, i: int) -> Iterator[None]:
+        """Host i runs under a systemd of its own (PID 1 of its namespaces, see the module docstring) inside
+        the block; its plain sshd is back afterwards. Sessions open on the host are cut at both ends."""
+        h = self.hosts[i]
+        self._kill_host(h)
+        h.systemd = True
+        try:
+            self._spawn(h)
+            self._wait_listening(h)
+            self._write_state()
+            yield
+        finally:
+            self._kill_host(h)
+            h.systemd = False
+            self.start_host(i)
+
     def rotate_host_key(self, i: int) -> None:
         """Give host i a new host key and restart its sshd; known_hosts keeps the old key.
 
@@ -595,9 +642,13 @@ class Lab:
             os.chown(p, entry.pw_uid, entry.pw_gid)
 
     def _spawn(self, h: LabHost) -> None:
+        argv = [SSHD, "-D", "-e", "-f", str(h.config)]
+        if h.systemd:
+            flags = ["--pid", "--fork", "--mount", "--uts", "--ipc", "--propagation", "private"]
+            argv = [UNSHARE, *flags, "sh", "-euc", _systemd_launcher(h, self.base_dir)]
         with open(h.log, "ab") as log:
             proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(h.config)],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -621,12 +672,49 @@ class Lab:
     def _kill_host(self, h: LabHost) -> None:
         if h.pid is None:
             return
+        if h.systemd:  # SIGKILL to a PID namespace's init ends every process in it (SIGTERM would re-exec it)
+            for child in _descendants(h.pid)[:1]:
+                _kill(child, grace=0)
         _kill_tree(h.pid)
         proc = self._procs.pop(h.pid, None)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
         h.pid = None
+
+
+def _systemd_launcher(h: LabHost, base_dir: Path) -> str:
+    """The shell script ``unshare`` runs for a systemd host: private /run, /tmp, /var/tmp (``base_dir`` bound
+    back in), the boot units masked, a target that wants only the host's sshd, then ``exec`` systemd."""
+    units = {
+        "provision-lab.target": "[Unit]\nDescription=provision lab host\nWants=provision-lab-sshd.service\n",
+        "provision-lab-sshd.service": (
+            f"[Unit]\nDescription=sshd of lab host {h.name}\nDefaultDependencies=no\n"
+            f"[Service]\nExecStart={SSHD} -D -e -f {h.config}\nStandardOutput=append:{h.log}\n"
+            "StandardError=inherit\n"
+        ),
+    }
+    base = shlex.quote(str(base_dir))
+    # the distribution's boot wiring (``/etc``'s is left alone: a test's own unit enabled there must stay usable)
+    wants = " ".join(f"/lib/systemd/system/{t}.target.{kind}/*" for t in BOOT_TARGETS for kind in ("wants", "requires"))
+    lines = [
+        "mount -t tmpfs -o mode=755 tmpfs /run",
+        "mkdir -p /run/sshd /run/systemd/system /run/provision-lab-base",
+        f"mount --bind {base} /run/provision-lab-base",
+        "mount -t tmpfs -o mode=1777 tmpfs /tmp",
+        "mount -t tmpfs -o mode=1777 tmpfs /var/tmp",
+        f"mkdir -p {base}",
+        f"mount --move /run/provision-lab-base {base}",
+        "mount -t proc proc /proc",
+        f"for u in {wants}; do",
+        '  [ -L "$u" ] || [ -e "$u" ] || continue; ln -sfn /dev/null "/run/systemd/system/${u##*/}"',
+        "done",
+        f"for u in {' '.join(BOOT_UNITS)}; do ln -sfn /dev/null /run/systemd/system/$u; done",
+        *(f"printf %s {shlex.quote(text)} > /run/systemd/system/{name}" for name, text in units.items()),
+        f"hostname {shlex.quote(h.name)}",
+        f"exec env container=provision-lab {SYSTEMD} --system --unit=provision-lab.target --log-target=console",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _cleanup_state(state: dict[str, Any]) -> None:

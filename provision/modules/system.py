@@ -1,14 +1,16 @@
-"""``setup``, ``tempfile``, ``pause`` and ``service``.
+"""``setup``, ``tempfile``, ``pause``, ``service`` and ``systemd_service`` (also ``systemd``).
 
 ``setup`` is the play's fact gathering as a task (:func:`provision.facts.gather`: one round trip): what it
 gathers becomes the host's facts (``ansible_facts``, the top-level ``ansible_*`` names), ``filter`` keeps only
 the facts whose ``ansible_`` name matches one of its shell patterns. ``tempfile`` makes a file or directory
 with ``mkstemp``/``mkdtemp`` on the host (``remote/transfer.py``, through the agent). ``pause`` waits on the
 controller: ``seconds``/``minutes``; a ``prompt`` without them needs an interactive terminal and is refused
-with one clear line when there is none (a run under CI would otherwise sail past a human gate). ``service``
-drives a SysV init script as ansible-core's ``service`` module does on a Linux host without systemd
-(``remote/service.py``, one round trip; it needs root, so ``become``); a host run by systemd, upstart or OpenRC
-fails the task in one line (``systemd_service`` is not built: there is no systemd to compare it with).
+with one clear line when there is none (a run under CI would otherwise sail past a human gate).
+``systemd_service`` is ansible-core's module of that name (``systemctl`` on the host); ``service`` reads the
+host's service manager as Ansible's action does and runs the ``systemd_service`` logic on a systemd host, or
+drives a SysV init script as ansible-core's ``service`` module does on a Linux host without systemd. Both run
+on the host in one round trip (``remote/service.py``) and, to change anything, need root (``become``); a host
+run by upstart or OpenRC fails ``service`` in one line.
 """
 
 from __future__ import annotations
@@ -159,6 +161,17 @@ class Pause(Module):
         return ModuleResult(data=data)
 
 
+def _service_helper(ctx: ModuleContext, request: dict[str, Any]) -> ModuleResult:
+    request["check"] = ctx.check
+    try:
+        answer = ctx.call_helper(
+            "service.py", stdin=json.dumps(request).encode(), what=request["module"], check_rc=False
+        )
+    except HelperError as exc:
+        return exc.as_result()
+    return ModuleResult.from_answer(answer)
+
+
 @register
 class Service(Module):
     name = "service"
@@ -170,7 +183,7 @@ class Service(Module):
         "enabled": Arg("bool"),
         "runlevel": Arg(default="default"),  # OpenRC's; accepted and unused, as Ansible on a SysV host
         "arguments": Arg(default="", aliases=("args",)),
-        "use": Arg(default="auto", choices=("auto", "service")),
+        "use": Arg(default="auto", choices=("auto", "service", "systemd")),
     }
 
     @classmethod
@@ -180,12 +193,50 @@ class Service(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         request = {k: args[k] for k in ("name", "state", "enabled", "sleep", "pattern", "arguments")}
-        request["check"] = ctx.check
-        try:
-            answer = ctx.call_helper("service.py", stdin=json.dumps(request).encode(), what="service", check_rc=False)
-        except HelperError as exc:
-            return exc.as_result()
-        return ModuleResult.from_answer(answer)
+        request["module"] = "systemd" if args["use"] == "systemd" else "service"
+        return _service_helper(ctx, request)
 
 
-__all__ = ["Pause", "Service", "Setup", "Tempfile"]
+@register
+class SystemdService(Module):
+    name = "systemd_service"
+    args = {
+        "name": Arg(aliases=("service", "unit")),
+        "state": Arg(choices=("reloaded", "restarted", "started", "stopped")),
+        "enabled": Arg("bool"),
+        "force": Arg("bool"),
+        "masked": Arg("bool"),
+        "daemon_reload": Arg("bool", default=False, aliases=("daemon-reload",)),
+        "daemon_reexec": Arg("bool", default=False, aliases=("daemon-reexec",)),
+        "scope": Arg(default="system", choices=("system", "user", "global")),
+        "no_block": Arg("bool", default=False),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        wanted = ("state", "enabled", "masked", "daemon_reload", "daemon-reload", "daemon_reexec", "daemon-reexec")
+        if not any(args.get(k) not in (None, False) for k in wanted):
+            raise ArgError(
+                f"{cls.name}: one of the following is required: state, enabled, masked, daemon_reload, daemon_reexec"
+            )
+        has_name = any(args.get(k) is not None for k in ("name", "service", "unit"))
+        for key in ("state", "enabled", "masked"):
+            if args.get(key) is not None and not has_name:
+                raise ArgError(f"{cls.name}: missing parameter(s) required by '{key}': name")
+        scope = args.get("scope", "system")
+        if not is_template(scope) and scope != "system":
+            raise ArgError(f"{cls.name}: scope {scope!r} is not supported by provision (only system)")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["scope"] != "system":
+            return ModuleResult(failed=True, msg=f"{self.name}: scope {args['scope']!r} is not supported by provision")
+        keys = ("name", "state", "enabled", "force", "masked", "daemon_reload", "daemon_reexec", "no_block")
+        return _service_helper(ctx, {"module": "systemd", **{k: args[k] for k in keys}})
+
+
+@register
+class Systemd(SystemdService):
+    name = "systemd"  # ansible.builtin.systemd: the same module under its older name
+
+
+__all__ = ["Pause", "Service", "Setup", "Systemd", "SystemdService", "Tempfile"]

@@ -1,10 +1,20 @@
-"""The host side of ``service``: a SysV init script (``/etc/init.d/NAME``) brought to a running state and a boot
-state, as ansible-core's ``service`` module does on a Linux host without systemd (its ``LinuxService``), in one
-round trip (stdlib only; the request as JSON on stdin).
+"""The host side of ``service`` and ``systemd_service``, in one round trip (stdlib only; the request as JSON on
+stdin; one JSON answer on stdout with Ansible's keys, ``failed``/``msg`` with Ansible's messages when it could not).
 
-Request keys: ``name``, ``state`` (started, stopped, restarted, reloaded or null), ``enabled`` (bool or null),
-``sleep``, ``pattern``, ``arguments``, ``check``. Prints one JSON answer with Ansible's keys: ``name``,
-``changed``, ``state``, ``enabled``; ``failed``/``msg`` when it could not (Ansible's messages). As Ansible:
+``systemd_service`` (request ``module: systemd``) is ansible-core's ``systemd_service`` module: ``systemctl show``
+read into ``status`` (its parser: multi-line values only for ``Exec*`` keys), then ``masked`` (``is-enabled`` says
+``masked``), ``enabled`` (``is-enabled -l``: rc 0 is enabled unless it says enabled-runtime, indirect or alias),
+``state`` (``ActiveState`` active/activating is running; ``restarted``/``reloaded`` start a stopped unit),
+``daemon_reload``/``daemon_reexec`` first; ``no_block`` and ``force`` go on every ``systemctl``.
+
+``service`` (request ``module: service``) first reads the host's service manager as Ansible's ``service_mgr``
+fact does (``/proc/1/comm``, then systemd's canaries, upstart, OpenRC, ``/sbin/init``, ``/etc/init.d``) and
+does what Ansible's ``service`` action then runs: on systemd the ``systemd_service`` logic above (``pattern``,
+``sleep``, ``arguments`` and ``runlevel`` are ignored, as there); otherwise a SysV init script
+(``/etc/init.d/NAME``) brought to a running state and a boot state as ansible-core's ``service`` module does on a
+Linux host without systemd (its ``LinuxService``). Request keys: ``name``, ``state`` (started, stopped,
+restarted, reloaded or null), ``enabled`` (bool or null), ``sleep``, ``pattern``, ``arguments``, ``check``;
+answer keys ``name``, ``changed``, ``state``, ``enabled``. As Ansible:
 
 - the running state is the init script's ``status`` (``service NAME status`` where ``service`` exists): rc 1-4
   or 69 is stopped, else a one-line answer's words (stop, run, not ...), else rc 0 is running; ``pattern``
@@ -15,7 +25,8 @@ Request keys: ``name``, ``state`` (started, stopped, restarted, reloaded or null
 - the service's commands run in a session of their own, so a daemon they leave behind outlives this script (the
   command runner ends its own process group when the task is done), with only a C locale in the environment.
 
-A host managed by systemd, upstart or OpenRC fails in one line: provision drives SysV init scripts only.
+For ``service``, a host managed by upstart or OpenRC fails in one line: provision drives systemd and SysV init
+scripts only.
 """
 
 import glob
@@ -33,6 +44,10 @@ PATHS = ("/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin")
 SYSTEMD_CANARIES = ("/run/systemd/system/", "/dev/.run/systemd/", "/dev/.systemd/")
 STOPPED_RCS = (1, 2, 3, 4, 69)  # LSB status codes for "not running", and EX_UNAVAILABLE
 C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LC_MESSAGES": "C"}
+PROC_1_NAMES = {"procd": "openwrt_init", "runit-init": "runit", "svscan": "svc", "openrc-init": "openrc"}
+# `systemctl is-enabled` answers that mean "a unit systemd knows" (man systemctl, systemd 244)
+ENABLED_STATES = ("enabled", "enabled-runtime", "linked", "linked-runtime", "masked", "masked-runtime", "static",
+                  "indirect", "disabled", "generated", "transient")  # fmt: skip
 
 
 class Failed(Exception):
@@ -108,6 +123,187 @@ def run_detached(argv):
     return rc, out, err
 
 
+def systemd_managed():
+    return bool(which("systemctl")) and any(os.path.exists(c) for c in SYSTEMD_CANARIES)
+
+
+def service_manager():
+    """Ansible's ``service_mgr`` fact on Linux: PID 1's name when it names an init system, else the probes."""
+    try:
+        with open("/proc/1/comm") as fh:
+            proc_1 = fh.read()
+    except OSError:
+        proc_1 = os.readlink("/sbin/init") if os.path.islink("/sbin/init") else ""
+    proc_1 = os.path.basename(proc_1).strip()
+    if proc_1 and proc_1 != "init" and not proc_1.endswith("sh"):  # many say init; a shell: a container
+        return PROC_1_NAMES.get(proc_1, proc_1)
+    if systemd_managed():
+        return "systemd"
+    if which("initctl") and os.path.exists("/etc/init/"):
+        return "upstart"
+    if os.path.exists("/sbin/openrc"):
+        return "openrc"
+    if which("systemctl") and os.path.islink("/sbin/init") and os.path.basename(os.readlink("/sbin/init")) == "systemd":
+        return "systemd"
+    if os.path.exists("/etc/init.d/"):
+        return "sysvinit"
+    return "service"
+
+
+def parse_systemctl_show(lines):
+    """``systemctl show`` as a dict; a value spans lines only for ``Exec*`` keys that open with ``{`` (Ansible's
+    parser: a one-line Description starting with ``{`` must not swallow the rest)."""
+    parsed, multival, key = {}, [], None
+    for line in lines:
+        if key is None:
+            if "=" in line:
+                key, value = line.split("=", 1)
+                if key.startswith("Exec") and value.lstrip().startswith("{") and not value.rstrip().endswith("}"):
+                    multival.append(value)
+                    continue
+                parsed[key] = value.strip()
+                key = None
+        else:
+            multival.append(line)
+            if line.rstrip().endswith("}"):
+                parsed[key] = "\n".join(multival).strip()
+                multival, key = [], None
+    return parsed
+
+
+def _ignored(text):
+    return "=" not in text and ("ignoring request" in text or "ignoring command" in text)
+
+
+def _sysv_is_enabled(name):
+    if not os.path.isdir("/etc/rc0.d/"):
+        return bool(glob.glob("/etc/init.d/rc?.d/S??" + name))
+    return bool(glob.glob("/etc/rc?.d/S??" + name))
+
+
+class Systemd:
+    """ansible-core's ``systemd_service`` module, step for step (systemctl argv, no shell)."""
+
+    def __init__(self, req):
+        self.unit = req.get("name")
+        self.req = req
+        self.check = bool(req.get("check"))
+        systemctl = which("systemctl")
+        if not systemctl:
+            raise Failed('Failed to find required executable "systemctl"')
+        self.systemctl = [systemctl] + [flag for flag, on in (("--no-block", req.get("no_block")),
+                                                              ("--force", req.get("force"))) if on]  # fmt: skip
+        os.environ.setdefault("XDG_RUNTIME_DIR", "/run/user/%s" % os.geteuid())
+        self.result = {"name": self.unit, "changed": False, "status": {}}
+
+    def ctl(self, *args):
+        return run(self.systemctl + list(args))
+
+    def apply(self):
+        for verb in ("daemon_reload", "daemon_reexec"):
+            if self.req.get(verb) and not self.check:
+                rc, _, err = self.ctl(verb.replace("_", "-"))
+                if rc != 0:
+                    raise Failed("failure %d during %s: %s" % (rc, verb.replace("_", "-"), err))
+        if self.unit:
+            found = self.read_unit()
+            if self.req.get("masked") is not None:
+                self.set_masked(found)
+            if self.req.get("enabled") is not None:
+                self.set_enabled(found)
+            if self.req.get("state") is not None:
+                self.set_state(found)
+        return self.result
+
+    def read_unit(self):
+        unit, status = self.unit, self.result["status"]
+        is_initd, is_systemd = os.path.exists("/etc/init.d/" + unit), False
+        rc, out, err = self.ctl("show", unit)
+        if rc == 0 and not (_ignored(out) or _ignored(err)):
+            if out:
+                status.update(parse_systemctl_show(out.split("\n")))
+                is_systemd = status.get("LoadState", "not-found") != "not-found"
+                if is_systemd and status.get("LoadState") != "masked" and "LoadError" in status:
+                    raise Failed("Error loading unit file '%s': %s" % (unit, status["LoadError"]))
+        elif err and rc == 1 and "Failed to parse bus message" in err:
+            status.update(parse_systemctl_show(out.split("\n")))
+            base, sep, _ = unit.partition("@")
+            _, out, _ = self.ctl("list-unit-files", base + sep + "*")
+            is_systemd = base + sep in out
+            _, out, _ = self.ctl("is-active", unit)
+            status["ActiveState"] = out.rstrip("\n")
+        else:
+            _, out, _ = self.ctl("is-enabled", unit)
+            if out.strip() in ENABLED_STATES or self.ctl("list-unit-files", unit)[0] == 0:
+                is_systemd = True
+            else:
+                rc, out, err = run(self.systemctl)
+                if rc != 0:
+                    raise Failed(err or out, rc=rc)
+        self.is_initd = is_initd
+        return is_systemd or is_initd
+
+    def set_masked(self, found):
+        wanted = self.req["masked"]
+        _, out, _ = self.ctl("is-enabled", self.unit)
+        if (out.strip() == "masked") == wanted:
+            return
+        self.result["changed"] = True
+        if self.check:
+            return
+        action = "mask" if wanted else "unmask"
+        rc, _, err = self.ctl(action, self.unit)
+        if rc != 0:
+            self.require(found)
+            raise Failed("Failed to %s the service (%s): %s" % (action, self.unit, err.strip()))
+
+    def set_enabled(self, found):
+        wanted = self.req["enabled"]
+        self.require(found)
+        enabled = False
+        rc, out, _ = self.ctl("is-enabled", self.unit, "-l")
+        if rc == 0:
+            enabled = out.rstrip() not in ("enabled-runtime", "indirect", "alias")
+        elif rc == 1 and self.is_initd and not out.strip().endswith("disabled") and _sysv_is_enabled(self.unit):
+            enabled = True
+        self.result["enabled"] = enabled
+        if enabled == wanted:
+            return
+        self.result["changed"] = True
+        if not self.check:
+            action = "enable" if wanted else "disable"
+            rc, out, err = self.ctl(action, self.unit)
+            if rc != 0:
+                raise Failed("Unable to %s service %s: %s" % (action, self.unit, out + err))
+        self.result["enabled"] = not enabled
+
+    def set_state(self, found):
+        state, status = self.req["state"], self.result["status"]
+        self.require(found)
+        self.result["state"] = state
+        if "ActiveState" not in status:
+            raise Failed("Service is in unknown state", status=status)
+        running = status["ActiveState"] in ("active", "activating")
+        action = None
+        if state == "started":
+            action = None if running else "start"
+        elif state == "stopped":
+            action = "stop" if running or status["ActiveState"] == "deactivating" else None
+        else:
+            action = state[:-2] if running else "start"  # restarted/reloaded: restart/reload, or start
+            self.result["state"] = "started"
+        if action:
+            self.result["changed"] = True
+            if not self.check:
+                rc, _, err = self.ctl(action, self.unit)
+                if rc != 0:
+                    raise Failed("Unable to %s service %s: %s" % (action, self.unit, err))
+
+    def require(self, found):
+        if not found:
+            raise Failed("Could not find the requested service %s: host" % self.unit)
+
+
 class Service:
     def __init__(self, req):
         self.name = req["name"]
@@ -125,12 +321,14 @@ class Service:
         self._find_tools()
 
     def _find_tools(self):
-        if which("systemctl") and any(os.path.exists(c) for c in SYSTEMD_CANARIES):
-            raise Failed("service: this host runs systemd; provision's service module drives SysV init scripts only")
+        if systemd_managed():  # PID 1 is not systemd, yet systemd runs: Ansible's LinuxService would use it
+            raise Failed("service: systemd runs on this host but is not PID 1; use systemd_service")
         if which("initctl") and os.path.exists("/etc/init/%s.conf" % self.name):
-            raise Failed("service: %s is an upstart job; provision drives SysV init scripts only" % self.name)
+            raise Failed(
+                "service: %s is an upstart job; provision drives systemd and SysV init scripts only" % self.name
+            )
         if which("rc-service"):
-            raise Failed("service: this host runs OpenRC; provision drives SysV init scripts only")
+            raise Failed("service: this host runs OpenRC; provision drives systemd and SysV init scripts only")
         self.enable_cmd = None
         if self.initscript:
             self.enable_cmd = next(filter(None, (which(t) for t in ("update-rc.d", "insserv", "chkconfig"))), None)
@@ -212,6 +410,14 @@ def _running_from_words(text):
 
 
 def apply(req):
+    if req.get("module") == "systemd":
+        return Systemd(req).apply()
+    manager = service_manager()
+    if manager == "systemd":  # Ansible's service action runs its systemd module, without the SysV-only keys
+        keep = ("name", "state", "enabled", "check")
+        return Systemd({k: v for k, v in req.items() if k in keep}).apply()
+    if manager == "openwrt_init":
+        raise Failed("service: this host runs OpenWrt's procd; provision drives systemd and SysV init scripts only")
     service = Service(req)
     answer = {"name": service.name}
     if service.enable is not None:

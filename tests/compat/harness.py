@@ -15,6 +15,8 @@ A case is a folder ``cases/<name>/`` with ``playbook.yml`` and an optional ``cas
     source: {repo: ..., path: ..., commit: ..., edits: [...]}   # for playbooks taken from public repos
     sudo: false           # true: the case's lab users get passwordless sudo while the case runs (``become``);
                           # such cases run one at a time (they change the machine: packages, accounts)
+    systemd: false        # true: the case's hosts run under a systemd of their own while the case runs (the
+                          # lab's ``systemd_host``: PID 1 of the host's sessions is systemd); needs ``sudo``
     reset: reset.yml      # a playbook of the case, not compared but it must succeed: run by ansible-playbook
                           # before each tool's first run, and by the tool itself after its last run (so each
                           # tool's own removal is exercised): both tools start from the same machine state
@@ -29,6 +31,7 @@ is inside a ``.git`` directory is not compared: git stores times and stat data t
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import json
 import os
@@ -68,6 +71,7 @@ class Case:
     accept: list[dict[str, str]] = field(default_factory=list)
     serve: str | None = None
     sudo: bool = False
+    systemd: bool = False
     reset: str | None = None
 
     @classmethod
@@ -75,10 +79,13 @@ class Case:
         meta_path = path / "case.yml"
         meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
         meta = meta or {}
-        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about", "serve", "sudo", "reset"}
+        known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about", "serve", "sudo", "systemd"}
+        known.add("reset")
         unknown = set(meta) - known
         if unknown:
             raise ValueError(f"{meta_path}: unknown keys {sorted(unknown)}")
+        if meta.get("systemd") and not meta.get("sudo"):
+            raise ValueError(f"{meta_path}: systemd: true needs sudo: true (systemctl acts as root)")
         for entry in meta.get("accept", []):
             if not entry.get("match") or not entry.get("reason"):
                 raise ValueError(f"{meta_path}: every accepted difference needs a match and a reason")
@@ -93,6 +100,7 @@ class Case:
             accept=list(meta.get("accept", [])),
             serve=str(meta["serve"]) if meta.get("serve") else None,
             sudo=bool(meta.get("sudo", False)),
+            systemd=bool(meta.get("systemd", False)),
             reset=str(meta["reset"]) if meta.get("reset") else None,
         )
 
@@ -188,7 +196,7 @@ class Harness:
             shutil.rmtree(local)
         records: dict[str, list[RunRecord]] = {}
         resets: list[str] = []
-        with self._sudo(case, hosts), _http_server(case) as http_base:
+        with self._sudo(case, hosts), self._systemd(case, hosts), _http_server(case) as http_base:
             for tool in TOOLS:
                 records[tool] = self._run_tool(case, hosts, local, tool, http_base, resets)
         differences = resets + self._compare(case, hosts, records)
@@ -218,6 +226,15 @@ class Harness:
             finally:
                 for i in indexes:
                     self.lab.revoke_sudo(i)
+
+    @contextmanager
+    def _systemd(self, case: Case, hosts: list[Any]) -> Iterator[None]:
+        """For a ``systemd`` case: its hosts run under a systemd of their own (``Lab.systemd_host``)."""
+        with contextlib.ExitStack() as stack:
+            if case.systemd:
+                for h in hosts:
+                    stack.enter_context(self.lab.systemd_host(self.lab.hosts.index(h)))
+            yield
 
     def _run_tool(
         self, case: Case, hosts: list[Any], local: Path, tool: str, http_base: str | None, resets: list[str]

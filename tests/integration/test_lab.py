@@ -240,6 +240,45 @@ def test_rotate_host_key(own_lab: Lab) -> None:
         assert _exec(client, "id -un")[1] == h.user + "\n"
 
 
+def test_a_systemd_host_runs_a_real_systemd_that_leaves_the_machine_alone(own_lab: Lab, tmp_path: Path) -> None:
+    h0, h1 = own_lab.host(0), own_lab.host(1)
+    own_lab.grant_sudo(0)
+    keep = Path("/tmp") / f"provision-lab-keep-{h0.user}"  # what systemd-tmpfiles would empty on the machine
+    keep.write_text("kept")
+    unit = Path("/usr/local/lib/systemd/system/provision-lab-test-sleep.service")
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text("[Service]\nExecStart=/bin/sleep 86397\n")  # default dependencies: pulls in sysinit.target
+    try:
+        with own_lab.systemd_host(0):
+            seen = _ssh(own_lab, h0, "cat /proc/1/comm; test -d /run/systemd/system && echo canary; ls /tmp")
+            assert seen.stdout.splitlines()[:2] == ["systemd", "canary"]
+            assert keep.name not in seen.stdout  # a private /tmp
+            assert _ssh(own_lab, h0, "sudo -n systemctl start provision-lab-test-sleep").returncode == 0
+            active = _ssh(own_lab, h0, "sudo -n systemctl list-units --state=active --type=service --plain --no-legend")
+            assert sorted(line.split()[0] for line in active.stdout.splitlines()) == [
+                "provision-lab-sshd.service",
+                "provision-lab-test-sleep.service",
+            ]  # nothing of a machine's boot started (tmpfiles, sysusers, udev, timesyncd, ...)
+            assert _ssh(own_lab, h0, "sudo -n systemctl is-system-running").stdout.strip() == "running"
+            assert _ssh(own_lab, h1, "cat /proc/1/comm").stdout != "systemd\n"  # the other host is not under it
+            assert not Path("/run/systemd/system").exists()  # nor is the machine
+            sleeper = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "/bin/sleep 86397"]
+            assert sleeper
+        assert keep.read_text() == "kept"
+        assert not any(map(_running, (int(p.name) for p in sleeper)))  # the namespace died with its systemd
+        assert _ssh(own_lab, h0, "cat /proc/1/comm").stdout != "systemd\n"  # the plain sshd is back
+    finally:
+        keep.unlink(missing_ok=True)
+        unit.unlink(missing_ok=True)
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
 def test_grant_and_revoke_sudo(own_lab: Lab) -> None:
     h0, h1 = own_lab.host(0), own_lab.host(1)
     drop_in = Path("/etc/sudoers.d") / f"provision-lab-{h0.user}"

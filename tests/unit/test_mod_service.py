@@ -16,7 +16,7 @@ from provision.transport import LocalConnection
     [
         ({"name": "x"}, "one of the following is required: state, enabled"),
         ({"name": "x", "state": "running"}, "state"),
-        ({"name": "x", "state": "started", "use": "systemd"}, "use"),
+        ({"name": "x", "state": "started", "use": "upstart"}, "use"),
     ],
 )
 def test_bad_arguments_are_refused_before_the_run(args: dict[str, str], message: str) -> None:
@@ -27,7 +27,7 @@ def test_bad_arguments_are_refused_before_the_run(args: dict[str, str], message:
 @pytest.mark.parametrize("args", [{"state": "started"}, {"enabled": True}])
 def test_a_service_without_an_init_script_fails_with_ansibles_message(args: dict[str, object]) -> None:
     full = {"name": "provision-no-such-service", "state": None, "enabled": None, "sleep": None, "pattern": None,
-            "arguments": "", **args}  # fmt: skip
+            "arguments": "", "use": "auto", **args}  # fmt: skip
     ctx = ModuleContext(host="h", conn=LocalConnection("h"), variables={})
     result = Service().run(ctx, full)
     assert result.failed
