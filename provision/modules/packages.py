@@ -3,8 +3,9 @@ values, and check mode. The host does it in one round trip (``remote/packages.py
 needs root (``become``).
 
 ``apt`` (Debian/Ubuntu): ``cache_updated``, ``cache_update_time``, ``stdout``/``stderr`` when apt-get ran; check
-mode is ``apt-get --simulate``. ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one line.
-Refused by name: ``deb``, ``upgrade`` (other than no), ``build-dep``/``fixed`` states, wildcards in names.
+mode is ``apt-get --simulate``. ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one
+line (naming ``dnf`` where the host has it). Refused by name: ``deb``, ``upgrade`` (other than no),
+``build-dep``/``fixed`` states, wildcards in names.
 
 ``dnf`` (dnf 4's command line and ``rpm``): ``results`` (``Installed: NEVRA``, ``Removed: NEVRA``), ``msg``,
 ``rc``, ``failures``, as Ansible's ``dnf``; ``installroot``, ``releasever``, ``conf_file``, repos and plugins

@@ -130,7 +130,10 @@ def update_cache(req):
 
 def apt_apply(req):
     if shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
-        raise Failed("this host has no apt-get/dpkg-query: provision's apt and package manage Debian/Ubuntu hosts")
+        raise Failed(
+            "this host has no apt-get/dpkg-query: provision's apt and package manage Debian/Ubuntu hosts"
+            + ("; this host has dnf: use the dnf module" if shutil.which("dnf") else "")
+        )
     updated, stamp = False, cache_time()
     if req.get("update_cache"):
         updated, stamp = update_cache(req)
