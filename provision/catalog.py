@@ -37,6 +37,7 @@ MODULES: dict[str, str] = {
     "git": "provision.modules.git_mod",
     "apt": "provision.modules.packages",
     "package": "provision.modules.packages",
+    "dnf": "provision.modules.packages",
     "find": "provision.modules.info",
     "ping": "provision.modules.info",
     "raw": "provision.modules.info",

@@ -1,8 +1,16 @@
-"""``apt`` and ``package``: Debian/Ubuntu packages present, latest or absent, with Ansible's arguments and return
-values (``cache_updated``, ``cache_update_time``, ``stdout``/``stderr`` when apt-get ran) and check mode
-(``apt-get --simulate``). The host does it in one round trip (``remote/packages.py``, the request on stdin); it
-needs root (``become``). ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one line.
-Refused by name: ``deb``, ``upgrade`` (other than no), ``build-dep``/``fixed`` states, wildcards in names.
+"""``apt``, ``package`` and ``dnf``: packages present, latest or absent, with Ansible's arguments and return
+values, and check mode. The host does it in one round trip (``remote/packages.py``, the request on stdin); it
+needs root (``become``).
+
+``apt`` (Debian/Ubuntu): ``cache_updated``, ``cache_update_time``, ``stdout``/``stderr`` when apt-get ran; check
+mode is ``apt-get --simulate``. ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one
+line (naming ``dnf`` where the host has it). Refused by name: ``deb``, ``upgrade`` (other than no),
+``build-dep``/``fixed`` states, wildcards in names.
+
+``dnf`` (dnf 4's command line and ``rpm``): ``results`` (``Installed: NEVRA``, ``Removed: NEVRA``), ``msg``,
+``rc``, ``failures``, as Ansible's ``dnf``; ``installroot``, ``releasever``, ``conf_file``, repos and plugins
+enabled/disabled per call. Refused: the arguments in ``DNF_UNSUPPORTED``, the ``dnf5`` backend, and names that
+are not package specs (wildcards, ``@group``/``@module``, ``.rpm`` files, URLs).
 """
 
 from __future__ import annotations
@@ -13,6 +21,15 @@ from typing import Any
 from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "packages.py"
+DNF_UNSUPPORTED = (
+    "allowerasing", "best", "nobest", "bugfix", "security", "cacheonly", "disable_excludes", "download_only",
+    "download_dir", "exclude", "list", "lock_timeout", "skip_broken", "update_only", "validate_certs", "sslverify",
+    "install_repoquery",
+)  # fmt: skip
+DNF_PASSED = (
+    "installroot", "releasever", "conf_file", "disable_gpg_check", "enablerepo", "disablerepo", "enable_plugin",
+    "disable_plugin", "update_cache", "autoremove", "allow_downgrade", "install_weak_deps",
+)  # fmt: skip
 APT_UNSUPPORTED = (
     "deb", "autoclean", "fail_on_autoremove", "allow_unauthenticated", "allow_change_held_packages", "policy_rc_d",
     "lock_timeout", "clean", "update_cache_retries", "update_cache_retry_max_delay",
@@ -26,13 +43,13 @@ def _names(value: Any) -> list[str]:
     return [str(i).strip() for i in items if str(i).strip()]
 
 
-def _apply(ctx: ModuleContext, request: dict[str, Any]) -> ModuleResult:
+def _apply(ctx: ModuleContext, request: dict[str, Any], what: str = "apt") -> ModuleResult:
     for name in request["names"]:
         if any(c in name for c in "*?["):
-            return ModuleResult(failed=True, msg=f"apt: wildcards in package names are not supported: {name}")
+            return ModuleResult(failed=True, msg=f"{what}: wildcards in package names are not supported: {name}")
     request["check"] = ctx.check
     try:
-        answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what="apt", check_rc=False)
+        answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what=what, check_rc=False)
     except HelperError as exc:
         return exc.as_result()
     result = ModuleResult.from_answer(answer)  # cache_updated, cache_update_time, stdout, stderr, rc, diff
@@ -98,3 +115,43 @@ class Package(Module):
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
         return _apply(ctx, {"names": _names(args["name"]), "state": state})
+
+
+@register
+class Dnf(Module):
+    name = "dnf"
+    args = {
+        "name": Arg("raw", aliases=("pkg",)),
+        # no default: with autoremove alone the module removes what is no longer needed, as Ansible's
+        "state": Arg(choices=("present", "installed", "latest", "absent", "removed")),
+        "installroot": Arg(default="/"),
+        "releasever": Arg(),
+        "conf_file": Arg(),
+        "disable_gpg_check": Arg("bool", default=False),
+        "enablerepo": Arg("list", default=[]),
+        "disablerepo": Arg("list", default=[]),
+        "enable_plugin": Arg("list", default=[]),
+        "disable_plugin": Arg("list", default=[]),
+        "update_cache": Arg("bool", default=False, aliases=("expire-cache",)),
+        "autoremove": Arg("bool", default=False),
+        "allow_downgrade": Arg("bool", default=False),
+        "install_weak_deps": Arg("bool", default=True),
+        # Ansible's dnf action picks the module by this; every choice but dnf5 is dnf 4 here
+        "use_backend": Arg(default="auto", choices=("auto", "dnf", "dnf4", "yum", "yum4")),
+        **{name: Arg("raw") for name in DNF_UNSUPPORTED},
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        for name in DNF_UNSUPPORTED:
+            if name in args:
+                raise ArgError(f"dnf: {name!r} is not supported by provision")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        names = _names(args["name"])
+        for name in names:
+            if name.startswith("@") or name.endswith(".rpm") or "://" in name:
+                return ModuleResult(failed=True, msg=f"dnf: only package specs are supported, not {name}")
+        state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
+        request = {"manager": "dnf", "names": names, "state": state, **{k: args[k] for k in DNF_PASSED}}
+        return _apply(ctx, request, what="dnf")
