@@ -47,6 +47,7 @@ import contextlib
 import copy
 import fnmatch
 import gc
+import os
 import re
 import shlex
 import string
@@ -80,6 +81,8 @@ class Host:
     name: str
     vars: dict[str, Any]
     groups: list[str]
+    # the absolute path of the inventory file that first named it (inventory_file); not part of the host's identity
+    source: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -285,6 +288,7 @@ class _HostData:
     # where each var came from, kept only when tracing (`provision inventory --host`): no cost otherwise
     inv_from: dict[str, str] = field(default_factory=dict)
     file_from: dict[str, str] = field(default_factory=dict)
+    source: str | None = None  # the inventory file that first named the host (Ansible's inventory_file)
 
 
 @dataclass
@@ -304,6 +308,7 @@ class _Builder:
         self.hosts: dict[str, _HostData] = {}
         self.edges: dict[tuple[str, str], Where] = {}
         self.add_child("all", "ungrouped", ("", None))
+        self.file: str | None = None  # the inventory file being read (None: a `-i host1,host2` list)
 
     def group(self, name: str) -> _GroupData:
         return self.groups.setdefault(name, _GroupData())
@@ -323,6 +328,7 @@ class _Builder:
         data = self.group(group)
         for name in names:
             host = self.hosts.setdefault(name, _HostData())
+            host.source = host.source or self.file
             if port is not None:
                 host.inv_vars["ansible_port"] = port
             host.inv_vars.update(_copy_vars(hvars))
@@ -420,7 +426,7 @@ class _Builder:
             merged.update(self.hosts[name].inv_vars)
             merged.update(self.hosts[name].file_vars)
             merged.update(extra_vars)
-            hosts[name] = Host(name, _copy_vars(merged), sorted(member_of))
+            hosts[name] = Host(name, _copy_vars(merged), sorted(member_of), self.hosts[name].source)
         groups = {
             name: Group(name, {**d.inv_vars, **d.file_vars}, list(d.hosts), list(d.children), list(d.parents))
             for name, d in self.groups.items()
@@ -532,6 +538,7 @@ def _ini_host(b: _Builder, group: str, line: str, where: Where) -> None:
 
 
 def _load_file(b: _Builder, path: Path) -> None:
+    b.file = os.path.abspath(path)
     text = _read(path)
     suffix = path.suffix.lower()
     if suffix in _YAML_EXTS:
@@ -566,6 +573,7 @@ def _load_source(b: _Builder, source: str) -> Path | None:
         _load_file(b, path)
         return path.parent
     if "," in source:
+        b.file = None
         for name in (n.strip() for n in source.split(",")):
             if name:
                 b.add_hosts("ungrouped", name, {}, (source, None))

@@ -1,10 +1,13 @@
 """The magic variables (Ansible's names), built in one place.
 
 Every task's variables end with one layer of them (:func:`magic_vars`): the host's own
-(``inventory_hostname``, ``inventory_hostname_short``, ``group_names``, ``groups``) and, inside a running play,
-what the play knows (:class:`PlayMagic`: ``hostvars``, check/diff mode, ``playbook_dir``, the play's hosts and
-batch, ``ansible_facts``). The layer is INERT (:func:`provision.templating.inert`): host names, group lists and
-facts are data, never rendered (docs/security.md). :data:`NAMES` is what the planner accepts as always defined
+(``inventory_hostname``, ``inventory_hostname_short``, ``group_names``, ``groups``, ``inventory_file``/``_dir``)
+and, inside a running play, what the play knows (:class:`PlayMagic`: ``hostvars``, check/diff mode,
+``playbook_dir``, the play's hosts and batch, ``ansible_facts``, and the run's :func:`run_magic`: the play's name,
+``ansible_version``, ``ansible_playbook_python``, tags, forks, limit, inventory sources, verbosity). ``vars`` (all
+of a host's variables) is the variables mapping itself (:class:`provision.templating.Vars`). The layer is INERT
+(:func:`provision.templating.inert`): host names, group lists and facts are data, never rendered
+(docs/security.md). :data:`NAMES` is what the planner accepts as always defined
 (:mod:`provision.plan`); ``item`` is the default loop variable (the task runner sets it per item), ``omit`` and
 ``ansible_loop_var`` are accepted Ansible names that provision does not set.
 
@@ -14,6 +17,8 @@ inventory alone, before any play). Imports :mod:`.templating` and :mod:`.invento
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +27,47 @@ from . import templating
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Inventory
 
-HOST_NAMES = ("inventory_hostname", "inventory_hostname_short", "group_names", "groups", "omit")
+HOST_NAMES = (
+    "inventory_hostname", "inventory_hostname_short", "group_names", "groups", "omit", "inventory_file",
+    "inventory_dir",
+)  # fmt: skip
 PLAY_NAMES = (
     "hostvars", "ansible_check_mode", "ansible_diff_mode", "playbook_dir", "ansible_play_hosts",
-    "ansible_play_batch", "play_hosts", "ansible_play_hosts_all", "ansible_facts",
+    "ansible_play_batch", "play_hosts", "ansible_play_hosts_all", "ansible_facts", "ansible_play_name",
+    "ansible_version", "ansible_playbook_python", "ansible_run_tags", "ansible_skip_tags", "ansible_forks",
+    "ansible_inventory_sources", "ansible_verbosity",
 )  # fmt: skip
-OTHER_NAMES = ("item", "ansible_loop_var")
+OTHER_NAMES = ("item", "ansible_loop_var", "vars", "ansible_limit")  # ansible_limit: only with --limit
 NAMES = frozenset(HOST_NAMES + PLAY_NAMES + OTHER_NAMES)
+# the ansible-core whose playbook semantics provision follows (and compares itself with: tests/compat), as
+# ``ansible_version``: playbooks test it to pick a code path
+ANSIBLE_VERSION = {"string": "2.19.0", "full": "2.19.0", "major": 2, "minor": 19, "revision": 0}
+
+
+def run_magic(
+    *,
+    play_name: str,
+    tags: set[str],
+    skip_tags: set[str],
+    forks: int,
+    limit: str | None,
+    verbosity: int,
+    sources: list[str],
+) -> dict[str, Any]:
+    """The run's part of the magic layer, the same for every host and task of a play (made once per play)."""
+    out: dict[str, Any] = {
+        "ansible_play_name": play_name,
+        "ansible_version": dict(ANSIBLE_VERSION),
+        "ansible_playbook_python": sys.executable,
+        "ansible_run_tags": sorted(tags) or ["all"],
+        "ansible_skip_tags": sorted(skip_tags),
+        "ansible_forks": forks,
+        "ansible_inventory_sources": [s if "," in s and not os.path.exists(s) else os.path.abspath(s) for s in sources],
+        "ansible_verbosity": verbosity,
+    }
+    if limit:
+        out["ansible_limit"] = limit  # undefined without --limit, as in Ansible
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,6 +82,7 @@ class PlayMagic:
     active_hosts: list[str]  # the play's hosts that have not failed
     batch: list[str]  # the batch's hosts that have not failed
     facts: Mapping[str, Any]
+    run: Mapping[str, Any]  # run_magic(): the play's name, tags, forks, ... the same for every host
 
 
 def magic_vars(
@@ -65,8 +105,11 @@ def magic_vars(
         "group_names": sorted(g for g in known.groups if g != "all") if known else [],  # "ungrouped" too, as Ansible
         "groups": inventory.groups_map() if groups is None else groups,
         "omit": templating.OMIT,  # an argument rendered to it is left out (taskrun)
+        "inventory_file": known.source if known else None,
+        "inventory_dir": os.path.dirname(known.source) if known and known.source else None,
     }
     if play is not None:
+        magic.update(play.run)
         magic.update({
             "hostvars": play.hostvars,
             "ansible_check_mode": play.check,

@@ -21,7 +21,7 @@ from . import templating
 from .commands import MASKER, CommandError
 from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
 from .inventory import Inventory
-from .magic import PlayMagic, magic_vars, top_level_facts
+from .magic import PlayMagic, magic_vars, run_magic, top_level_facts
 from .masking import register_secrets
 from .modules import ArgError, ModuleContext, ModuleResult
 from .modules.async_mod import run_async
@@ -101,6 +101,10 @@ class TaskRunner:
         self.progress = progress
         self.playbook_dir = playbook_dir
         self._hostvars = HostVarsView(self)
+        self._run_magic = run_magic(
+            play_name=play.name or play.hosts, tags=options.tags, skip_tags=options.skip_tags, forks=options.forks,
+            limit=options.limit, verbosity=options.verbosity, sources=inventory.sources,
+        )  # fmt: skip
         self._gathered: dict[str, dict[str, Any]] = {}  # what a setup task gathered: the host's new ansible_facts
         # per host, while its task runs: what the task set so far (set_fact in a loop, retries), seen by the
         # variables built after it as if it were applied, and returned in the outcome
@@ -122,6 +126,7 @@ class TaskRunner:
             active_hosts=[h for h, st in self._states(self.play_hosts) if st.active],
             batch=[h for h, st in self._states(self.batch) if st.active],
             facts=state.facts,
+            run=self._run_magic,
         )
         base = inv.hosts[host].vars if host in inv.hosts else {}
         # the inventory's, the play's, the task's and -e text are templates; what hosts returned (register,

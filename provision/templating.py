@@ -529,6 +529,8 @@ class Vars(Mapping[str, Any]):
         if key not in self._data:
             if key in ENV.globals:
                 return ENV.globals[key]
+            if key == "vars":  # Ansible's magic `vars`: every variable of the host, rendered on read
+                return self
             raise KeyError(key)
         value = self._data[key]
         if key not in self._inert and _contains_template(value):
@@ -545,7 +547,7 @@ class Vars(Mapping[str, Any]):
         return value
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data or key in ENV.globals
+        return key in self._data or key in ENV.globals or key == "vars"
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
