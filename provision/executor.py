@@ -364,7 +364,9 @@ class Executor:
         include_vars = dict(task.vars)
         if task.module == "include_role":
             playbook = str(Path(self.playbook_dir) / "playbook.yml")
-            tasks, handlers, (defaults, role_vars) = load_role(task, args, playbook, set(play.tags))
+            tasks, handlers, (defaults, role_vars) = load_role(
+                task, args, playbook, set(play.tags), set(play.roles_run)
+            )
             if args.get("public"):  # the role's defaults and vars stay for the rest of the play, as in Ansible
                 play.role_defaults.update(defaults)
                 play.role_vars.update(role_vars)

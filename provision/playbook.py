@@ -242,6 +242,10 @@ class Play:
     # their defaults (under the inventory) and their vars (over the play's vars)
     role_defaults: dict[str, Any] = field(default_factory=dict)
     role_vars: dict[str, Any] = field(default_factory=dict)
+    # the roles (with their parameters) of the play's `roles:` (every host runs them): a dependency among them is
+    # not run again when an include_role brings it, as Ansible (a role runs once per play and host unless its
+    # parameters differ). Ansible also skips one an earlier include ran on the host: provision runs it again
+    roles_run: set[str] = field(default_factory=set)
 
     @property
     def where(self) -> str:
@@ -658,12 +662,14 @@ def _check_include_role(task: Task, node: Any, path: str) -> None:
 
 
 def load_role(
-    task: Task, args: dict[str, Any], playbook: str | None, tags: set[str]
+    task: Task, args: dict[str, Any], playbook: str | None, tags: set[str], roles_run: set[str] | None = None
 ) -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
     """An ``include_role`` with its arguments rendered: the role's tasks (its ``apply`` around them, its defaults,
     vars and files as for ``roles:``) and its handlers. Read afresh each time (an include runs the role again,
-    as Ansible does). The role is looked up from the playbook, then beside the role the include is in. Also
-    returns the defaults and vars of the role (and its dependencies), which ``public: true`` exposes."""
+    as Ansible does); its dependencies that are in ``roles_run`` (the play's :attr:`Play.roles_run`) are not run
+    again. The role is looked up from the playbook, then beside the role the
+    include is in. Also returns the defaults and vars of the role (and its dependencies), which ``public: true``
+    exposes."""
     spec: dict[str, Any] = {"role": args["name"], **{k: args[k] for k in ROLE_FROM_KEYS if args.get(k)}}
     where = LineDict()
     where.file, where.line = task.file, task.line
@@ -673,11 +679,11 @@ def load_role(
 
     def read() -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
         _ROLE_HANDLERS.set([])
-        _ROLES_SEEN.set(set())
+        _ROLES_SEEN.set(roles_run if roles_run is not None else set())
         _ROLE_EXPOSED.set([])
         _MODULE_DEFAULTS.set(task.module_defaults)
         apply = task.args.get("apply")  # not rendered: the included tasks render their keywords
-        tasks = _role(spec, task.file, tags, (), where, playbook or task.file, apply=apply, search=extra)
+        tasks = _role(spec, task.file, tags, (), where, playbook or task.file, apply=apply, search=extra, once=False)
         defaults: dict[str, Any] = {}
         role_vars: dict[str, Any] = {}
         for role_defaults, own_vars in _ROLE_EXPOSED.get():
@@ -1193,6 +1199,7 @@ def parse_play(node: Any, path: str) -> Play:
         strategy=str(strategy),
         role_defaults=exposed_defaults,
         role_vars=exposed_vars,
+        roles_run=set(_ROLES_SEEN.get()),
     )
     if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
         for task in tasks + handlers:

@@ -6,6 +6,8 @@ A case is a folder ``cases/<name>/`` with ``playbook.yml`` and an optional ``cas
     runs: 2               # runs per tool on the same remote dir (first run, converged rerun)
     check: false          # true: first a ``--check --diff`` run on the fresh dir, compared too
     args: []              # extra command line arguments for both tools (``-t``, ``-e``, ...)
+    env: {}               # extra environment for both tools (``ANSIBLE_ROLES_PATH``); ``{dir}`` in a value is
+                          # the tool's copy of the case folder
     host_vars: {}         # extra inventory vars for every host
     serve: files          # a folder of the case served over HTTP on loopback while the case runs (python's
                           # http.server, started by the harness); its base URL is the inventory var ``http_base``
@@ -67,6 +69,7 @@ class Case:
     runs: int = 2
     check: bool = False
     args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     host_vars: dict[str, Any] = field(default_factory=dict)
     accept: list[dict[str, str]] = field(default_factory=list)
     serve: str | None = None
@@ -80,7 +83,7 @@ class Case:
         meta = yaml.safe_load(meta_path.read_text()) if meta_path.exists() else {}
         meta = meta or {}
         known = {"hosts", "runs", "check", "args", "host_vars", "accept", "source", "about", "serve", "sudo", "systemd"}
-        known.add("reset")
+        known |= {"reset", "env"}
         unknown = set(meta) - known
         if unknown:
             raise ValueError(f"{meta_path}: unknown keys {sorted(unknown)}")
@@ -96,6 +99,7 @@ class Case:
             runs=int(meta.get("runs", 2)),
             check=bool(meta.get("check", False)),
             args=[str(a) for a in meta.get("args", [])],
+            env={str(k): str(v) for k, v in (meta.get("env") or {}).items()},
             host_vars=dict(meta.get("host_vars", {})),
             accept=list(meta.get("accept", [])),
             serve=str(meta["serve"]) if meta.get("serve") else None,
@@ -251,9 +255,9 @@ class Harness:
         self._reset(case, "ansible", tool_dir, inventory, f"before {tool}", resets)
         runs: list[RunRecord] = []
         if case.check:
-            runs.append(self._run(tool, tool_dir, inventory, [*case.args, "--check", "--diff"]))
+            runs.append(self._run(tool, tool_dir, inventory, [*case.args, "--check", "--diff"], case.env))
         for _ in range(case.runs):
-            runs.append(self._run(tool, tool_dir, inventory, case.args))
+            runs.append(self._run(tool, tool_dir, inventory, case.args, case.env))
         self._reset(case, tool, tool_dir, inventory, f"after {tool}", resets)
         return runs
 
@@ -291,13 +295,16 @@ class Harness:
         }
         return self.lab.write_inventory(tool_dir / "inventory.yml", [h.name for h in hosts], extra_host_vars=extra)
 
-    def _run(self, tool: str, tool_dir: Path, inventory: Path, args: list[str]) -> RunRecord:
+    def _run(
+        self, tool: str, tool_dir: Path, inventory: Path, args: list[str], extra_env: dict[str, str] | None = None
+    ) -> RunRecord:
         if tool == "ansible":
             argv = ["ansible-playbook", "-i", str(inventory), "playbook.yml", *args]
             env = self.ansible_env(tool_dir)
         else:
             argv = [sys.executable, "-m", "provision", "run", "playbook.yml", "-i", str(inventory), "--json", *args]
             env = self.provision_env()
+        env.update({k: v.replace("{dir}", str(tool_dir)) for k, v in (extra_env or {}).items()})
         started = time.monotonic()
         proc = subprocess.run(argv, cwd=tool_dir, env=env, capture_output=True, text=True, timeout=300, check=False)
         seconds = time.monotonic() - started
@@ -323,9 +330,11 @@ class Harness:
                     out.append(f"{label}: stats {host}: ansible={_fmt(sa)} provision={_fmt(sp)}")
             ma = {(t, h): m for t, h, m in a.messages}
             mp = {(t, h): m for t, h, m in p.messages}
-            for key in sorted(ma):
+            for key in sorted(ma.keys() | mp.keys()):
                 if key not in mp:
                     out.append(f"{label}: debug {key[0]!r} on {key[1]}: ansible={ma[key]!r} provision=<none>")
+                elif key not in ma:
+                    out.append(f"{label}: debug {key[0]!r} on {key[1]}: ansible=<none> provision={mp[key]!r}")
                 elif _norm(ma[key]) != _norm(mp[key]):
                     out.append(f"{label}: debug {key[0]!r} on {key[1]}: ansible={ma[key]!r} provision={mp[key]!r}")
             if "--diff" in label or label == "check":
