@@ -212,6 +212,10 @@ class SSHConnection:
         self._beats: dict[object, Callable[[], None]] = {}  # live channels that get heartbeats (see _heartbeats)
         self._beats_lock = threading.Lock()
         self._sftp_lock = threading.Lock()  # one SFTP session per connection, even when threads share it
+        # held for each whole SFTP operation: paramiko's SFTPClient is not safe for two threads at once (one
+        # thread's read of the replies can take and drop the other's, which then waits out its timeout);
+        # a delegated task's thread and the host's own share the connection
+        self._sftp_use = threading.RLock()
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -583,7 +587,8 @@ class SSHConnection:
             self.connect()  # taking the run lock through the agent tells the home directory
         if self._home is None:
             try:
-                self._home = self._sftp_client().normalize(".")
+                with self._sftp_use:
+                    self._home = self._home or self._sftp_client().normalize(".")
             except (paramiko.SSHException, OSError) as exc:
                 raise UnreachableError(self.name, f"SFTP failed: {exc}") from None
         return expand_home(path, self._home)
@@ -599,8 +604,9 @@ class SSHConnection:
         sftp: paramiko.SFTPClient | None = None
         self._inflight.add(tmp)
         try:
-            sftp = self._sftp_client()
-            atomic_put(_SftpFiles(sftp, self), data, path, mode, tmp)
+            with self._sftp_use:
+                sftp = self._sftp_client()
+                atomic_put(_SftpFiles(sftp, self), data, path, mode, tmp)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._file_error(f"cannot write {path}", exc, sftp) from None
         finally:
@@ -629,9 +635,10 @@ class SSHConnection:
                     return data  # type: ignore[return-value]
         sftp: paramiko.SFTPClient | None = None
         try:
-            sftp = self._sftp_client()
-            with sftp.open(path, "rb") as fh:
-                return fh.read()
+            with self._sftp_use:
+                sftp = self._sftp_client()
+                with sftp.open(path, "rb") as fh:
+                    return fh.read()
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as exc:

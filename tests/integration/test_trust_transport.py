@@ -557,6 +557,35 @@ def temp_files(directory: Path, name: str) -> list[Path]:
     return [p for p in directory.glob(f".{name}.provision-*")]
 
 
+def test_threads_sharing_a_connection_write_files_at_once(lab: Lab, lab_env: None) -> None:
+    # a delegated task's thread and the host's own share one connection (and its SFTP session): paramiko's
+    # SFTPClient lets one thread take and drop another's reply, which then waited out a 60 s timeout and the
+    # host was reported unreachable ("SFTP failed: ", case key_delegate_to under load)
+    lab.run_as(0, ["rm", "-rf", "shared"])
+    lab.run_as(0, ["mkdir", "shared"])
+    conn = ssh(lab)
+    errors: list[str] = []
+
+    def write(t: int) -> None:
+        try:
+            for i in range(25):
+                conn.put(f"{t}-{i}".encode(), f"~/shared/f{t}-{i}", 0o644)
+        except Exception as exc:  # collected, asserted below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=write, args=(t,), daemon=True) for t in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        conn.close()
+    assert not errors and not any(t.is_alive() for t in threads), errors[:3]
+    written = {p.name: p.read_text() for p in (lab.hosts[0].home / "shared").iterdir()}
+    assert written == {f"f{t}-{i}": f"{t}-{i}" for t in range(8) for i in range(25)}
+
+
 def test_ssh_put_is_private_from_the_first_byte(lab: Lab, lab_env: None) -> None:
     home = lab.hosts[0].home
     lab.run_as(0, ["rm", "-rf", "priv"])
