@@ -36,6 +36,10 @@ APT_UNSUPPORTED = (
 )  # fmt: skip
 
 
+def _state(value: str) -> str:
+    return {"installed": "present", "removed": "absent"}.get(value, value)
+
+
 def _names(value: Any) -> list[str]:
     if value is None:
         return []
@@ -44,7 +48,8 @@ def _names(value: Any) -> list[str]:
 
 
 def _apply(ctx: ModuleContext, request: dict[str, Any], what: str = "apt") -> ModuleResult:
-    for name in request["names"]:
+    inner = list(request.get("requests", {}).values())  # package with use: auto: one request per backend
+    for name in request.get("names") or (inner[0].get("names", []) if inner else []):
         if any(c in name for c in "*?["):
             return ModuleResult(failed=True, msg=f"{what}: wildcards in package names are not supported: {name}")
     request["check"] = ctx.check
@@ -90,31 +95,19 @@ class Apt(Module):
         if "name" not in args and not args.get("update_cache") and not args.get("update-cache"):
             raise ArgError("apt: one of the following is required: name, update_cache")
 
-    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
-        request = {
+    @staticmethod
+    def request(args: dict[str, Any]) -> dict[str, Any]:
+        """The host helper's request for these (coerced) arguments."""
+        return {
+            "manager": "apt",
             "names": _names(args["name"]),
-            "state": state,
+            "state": _state(args["state"]),
             **{k: args[k] for k in ("update_cache", "cache_valid_time", "purge", "autoremove", "install_recommends",
                                     "force", "only_upgrade", "allow_downgrade", "default_release", "dpkg_options")},
         }  # fmt: skip
-        return _apply(ctx, request)
-
-
-@register
-class Package(Module):
-    name = "package"
-    args = {
-        "name": Arg("raw", required=True),
-        # ansible-core documents state as required, but its package action hands the arguments to the backend,
-        # whose default (present) applies: `package: name=git` installs git there, and here
-        "state": Arg(default="present", choices=("present", "installed", "latest", "absent", "removed")),
-        "use": Arg(default="auto", choices=("auto", "apt")),
-    }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
-        return _apply(ctx, {"names": _names(args["name"]), "state": state})
+        return _apply(ctx, self.request(args))
 
 
 @register
@@ -147,11 +140,62 @@ class Dnf(Module):
             if name in args:
                 raise ArgError(f"dnf: {name!r} is not supported by provision")
 
-    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+    @staticmethod
+    def request(args: dict[str, Any]) -> dict[str, Any]:
+        """The host helper's request for these (coerced) arguments; ArgError for a name that is no package spec."""
         names = _names(args["name"])
         for name in names:
             if name.startswith("@") or name.endswith(".rpm") or "://" in name:
-                return ModuleResult(failed=True, msg=f"dnf: only package specs are supported, not {name}")
-        state = {"installed": "present", "removed": "absent"}.get(args["state"], args["state"])
-        request = {"manager": "dnf", "names": names, "state": state, **{k: args[k] for k in DNF_PASSED}}
+                raise ArgError(f"dnf: only package specs are supported, not {name}")
+        state = _state(args["state"]) if args["state"] else None
+        return {"manager": "dnf", "names": names, "state": state, **{k: args[k] for k in DNF_PASSED}}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        try:
+            request = self.request(args)
+        except ArgError as exc:
+            return ModuleResult(failed=True, msg=str(exc))
         return _apply(ctx, request, what="dnf")
+
+
+BACKENDS: dict[str, type[Apt] | type[Dnf]] = {"apt": Apt, "dnf": Dnf}
+# what `package` hands on to its backend, as Ansible's package action does (every argument but `use`); each
+# backend checks them when the task runs (apt refuses dnf's `installroot`, as Ansible's apt does)
+PACKAGE_PASSED = sorted(
+    {key for cls in BACKENDS.values() for name, spec in cls.args.items() for key in (name, *spec.aliases)}
+    - {"name", "state", "package", "pkg"}
+)
+
+
+def _backend_request(backend: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``package``'s arguments as the backend's request, or ``{"manager": backend, "error": why}``."""
+    cls = BACKENDS[backend]
+    given = {k: v for k, v in args.items() if k != "use" and v is not None}
+    try:
+        return cls.request(cls.coerce(cls.validate_static(given, lambda _: False)))
+    except ArgError as exc:
+        return {"manager": backend, "error": str(exc)}
+
+
+@register
+class Package(Module):
+    name = "package"
+    args = {
+        "name": Arg("raw", required=True),
+        # ansible-core documents state as required, but its package action hands the arguments to the backend,
+        # whose default (present) applies: `package: name=git` installs git there, and here
+        "state": Arg(default="present", choices=("present", "installed", "latest", "absent", "removed")),
+        # auto: the host's package manager (apt where apt-get is, else dnf), as Ansible's pkg_mgr fact picks it
+        "use": Arg(default="auto", choices=("auto", "apt", "dnf")),
+        **{name: Arg("raw") for name in PACKAGE_PASSED},
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        backends = list(BACKENDS) if args["use"] == "auto" else [args["use"]]
+        requests = {backend: _backend_request(backend, args) for backend in backends}
+        if len(requests) == 1:
+            request = next(iter(requests.values()))
+            if "error" in request:
+                return ModuleResult(failed=True, msg=request["error"])
+            return _apply(ctx, request, what=request["manager"])
+        return _apply(ctx, {"manager": "auto", "requests": requests}, what="package")

@@ -132,7 +132,7 @@ def apt_apply(req):
     if shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
         raise Failed(
             "this host has no apt-get/dpkg-query: provision's apt and package manage Debian/Ubuntu hosts"
-            + ("; this host has dnf: use the dnf module" if shutil.which("dnf") else "")
+            + ("; this host has dnf: use the dnf module (or package)" if shutil.which("dnf") else "")
         )
     updated, stamp = False, cache_time()
     if req.get("update_cache"):
@@ -341,9 +341,21 @@ def readable_conf(req):
         raise Failed("cannot read configuration file", conf_file=conf, results=[])
 
 
+def chosen(req):
+    """``package`` with ``use: auto`` sends a request per backend: the host's manager picks one (apt where
+    apt-get is, else dnf), as Ansible's ``pkg_mgr`` fact would. A backend that refused the arguments says why."""
+    if req.get("manager") == "auto":
+        manager = "dnf" if shutil.which("apt-get") is None and shutil.which("dnf") else "apt"
+        req = dict(req["requests"][manager], check=req.get("check"))
+    if req.get("error"):
+        raise Failed(req["error"])
+    return req
+
+
 def main():
     req = json.loads(sys.stdin.read())
     try:
+        req = chosen(req)
         answer = dnf_apply(req) if req.get("manager") == "dnf" else apt_apply(req)
     except Failed as exc:
         answer = dict(exc.data, failed=True)

@@ -120,3 +120,56 @@ def test_dnf_the_same_as_ansible(tmp_path: Path) -> None:
         if i == 1:
             assert _installed(roots["provision"]) == [f"{A}-1.0-1.noarch"]
     assert _installed(roots["provision"]) == _installed(roots["ansible"]) == []
+
+
+def _package_steps() -> list[dict[str, Any]]:
+    return [
+        {"name": A, "use": "dnf"},
+        {"name": A, "use": "dnf"},  # converged
+        {"name": A, "state": "absent", "use": "dnf"},
+        {"name": A, "state": "absent", "use": "dnf"},  # converged: "No match for argument"
+    ]
+
+
+def test_package_hands_its_arguments_to_dnf_as_ansible(tmp_path: Path) -> None:
+    # Ansible's package action gives every argument but `use` to the backend: dnf's installroot, conf_file, ...
+    conf = build_repo(tmp_path)
+    roots = {tool: tmp_path / f"root-{tool}" for tool in ("ansible", "provision")}
+    common = {"releasever": "1", "conf_file": str(conf)}
+    steps = _package_steps()
+    theirs = ansible_results(
+        tmp_path, [{"package": {"installroot": str(roots["ansible"]), **common, **s}} for s in steps]
+    )
+    cls = lookup("package")
+    assert cls is not None
+    for i, (raw, ref) in enumerate(zip(steps, theirs, strict=True)):
+        args = cls.coerce(
+            cls.validate_static({"installroot": str(roots["provision"]), **common, **raw}, lambda v: False)
+        )
+        res = cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), args)
+        assert _shape({**res.data, "changed": res.changed, "failed": res.failed, "msg": res.msg}) == _shape(ref), i
+    # apt refuses dnf's arguments, under both (in their own words)
+    bad = cls.coerce(cls.validate_static({"name": A, "use": "apt", "installroot": "/x"}, lambda v: False))
+    res = cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), bad)
+    assert res.failed and "installroot" in res.msg
+
+
+def test_package_picks_dnf_on_a_host_without_apt_get(tmp_path: Path) -> None:
+    # no host here lacks apt: a PATH that has python3, dnf and rpm but no apt-get stands for one (the same
+    # lookup the helper makes); the package lands in an installroot
+    conf = build_repo(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("python3", "dnf", "rpm"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    root = tmp_path / "root"
+    cls = lookup("package")
+    assert cls is not None
+    raw = {"name": B, "installroot": str(root), "releasever": "1", "conf_file": str(conf)}
+    args = cls.coerce(cls.validate_static(raw, lambda v: False))
+    ctx = ModuleContext(host="h", conn=LocalConnection("h"), variables={}, environment={"PATH": str(bin_dir)})
+    res = cls().run(ctx, args)
+    assert (res.failed, res.changed, res.data["results"]) == (False, True, [f"Installed: {B}-1.0-1.noarch"]), res.msg
+    assert _installed(root) == [f"{B}-1.0-1.noarch"]
+    with_apt = cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), args)  # apt-get found
+    assert with_apt.failed and "installroot" in with_apt.msg  # apt was picked, and refuses dnf's arguments
