@@ -170,6 +170,8 @@ def test_package_picks_dnf_on_a_host_without_apt_get(tmp_path: Path) -> None:
     ctx = ModuleContext(host="h", conn=LocalConnection("h"), variables={}, environment={"PATH": str(bin_dir)})
     res = cls().run(ctx, args)
     assert (res.failed, res.changed, res.data["results"]) == (False, True, [f"Installed: {B}-1.0-1.noarch"]), res.msg
-    assert _installed(root) == [f"{B}-1.0-1.noarch"]
+    assert (root / "usr" / "share" / B / "version").is_file()  # the package's file is in the installroot
+    again = cls().run(ctx, args)  # (rpm's database path follows the environment: asked in the same one)
+    assert (again.failed, again.changed, again.msg) == (False, False, "Nothing to do")
     with_apt = cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), args)  # apt-get found
-    assert with_apt.failed and "installroot" in with_apt.msg  # apt was picked, and refuses dnf's arguments
+    assert with_apt.failed and with_apt.msg.startswith("apt: unknown argument")  # apt picked: dnf's args refused
