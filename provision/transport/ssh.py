@@ -14,7 +14,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -211,11 +211,8 @@ class SSHConnection:
         self._heartbeat = opts.heartbeat_interval()  # H: see _heartbeats
         self._beats: dict[object, Callable[[], None]] = {}  # live channels that get heartbeats (see _heartbeats)
         self._beats_lock = threading.Lock()
-        self._sftp_lock = threading.Lock()  # one SFTP session per connection, even when threads share it
-        # held for each whole SFTP operation: paramiko's SFTPClient is not safe for two threads at once (one
-        # thread's read of the replies can take and drop the other's, which then waits out its timeout);
-        # a delegated task's thread and the host's own share the connection
-        self._sftp_use = threading.RLock()
+        # one SFTP session per connection, held for each whole SFTP operation (see _sftp_session)
+        self._sftp_lock = threading.Lock()
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -568,9 +565,13 @@ class SSHConnection:
         self.commands_run += 1
 
     # -- files
-    def _sftp_client(self) -> paramiko.SFTPClient:
-        """The connection's SFTP session, opened once (a delegated task's thread shares it with the host's own)."""
-        self.connect()  # outside the SFTP lock: connecting takes the connection's own lock
+    @contextlib.contextmanager
+    def _sftp_session(self) -> Iterator[paramiko.SFTPClient]:
+        """The connection's SFTP session (opened once), held by one thread for one whole operation: a delegated
+        task's thread and the host's own share the connection, and paramiko's SFTPClient is not safe for two
+        threads at once (one thread's read of the replies can take and drop the other's, which then waits out
+        its timeout). Connecting happens before the lock: connecting takes the connection's own lock."""
+        self.connect()
         with self._sftp_lock:
             channel = self._sftp.get_channel() if self._sftp is not None else None
             if self._sftp is None or channel is None or channel.closed:  # none yet, or closed by a failure
@@ -578,7 +579,7 @@ class SSHConnection:
                 channel = self._sftp.get_channel()
                 if channel is not None:
                     channel.settimeout(max(self.opts.channel_timeout, 60.0))
-            return self._sftp
+            yield self._sftp
 
     def expand_path(self, path: str) -> str:
         if not path.startswith("~"):
@@ -587,8 +588,8 @@ class SSHConnection:
             self.connect()  # taking the run lock through the agent tells the home directory
         if self._home is None:
             try:
-                with self._sftp_use:
-                    self._home = self._home or self._sftp_client().normalize(".")
+                with self._sftp_session() as sftp:
+                    self._home = self._home or sftp.normalize(".")
             except (paramiko.SSHException, OSError) as exc:
                 raise UnreachableError(self.name, f"SFTP failed: {exc}") from None
         return expand_home(path, self._home)
@@ -604,8 +605,7 @@ class SSHConnection:
         sftp: paramiko.SFTPClient | None = None
         self._inflight.add(tmp)
         try:
-            with self._sftp_use:
-                sftp = self._sftp_client()
+            with self._sftp_session() as sftp:
                 atomic_put(_SftpFiles(sftp, self), data, path, mode, tmp)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._file_error(f"cannot write {path}", exc, sftp) from None
@@ -635,10 +635,8 @@ class SSHConnection:
                     return data  # type: ignore[return-value]
         sftp: paramiko.SFTPClient | None = None
         try:
-            with self._sftp_use:
-                sftp = self._sftp_client()
-                with sftp.open(path, "rb") as fh:
-                    return fh.read()
+            with self._sftp_session() as sftp, sftp.open(path, "rb") as fh:
+                return fh.read()
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as exc:
