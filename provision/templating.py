@@ -25,7 +25,6 @@ import re
 import threading
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from functools import lru_cache, wraps
-from types import GeneratorType
 from typing import Any
 
 import jinja2
@@ -665,9 +664,7 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
     try:
         template = _compile(source)
         module = template.make_module(vars=_as_vars(variables), shared=True)  # type: ignore[arg-type]
-        result = getattr(module, _RESULT)
-        if isinstance(result, (GeneratorType, KeysView, ValuesView, ItemsView)):
-            result = list(result)  # `l | unique`, `d.keys()`: a list, as Ansible gives
+        result = getattr(module, _RESULT)  # `l | unique`, `d.keys()`: already lists (_listing, _Sandbox.call)
         _raise_undefined(result)
         return result
     except jinja2.TemplateSyntaxError as exc:
