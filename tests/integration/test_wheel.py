@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,19 @@ def install_wheel(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = wheels.glob("provision-*.whl")
 
-    venv = tmp_path / "venv"  # the dependencies (fabric, jinja2, click) come from this interpreter's site-packages
-    made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], tmp_path)
+    # the dependencies (fabric, jinja2, click) come from the site-packages this test runs with, named in a .pth
+    # file: --system-site-packages would give the BASE interpreter's (a distribution's, when the suite runs in a
+    # venv), which lacks them. A path in a .pth file is not a site dir: the editable install's hook there is
+    # not run, so provision is the wheel's alone.
+    venv = tmp_path / "venv"
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
     assert made.returncode == 0, made.stderr
     python, provision = venv / "bin" / "python", venv / "bin" / "provision"
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).stdout.strip()
+    )
+    ours = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    (site / "outer-site-packages.pth").write_text("".join(f"{p}\n" for p in ours))
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--force-reinstall"]
     installed = _run([*pip, str(wheel)], tmp_path)
     assert installed.returncode == 0, installed.stdout + installed.stderr

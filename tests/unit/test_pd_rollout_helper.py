@@ -4,7 +4,7 @@ launch files are kept, put back and removed; a drain of a server that does not a
 
 from __future__ import annotations
 
-import _csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from importlib.machinery import EXTENSION_SUFFIXES
 from typing import Any
 
 import pytest
@@ -26,11 +27,24 @@ def helper(action: str, request: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(out.stdout.splitlines()[-1]))
 
 
+def extension_module() -> tuple[str, Path]:
+    """A stdlib extension module this Python loads from a shared library, and that file. Which ones are files
+    depends on the build: Debian's Python has _csv (and others) built into the interpreter, with no file."""
+    for name in ("_csv", "_json", "_bisect", "_heapq", "_random", "_queue", "array", "_struct"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and spec.origin.endswith(tuple(EXTENSION_SUFFIXES)):
+            return name, Path(spec.origin)
+    raise AssertionError("this Python loads none of the usual stdlib extension modules from a file")
+
+
+MODULE, MODULE_FILE = extension_module()
+
+
 def fake_env(root: Path, name: str) -> Path:
-    """A venv-like dir whose site-packages holds a real extension module (a copy of the stdlib's _csv)."""
+    """A venv-like dir whose site-packages holds a real extension module (a copy of a stdlib one)."""
     site = root / "venv.envs" / name / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
-    so = Path(str(_csv.__file__))
+    so = MODULE_FILE
     (site / so.name).write_bytes(so.read_bytes())
     (root / "venv.envs" / name / "bin").mkdir()
     return site
@@ -43,8 +57,8 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     fake_env(tmp_path, "B")
     venv = tmp_path / "venv"
     venv.symlink_to(tmp_path / "venv.envs" / "A")
-    code = f"import sys; sys.path.insert(0, {str(site)!r}); sys.modules.pop('_csv', None); import _csv; " \
-           "print(_csv.__file__, flush=True); import time; time.sleep(60)"  # fmt: skip
+    code = f"import sys; sys.path.insert(0, {str(site)!r}); sys.modules.pop({MODULE!r}, None); " \
+           f"import {MODULE} as m; print(m.__file__, flush=True); import time; time.sleep(60)"  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and str(site) in proc.stdout.readline()
     pidfile = tmp_path / "server.json"
