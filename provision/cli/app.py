@@ -214,7 +214,7 @@ def init(directory: str, layout: str, force: bool) -> int:
         raise InputError(f"{target} exists (--force replaces it)")
     shipped = defaults()
     more = "".join(f"#   {name}: {json.dumps(value)}\n" for name, value in PD_DEFAULTS.items() if name not in shipped)
-    text = starter_inventory(layout) + "#   # --- more PD knobs (docs/pd.md) ---\n" + more
+    text = starter_inventory(layout, str(target)) + "#   # --- more PD knobs (docs/pd.md) ---\n" + more
     target.parent.mkdir(parents=True, exist_ok=True)
     replace_file(target, text)  # a temp file renamed over it: never written through a link at that name
     click.echo(f"wrote {target} ({layout}): set the hosts, then: provision run site.yml -i {target}")

@@ -124,12 +124,15 @@ def defaults() -> dict[str, Any]:
 LAYOUTS = ("two-host", "single-host-4p4", "nxm", "local")  # provision init --layout, in data/inventories/
 
 
-def starter_inventory(layout: str) -> str:
+def starter_inventory(layout: str, path: str | None = None) -> str:
     """A starter inventory: the layout's example file, then every well-known var with its default and its
-    comment, commented out (uncomment what you change, under the layout's group ``vars:``)."""
+    comment, commented out (uncomment what you change, under the layout's group ``vars:``). With ``path`` (where
+    it is written), the example commands name that file instead of the example's own."""
     if layout not in LAYOUTS:
         raise InputError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
     text = (DATA_DIR / "inventories" / f"{layout}.yml").read_text(encoding="utf-8").rstrip("\n") + "\n"
+    if path is not None:
+        text = text.replace(f"-i inventory/{layout}.yml", f"-i {path}")
     lines = DEFAULTS_FILE.read_text(encoding="utf-8").splitlines()
     body = [line for line in lines if line.strip() and line not in _opening_comment()]
     commented = "".join(f"#   {line}\n" for line in body)

@@ -252,6 +252,11 @@ def test_init_writes_a_starter_inventory_that_site_yml_accepts(here: Path, layou
     assert yaml.safe_load(text) == yaml.safe_load(example)  # the vars block is all comments
     for name in [*SHIPPED, *PD_DEFAULTS]:
         assert f"\n#   {name}: " in text, name
+    # its example commands name the file it wrote, not the example's own; site.yml is not followed by pd up
+    commands = [line for line in text.splitlines() if line.startswith("#   provision ")]
+    assert commands and all(f"-i {Path('new') / 'inventory.yml'}" in line for line in commands), commands
+    assert "inventory/" not in "".join(commands)
+    assert not any("site.yml" in a and "pd up" in b for a, b in zip(commands, commands[1:], strict=False)), commands
     listed = run_cli(["run", "site.yml", "-i", str(written), "--list-tasks"])
     assert listed.code == 0, listed.err
     again = run_cli(["init", "new", "--layout", layout])
