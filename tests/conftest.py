@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # `from lab import Lab` in tests
-# the tools the suite runs by name (ansible-playbook, ansible, provision) are those beside this interpreter: a
-# venv's, also when the venv is not activated (`.venv/bin/python -m pytest`)
-_BIN = str(Path(sys.executable).parent)
-if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
-    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 from lab import Lab
 
 # the session's full SGLang venv on lab host 0 (tests/stack_support.py)
 from tests.stack_support import sglang_stack  # noqa: F401
+
+# the tools the suite runs by name (ansible-playbook, ansible, provision) are those beside this interpreter: a
+# venv's, also when the venv is not activated (`.venv/bin/python -m pytest`)
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 # lab fixtures
 

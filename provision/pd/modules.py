@@ -22,7 +22,7 @@ from ..commands import Command
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 from . import HostPlan, PlanError, build, hosts_from_task_vars, validate_pd
 from .addr import url_host
-from .process import format_tail, helper
+from .process import format_tail, helper, supervisor_request
 from .spec import Proc, health_url
 
 
@@ -202,7 +202,8 @@ class PdStatus(Module):
         if isinstance(plan, ModuleResult):
             return plan
         items = [{"name": p.name, "piddir": plan.pid_dir, "script": plan.script(p), "health": health_url(p),
-                  "health_timeout": args["health_timeout"]} for p in plan.procs]  # fmt: skip
+                  "health_timeout": args["health_timeout"], **supervisor_request(plan.supervisor)}
+                 for p in plan.procs]  # fmt: skip
         answer = helper(ctx, "status", {"procs": items})
         if not answer.get("ok"):
             return ModuleResult(failed=True, msg=f"pd_status: {answer.get('msg')}")

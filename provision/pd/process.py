@@ -15,6 +15,13 @@ helper ``provision/remote/process_ctl.py``, ONE round trip per task.
   ``ok`` when nothing was running. With ``run_id`` only a process started by that run is stopped (how
   ``provision pd up`` cleans up after a failed run without touching what earlier runs started).
 
+With ``supervisor: provision`` the host's supervisor (``process_ctl.py`` copied to ``pidfile_dir/supervisor.py``,
+detached, one per ``pidfile_dir``) starts the script and keeps it running: a process that dies is started again
+after a growing delay (``restart``: ``delay`` doubled per crash, at most ``max_delay``), and past ``burst``
+restarts within ``interval`` seconds it stays down (a crash loop) until the next start. ``venv``: the venv link
+the default launch command runs; resolved at each start and handed to the script (``PROVISION_PD_VENV``), so a
+supervised restart stays on the env the process was started with.
+
 Check mode asks the helper what it would do and changes nothing.
 """
 
@@ -24,11 +31,20 @@ import json
 import re
 from typing import Any
 
+from .. import remote
 from ..modules.base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "process_ctl.py"
 DEFAULT_PIDFILE_DIR = "~/.provision/run"
 NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
+SUPERVISORS = ("none", "provision")
+
+
+def supervisor_request(supervisor: str) -> dict[str, Any]:
+    """What a start or status request carries for the supervisor: its name and, for provision's, its source."""
+    if supervisor != "provision":
+        return {}
+    return {"supervisor": "provision", "supervisor_source": remote.source(HELPER).decode("utf-8")}
 
 
 def helper(ctx: ModuleContext, action: str, request: dict[str, Any], timeout: float = 120.0) -> dict[str, Any]:
@@ -59,6 +75,9 @@ class Process(Module):
         "run_id": Arg(default=None),
         "restart_on_change": Arg("bool", default=True),
         "stop_timeout": Arg("float", default=20.0),
+        "supervisor": Arg(default="none", choices=SUPERVISORS),
+        "restart": Arg("dict", default=None),
+        "venv": Arg("path", default=None),
     }
 
     @classmethod
@@ -91,6 +110,9 @@ class Process(Module):
             "force_restart": args["state"] == "restarted",
             "stop_timeout": args["stop_timeout"],
             "check": ctx.check,
+            "policy": dict(args["restart"] or {}),
+            "venv": ctx.expand(args["venv"]) if args["venv"] else None,
+            **supervisor_request(args["supervisor"]),
         }
         answer = helper(ctx, "start", request, timeout=args["stop_timeout"] + 60)
         data = {"name": name, "pid": answer.get("pid"), "log": log, "action": answer.get("action")}

@@ -235,6 +235,16 @@ def plan_batches(
 
 
 # -------------------------------------------------------------------------------------------- the steps
+def _restart(key: str) -> dict[str, Any]:
+    """The ``process`` task that restarts ``pd.<key>`` (server or router) under its supervisor, on the env the
+    venv link points at now: the rollout is what moves a server to a new stack."""
+    proc = f"pd.{key}"
+    return {"name": f"{{{{ {proc}.name }}}}", "script": f"{{{{ {proc}.script }}}}", "log": f"{{{{ {proc}.log }}}}",
+            "pidfile_dir": "{{ pd.pid_dir }}", "state": "restarted", "supervisor": "{{ pd.supervisor }}",
+            "restart": "{{ pd.restart }}", "venv": f"{{{{ {proc}.venv }}}}",
+            "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
+
+
 def _step(action: str, request: dict[str, Any], timeout: float, name: str | None = None) -> dict[str, Any]:
     return {"name": name or action, "pd_rollout_step": {"action": action, "request": request, "timeout": timeout}}
 
@@ -305,9 +315,7 @@ class Rollout:
                                                 "mode": "0700"}},
             ]  # fmt: skip
         tasks += [
-            {"name": "restart", "process": {"name": "{{ pd.server.name }}", "script": "{{ pd.server.script }}",
-                                            "log": "{{ pd.server.log }}", "pidfile_dir": "{{ pd.pid_dir }}",
-                                            "state": "restarted"}},
+            {"name": "restart", "process": _restart("server")},
             {"name": "health", "pd_wait": {"role": "server", "timeout": self.o.server_timeout,
                                            "interval": self.o.poll_interval}},
         ]  # fmt: skip
@@ -404,9 +412,7 @@ class Rollout:
             {"name": "pd", "pd_config": None, "register": "pd"},
             _step("files", {"op": "backup", **kept}, 60),
             {"name": "script", "template": {"src": "router.sh.j2", "dest": "{{ pd.router.script }}", "mode": "0700"}},
-            {"name": "restart", "process": {"name": "{{ pd.router.name }}", "script": "{{ pd.router.script }}",
-                                            "log": "{{ pd.router.log }}", "pidfile_dir": "{{ pd.pid_dir }}",
-                                            "state": "restarted"}},
+            {"name": "restart", "process": _restart("router")},
             {"name": "ready", "pd_wait": {"role": "router", "timeout": self.o.router_timeout,
                                           "interval": self.o.poll_interval}},
             {"name": "verify", "pd_verify": {"timeout": self.o.verify_timeout, "stream": False}},

@@ -50,7 +50,14 @@ DEFAULTS: dict[str, Any] = {
     "cpu_max_total_tokens": 16384,
     "pd_nixl_backend": "UCX",
     "pd_env": {},
+    "pd_supervisor": "auto",
+    "pd_restart_delay": 5,
+    "pd_restart_max_delay": 300,
+    "pd_start_limit_burst": 5,
+    "pd_start_limit_interval": 900,
+    "pd_stop_timeout": 20,
 }
+SUPERVISORS = ("auto", "provision", "none")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -87,6 +94,7 @@ class Proc:
     machine: str
     bootstrap_port: int | None = None
     prometheus_port: int | None = None
+    venv: str | None = None  # the venv whose python the default command runs (the launch script pins it at start)
 
     @property
     def args(self) -> list[str]:
@@ -120,6 +128,8 @@ class HostPlan:
     model_path: str
     tiny_model: bool  # CPU mode with the generated model: make it on the host
     env: dict[str, str] = field(default_factory=dict)
+    supervisor: str = "provision"  # provision | none (pd_supervisor resolved)
+    restart: dict[str, float] = field(default_factory=dict)  # the supervisor's restart policy
     server: Proc | None = None
     router: Proc | None = None
 
@@ -150,7 +160,8 @@ class HostPlan:
             "role": proc.role, "name": proc.name, "script": self.script(proc), "log": self.log(proc),
             "command": proc.command, "flags": proc.flags, "args": proc.args, "address": proc.address,
             "bind": proc.bind, "port": proc.port, "url": proc.url, "health_url": health_url(proc),
-            "bootstrap_port": proc.bootstrap_port,
+            "bootstrap_port": proc.bootstrap_port, "venv": proc.venv,
+            "command_tail": proc.command[1:] if proc.venv else proc.command,
         }  # fmt: skip
 
     def fact(self) -> dict[str, Any]:
@@ -164,6 +175,7 @@ class HostPlan:
             "router": self.proc_fact(self.router) if self.router else None,
             "procs": [self.proc_fact(p) for p in self.procs],
             "dirs": [self.dir, self.log_dir, self.pid_dir],
+            "supervisor": self.supervisor, "restart": dict(self.restart),
         }  # fmt: skip
 
 
@@ -188,15 +200,19 @@ def _home(path: str, home: str | None) -> str:
     return path
 
 
-def _command(variables: Mapping[str, Any], key: str, module: str, home: str | None, host: str) -> list[str]:
+def _command(
+    variables: Mapping[str, Any], key: str, module: str, home: str | None, host: str
+) -> tuple[list[str], str | None]:
+    """The process's command, and the venv it runs from when it is the default (``VENV/bin/python -m ...``)."""
     value = variables.get(key)
+    venv = None
     if value is None:
-        venv = str(var(variables, "venv_path")).rstrip("/")
+        venv = _home(str(var(variables, "venv_path")).rstrip("/"), home)
         value = [f"{venv}/bin/python", "-m", module]
     cmd = [_home(w, home) for w in words(value, f"{host}: {key}")]
     if not cmd:
         raise PlanError(f"{host}: {key} is empty")
-    return cmd
+    return cmd, venv
 
 
 def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, model: str) -> Proc:
@@ -228,9 +244,9 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
         if role == "decode":
             flags += [list(f) for f in CPU_DECODE_FLAGS]
     flags += flag_lines(words(var(v, "sglang_extra_args"), f"{host}: sglang_extra_args"))
-    command = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)
+    command, venv = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)
     return Proc(host, role, f"{_safe(host)}-{role}", address, bind, port, command, flags, machine_of(host, v),
-                bootstrap_port=bootstrap)  # fmt: skip
+                bootstrap_port=bootstrap, venv=venv)  # fmt: skip
 
 
 def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list[Proc], decode: list[Proc]) -> Proc:
@@ -258,9 +274,9 @@ def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list
     if var(v, "router_policy"):
         flags.append(["--policy", str(var(v, "router_policy"))])
     flags += flag_lines(words(var(v, "router_extra_args"), f"{host}: router_extra_args"))
-    command = _command(v, "sglang_router_cmd", "sglang_router.launch_router", home, host)
+    command, venv = _command(v, "sglang_router_cmd", "sglang_router.launch_router", home, host)
     return Proc(host, "router", f"{_safe(host)}-router", address, bind, port, command, flags, machine_of(host, v),
-                prometheus_port=prometheus)  # fmt: skip
+                prometheus_port=prometheus, venv=venv)  # fmt: skip
 
 
 def _bootstrap(proc: Proc) -> int:
@@ -355,5 +371,34 @@ def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:
         host=host, device=device, address=address, machine=machine_of(host, v),
         python=_home(str(var(v, "venv_path")).rstrip("/"), home) + "/bin/python", dir=path("pd_dir"),
         pid_dir=path("pd_pid_dir"), compat_dir=compat, model_path=str(model), tiny_model=tiny,
-        env=host_env(host, v, address, compat),
+        env=host_env(host, v, address, compat), supervisor=supervisor_of(host, v), restart=restart_policy(host, v),
     )  # fmt: skip
+
+
+def supervisor_of(host: str, v: Mapping[str, Any]) -> str:
+    """pd_supervisor resolved: ``auto`` is provision's own supervisor (systemd units are not built yet)."""
+    value = var(v, "pd_supervisor")
+    if value not in SUPERVISORS:
+        raise PlanError(f"{host}: pd_supervisor={value!r} must be one of {', '.join(SUPERVISORS)}")
+    return "provision" if value == "auto" else str(value)
+
+
+def restart_policy(host: str, v: Mapping[str, Any]) -> dict[str, float]:
+    """The supervisor's restart policy: first delay, its cap, the start limit (burst within interval), stop time."""
+    policy: dict[str, float] = {}
+    for key, name, low, high in (
+        ("delay", "pd_restart_delay", 0.1, 86400.0), ("max_delay", "pd_restart_max_delay", 0.1, 86400.0),
+        ("burst", "pd_start_limit_burst", 0, 1000), ("interval", "pd_start_limit_interval", 1.0, 7 * 86400.0),
+        ("stop_timeout", "pd_stop_timeout", 1.0, 3600.0),
+    ):  # fmt: skip
+        value = var(v, name)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = float("nan")
+        if isinstance(value, bool) or not low <= number <= high:
+            raise PlanError(f"{host}: {name}={value!r} must be a number from {low:g} to {high:g}")
+        policy[key] = int(number) if key == "burst" else number
+    if policy["max_delay"] < policy["delay"]:
+        raise PlanError(f"{host}: pd_restart_max_delay must not be below pd_restart_delay")
+    return policy

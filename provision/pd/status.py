@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-COLUMNS = ("HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT")
+COLUMNS = ("HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT", "SUPERVISOR", "RESTARTS")
 
 
 def uptime_text(seconds: float | None) -> str:
@@ -28,6 +28,10 @@ def state_text(row: Mapping[str, Any]) -> str:
         return "error"
     if row.get("running"):
         return "up"
+    if row.get("crash_looping"):
+        return "crash-looping"
+    if row.get("state") == "backoff":
+        return "restarting"
     if row.get("orphans"):
         return f"dead ({len(row['orphans'])} left)"
     return "down"
@@ -42,6 +46,20 @@ def health_text(row: Mapping[str, Any]) -> str:
     return "no answer" if status is None else f"HTTP {status}"
 
 
+def restarts_text(row: Mapping[str, Any]) -> str:
+    """``3 (last: killed by SIGKILL after 41.2s, 5m ago)``; ``0``; ``-`` without a supervisor."""
+    if row.get("supervisor") in (None, "none"):
+        return "-"
+    count = str(row.get("restarts") or 0)
+    last = row.get("last_exit") or {}
+    if not row.get("last_reason"):
+        return count
+    ago = ""
+    if isinstance(last.get("at"), (int, float)) and isinstance(row.get("now"), (int, float)):
+        ago = f", {uptime_text(max(0.0, row['now'] - last['at']))} ago"
+    return f"{count} (last: {row['last_reason']}{ago})"
+
+
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Rows (host, role, running, pid, uptime, health, port, ...) → an aligned text table."""
     cells = [
@@ -49,6 +67,7 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
             str(r.get("host", "?")), str(r.get("role", "?")), state_text(r),
             str(r["pid"]) if r.get("running") and r.get("pid") else "-",
             uptime_text(r.get("uptime")), health_text(r), str(r.get("port") or "-"),
+            str(r.get("supervisor") or "-"), restarts_text(r),
         )
         for r in rows
     ]  # fmt: skip

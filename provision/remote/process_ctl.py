@@ -171,6 +171,26 @@ def describe(req, record):
     }
 
 
+def supervision(req, record, want):
+    """A process's supervisor, state and restarts, for ``status``."""
+    record = record or {}
+    if want is None and record.get("supervisor") != "provision":
+        return {"supervisor": "none" if record else None, "state": "running" if alive(record or {"pid": None})
+                else ("stopped" if not record else "dead"), "restarts": 0}  # fmt: skip
+    sup = supervisor_record(req["piddir"])
+    state = record.get("state") or "starting"
+    if state == "running" and not alive(record):
+        state = "dead"  # the supervisor has not seen it yet (or is gone)
+    last = record.get("last_exit") or {}
+    return {
+        "supervisor": "provision", "supervisor_pid": (sup or {}).get("pid"), "state": state,
+        "restarts": int(record.get("restarts") or 0), "crashes": len(record.get("crashes") or []),
+        "last_exit": {k: v for k, v in last.items() if k != "log_tail"} or None, "last_reason": exit_text(last),
+        "next_start_at": record.get("next_start_at"), "crash_looping": state == "failed",
+        "venv": record.get("venv"), "policy": record.get("policy"), "now": time.time(),
+    }  # fmt: skip
+
+
 # -------------------------------------------------------------------------------------------- signals
 def kill_session(record, timeout):
     """TERM every process of the session, wait up to ``timeout`` s, then KILL what is left. Returns pids hit."""
@@ -195,8 +215,15 @@ def kill_session(record, timeout):
 # ------------------------------------------------------------------------------------------------ actions
 def action_status(req):
     out = []
+    revived = {}
     for item in req["procs"]:
+        want = read_json(want_path(item))
+        if want is not None and item.get("supervisor_source") and item["piddir"] not in revived:
+            # a supervisor that died is started again (it adopts the processes it finds)
+            revived[item["piddir"]] = ensure_supervisor(item["piddir"], item["supervisor_source"])[1]
         info = describe(item, load(item))
+        info.update(supervision(item, load(item), want))
+        info["supervisor_restarted"] = revived.get(item["piddir"], False)
         info["health"] = None
         if info["running"] and item.get("health"):
             info["health"] = http_status(item["health"], float(item.get("health_timeout", 2)))[0]
@@ -205,11 +232,16 @@ def action_status(req):
 
 
 def action_start(req):
-    record = load(req)
     script = os.path.expanduser(req["script"])
     current = sha256(script)
     if current is None:
         return {"ok": False, "msg": "script %s does not exist or is not readable" % script}
+    if req.get("supervisor") == "provision":
+        return supervised_start(req, script, current)
+    record = load(req)
+    if read_json(want_path(req)) is not None:  # was supervised: the supervisor lets go of it first
+        supervised_stop(dict(req, timeout=req.get("stop_timeout", 20)), record, None)
+        record = None
     running = record is not None and alive(record)
     changed = running and record.get("sha256") != current
     if running and not changed and not req.get("force_restart"):
@@ -222,10 +254,18 @@ def action_start(req):
     if record is not None:
         kill_session(record, float(req.get("stop_timeout", 20)))  # the old one, or its orphans
         forget(req)
+    if req.get("venv"):  # the env this start runs on, resolved now (the launch script reads it)
+        req = dict(req, env=dict(req.get("env") or {}, PROVISION_PD_VENV=resolve_venv(req["venv"])))
     return launch(req, script, current, action)
 
 
-def launch(req, script, digest, action):
+def resolve_venv(venv):
+    return os.path.realpath(os.path.expanduser(venv))
+
+
+def spawn(req, script, digest, action, who="provision"):
+    """Start the script detached (its own session, stdin /dev/null, output appended to its log) and write its
+    record; (child, record). ``who`` names the starter in the log's banner line."""
     piddir = os.path.expanduser(req["piddir"])
     log = os.path.expanduser(req["log"])
     for directory in (piddir, os.path.dirname(log)):
@@ -235,7 +275,7 @@ def launch(req, script, digest, action):
     env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
     with open(log, "ab") as fh:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        fh.write(("\n=== %s: provision %s %s (%s) ===\n" % (stamp, action, req["name"], script)).encode())
+        fh.write(("\n=== %s: %s %s %s (%s) ===\n" % (stamp, who, action, req["name"], script)).encode())
         fh.flush()
         child = subprocess.Popen(
             [script], stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=env,
@@ -247,9 +287,19 @@ def launch(req, script, digest, action):
         "log": log, "started_at": time.time(), "run_id": req.get("run_id") or None,
         "cmdline": cmdline(child.pid),
     }  # fmt: skip
+    return child, record
+
+
+def save(req, record):
     json_path, pid_path = paths(req)
     write_atomic(json_path, json.dumps(record))
-    write_atomic(pid_path, "%d\n" % child.pid, 0o644)
+    write_atomic(pid_path, "%d\n" % record["pid"], 0o644)
+
+
+def launch(req, script, digest, action):
+    child, record = spawn(req, script, digest, action)
+    save(req, record)
+    log = record["log"]
     time.sleep(float(req.get("settle", 0.3)))
     if child.poll() is not None:  # died at once: bad interpreter, syntax error, missing file...
         forget(req)
@@ -261,13 +311,19 @@ def launch(req, script, digest, action):
 
 def action_stop(req):
     record = load(req)
-    if record is None:
+    want = read_json(want_path(req))
+    if record is None and want is None:
         return {"ok": True, "action": "none"}
-    if req.get("run_id") and record.get("run_id") != req["run_id"]:
+    if req.get("run_id") and (record or want).get("run_id") != req["run_id"]:
         return {"ok": True, "action": "none", "skipped": "started by another run"}
-    live = bool(members(record))
+    live = bool(members(record)) if record else False
     if req.get("check"):
-        return {"ok": True, "action": "stopped" if live else "none", "pid": record.get("pid")}
+        return {"ok": True, "action": "stopped" if live or want else "none", "pid": (record or {}).get("pid")}
+    if want is not None or (record or {}).get("supervisor") == "provision":
+        answer = supervised_stop(req, record, want)
+        if want is not None and answer["action"] == "none":
+            answer["action"] = "stopped"  # nothing ran (backoff, crash loop), but it would have been restarted
+        return answer
     started = time.monotonic()
     hit = kill_session(record, float(req.get("timeout", 20)))
     forget(req)
@@ -344,11 +400,327 @@ def action_tail(req):
     return {"ok": True, "procs": out}
 
 
+# ------------------------------------------------------------------------------------------ supervision
+# With ``"supervisor": "provision"`` a start does not launch the script itself: it writes what should run
+# (PIDDIR/NAME.want.json: script, log, env, run id, restart policy and a fresh ``generation``) and makes sure
+# the host's supervisor runs: THIS file, copied to PIDDIR/supervisor.py and started detached
+# (``supervisor.py supervise PIDDIR``, its own session, one per PIDDIR under a flock). The supervisor is the
+# only writer of the supervised NAME.json records. Every POLL seconds it reaps its children (their exit code or
+# signal), and for every wanted process: starts it when its record is of another generation (a new start:
+# restart counters reset); when it died, records the exit (time, code or signal, uptime, log tail) and starts
+# it again after a growing delay (``delay`` doubled per crash within ``interval``, at most ``max_delay``); past
+# ``burst`` restarts within ``interval`` it stays down, state ``failed`` (crash loop) until the next start. A
+# process whose want file is gone is stopped (TERM to its session, KILL after ``stop_timeout``) and forgotten.
+# With nothing left to watch it exits. SIGTERM ends it without touching the processes: a newer supervisor (a
+# changed file) adopts them by their records (their exit code is then unknown).
+POLL = 0.25
+SUPERVISOR = "supervisor"
+DEFAULT_POLICY = {"delay": 5.0, "max_delay": 300.0, "burst": 5, "interval": 900.0, "stop_timeout": 20.0}
+
+
+def want_path(req):
+    return os.path.join(os.path.expanduser(req["piddir"]), req["name"] + ".want.json")
+
+
+def read_json(path):
+    try:
+        with open(path) as fh:
+            value = json.load(fh)
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def supervisor_files(piddir):
+    base = os.path.join(os.path.expanduser(piddir), SUPERVISOR)
+    return {"script": base + ".py", "record": base + ".json", "log": base + ".log", "lock": base + ".lock"}
+
+
+def supervisor_record(piddir):
+    """The live supervisor's record (pid, starttime, sha256 of its file), or None."""
+    record = read_json(supervisor_files(piddir)["record"])
+    return record if record is not None and alive(record) else None
+
+
+def ensure_supervisor(piddir, source):
+    """The host's supervisor running the given source; (record, started: bool). An older one (another
+    source) is asked to leave (SIGTERM: its processes keep running and the new one adopts them)."""
+    files = supervisor_files(piddir)
+    directory = os.path.dirname(files["script"])
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o700)
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    if sha256(files["script"]) != digest:
+        write_atomic(files["script"], source, 0o700)
+    record = supervisor_record(piddir)
+    if record is not None and record.get("sha256") == digest:
+        return record, False
+    if record is not None:
+        with contextlib.suppress(OSError):
+            os.kill(record["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while alive(record) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    with open(files["log"], "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, files["script"], "supervise", os.path.expanduser(piddir)], stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, cwd=directory, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        record = supervisor_record(piddir)
+        if record is not None and record.get("pid") == child.pid:
+            return record, True
+        if child.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise OSError("the supervisor did not start (see %s)" % files["log"])
+
+
+def policy_of(want):
+    policy = dict(DEFAULT_POLICY)
+    policy.update({k: v for k, v in (want.get("policy") or {}).items() if k in DEFAULT_POLICY})
+    return policy
+
+
+def signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except (ValueError, AttributeError):
+        return "signal %d" % number
+
+
+def exit_text(last):
+    if not last:
+        return None
+    if last.get("signal"):
+        what = "killed by %s" % last["signal"]
+    elif last.get("code") is not None:
+        what = "exit code %s" % last["code"]
+    else:
+        what = "exited (code unknown)"
+    return "%s after %ss" % (what, last.get("uptime"))
+
+
+class Supervisor:
+    def __init__(self, piddir):
+        self.piddir = piddir
+        self.children = {}  # pid -> Popen of the processes this supervisor started
+        self.exits = {}  # pid -> (code, signal name) of those that ended
+        self.stopping = False
+
+    def reap(self):
+        for pid, child in list(self.children.items()):
+            rc = child.poll()
+            if rc is not None:
+                del self.children[pid]
+                self.exits[pid] = (rc, None) if rc >= 0 else (None, signal_name(-rc))
+
+    def wants(self):
+        out = {}
+        for entry in os.listdir(self.piddir):
+            if entry.endswith(".want.json"):
+                want = read_json(os.path.join(self.piddir, entry))
+                if want is not None and want.get("name") == entry[: -len(".want.json")]:
+                    out[want["name"]] = want
+        return out
+
+    def supervised(self):
+        """Names of records this supervisor owns (it may have to stop them)."""
+        out = []
+        for entry in os.listdir(self.piddir):
+            if entry.endswith(".json") and not entry.endswith(".want.json") and entry != SUPERVISOR + ".json":
+                record = read_json(os.path.join(self.piddir, entry))
+                if record is not None and record.get("supervisor") == "provision":
+                    out.append(entry[: -len(".json")])
+        return out
+
+    def start(self, want, previous, action):
+        req = {"name": want["name"], "piddir": self.piddir, "log": want["log"], "env": want.get("env"),
+               "run_id": want.get("run_id")}  # fmt: skip
+        script = os.path.expanduser(want["script"])
+        child, record = spawn(req, script, sha256(script), action, who="provision supervisor:")
+        self.children[child.pid] = child
+        keep = ("restarts", "crashes", "last_exit", "history") if action == "restarted" else ()
+        record.update({k: previous[k] for k in keep if previous and k in previous})
+        if action == "restarted":
+            record["restarts"] = int(record.get("restarts") or 0) + 1
+        record.update({"supervisor": "provision", "generation": want["generation"], "state": "running",
+                       "venv": want.get("venv"), "policy": policy_of(want)})  # fmt: skip
+        save(req, record)
+
+    def step(self, name, want):
+        req = {"name": name, "piddir": self.piddir}
+        record = load(req)
+        now = time.time()
+        if want is None:  # no longer wanted: stop it and forget it
+            if record is not None and record.get("supervisor") == "provision":
+                kill_session(record, float((record.get("policy") or {}).get("stop_timeout", 20)))
+                forget(req)
+            return
+        policy = policy_of(want)
+        live = record is not None and alive(record)
+        if record is None or record.get("generation") != want.get("generation"):
+            if record is not None:
+                kill_session(record, policy["stop_timeout"])  # the previous generation, or its orphans
+            self.start(want, None, "started")
+            return
+        if live:
+            return
+        state = record.get("state")
+        if state == "running":  # it just died
+            code, sig = self.exits.pop(record.get("pid"), (None, None))
+            uptime = round(now - float(record.get("started_at") or now), 1)
+            crashes = [t for t in record.get("crashes") or [] if now - t < policy["interval"]] + [now]
+            last = {"at": now, "code": code, "signal": sig, "uptime": uptime,
+                    "log_tail": tail_lines(record.get("log") or want["log"], 10)}  # fmt: skip
+            history = (record.get("history") or [])[-9:] + [{k: v for k, v in last.items() if k != "log_tail"}]
+            record.update({"last_exit": last, "history": history, "crashes": crashes})
+            kill_session(record, 5.0)  # what the dead leader left behind holds its ports and memory
+            if len(crashes) > int(policy["burst"]):
+                record.update({"state": "failed", "next_start_at": None})
+                self.note(
+                    record,
+                    "%s %s: %d crashes within %ss, over the start limit (%s): not restarted"
+                    % (name, exit_text(last), len(crashes), policy["interval"], policy["burst"]),
+                )
+            else:
+                delay = min(float(policy["delay"]) * 2 ** (len(crashes) - 1), float(policy["max_delay"]))
+                record.update({"state": "backoff", "delay": delay, "next_start_at": now + delay})
+                self.note(record, "%s %s: restarting in %ss" % (name, exit_text(last), delay))
+            save(req, record)
+        elif state == "backoff" and now >= float(record.get("next_start_at") or 0):
+            self.start(want, record, "restarted")
+
+    def note(self, record, text):
+        with contextlib.suppress(OSError), open(os.path.expanduser(record["log"]), "ab") as fh:
+            fh.write(("=== %s: provision supervisor: %s ===\n" % (time.strftime("%Y-%m-%d %H:%M:%S"), text)).encode())
+
+    def run(self):
+        while not self.stopping:
+            self.reap()
+            wants = self.wants()
+            names = list(wants) + [n for n in self.supervised() if n not in wants]
+            for name in names:
+                try:
+                    self.step(name, wants.get(name))
+                except Exception as exc:  # one process's trouble must not stop the others' supervision
+                    print("%s: %s: %s: %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), name, type(exc).__name__, exc),
+                          flush=True)  # fmt: skip
+            if not wants and not self.supervised():
+                return True
+            time.sleep(POLL)
+        return False
+
+
+def supervise(piddir):
+    """The supervisor's main loop (``supervisor.py supervise PIDDIR``); 0 when another one holds the lock."""
+    import fcntl
+
+    files = supervisor_files(piddir)
+    lock = os.open(files["lock"], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0
+    me = os.getpid()
+    st = proc_stat(me)
+    record = {"pid": me, "sid": os.getsid(0), "starttime": st[4] if st else 0, "sha256": sha256(files["script"]),
+              "started_at": time.time()}  # fmt: skip
+    write_atomic(files["record"], json.dumps(record))
+    supervisor = Supervisor(os.path.expanduser(piddir))
+    signal.signal(signal.SIGTERM, lambda *_: setattr(supervisor, "stopping", True))
+    if supervisor.run():  # nothing left to watch
+        with contextlib.suppress(OSError):
+            os.unlink(files["record"])
+    return 0
+
+
+def supervised_start(req, script, current):
+    """``start`` under the provision supervisor: the want file, the supervisor, then wait for its answer."""
+    record = load(req)
+    want = read_json(want_path(req))
+    running = record is not None and alive(record)
+    ours = running and record.get("supervisor") == "provision" and want is not None
+    same = ours and record.get("sha256") == current and record.get("generation") == want.get("generation")
+    policy = {k: v for k, v in (req.get("policy") or {}).items() if k in DEFAULT_POLICY}
+    if same and not req.get("force_restart"):
+        if not req.get("check"):
+            if want.get("policy") != policy:  # a changed policy applies from now on, without a restart
+                want["policy"] = policy
+                write_atomic(want_path(req), json.dumps(want))
+            ensure_supervisor(req["piddir"], req["supervisor_source"])
+        return {"ok": True, "action": "none", "pid": record["pid"], "sha256": current}
+    if ours and record.get("sha256") != current and not req.get("restart_changed", True) \
+            and not req.get("force_restart"):  # fmt: skip
+        return {"ok": True, "action": "none", "pid": record["pid"], "sha256": current, "stale": True}
+    action = "restarted" if running else "started"
+    if req.get("check"):
+        return {"ok": True, "action": action, "pid": record.get("pid") if record else None}
+    if record is not None and record.get("supervisor") != "provision":
+        kill_session(record, float(req.get("stop_timeout", 20)))  # started without the supervisor
+        forget(req)
+    generation = os.urandom(8).hex()
+    piddir = os.path.expanduser(req["piddir"])
+    if not os.path.isdir(piddir):
+        os.makedirs(piddir, 0o700)
+    venv = req.get("venv")
+    env = dict(req.get("env") or {})
+    if venv:  # the env this start runs on, resolved now: a supervised restart stays on it (only a new start moves)
+        env["PROVISION_PD_VENV"] = resolve_venv(venv)
+    want = {"name": req["name"], "script": script, "log": os.path.expanduser(req["log"]), "env": env,
+            "run_id": req.get("run_id") or None, "generation": generation, "policy": policy,
+            "venv": env.get("PROVISION_PD_VENV")}  # fmt: skip
+    write_atomic(want_path(req), json.dumps(want))
+    ensure_supervisor(req["piddir"], req["supervisor_source"])
+    settle = float(req.get("settle", 0.3))
+    deadline = time.monotonic() + float(req.get("stop_timeout", 20)) + 15
+    while time.monotonic() < deadline:
+        record = load(req)
+        if record is not None and record.get("generation") == generation:
+            if record.get("state") in ("backoff", "failed"):
+                last = record.get("last_exit") or {}
+                return {"ok": False, "action": action, "rc": last.get("code"), "pid": record.get("pid"),
+                        "msg": "%s %s at once" % (req["name"], exit_text(last) or "exited"),
+                        "log_tail": last.get("log_tail") or []}  # fmt: skip
+            if alive(record) and time.time() - float(record.get("started_at") or 0) >= settle:
+                return {"ok": True, "action": action, "pid": record["pid"], "sha256": current}
+        time.sleep(0.05)
+    return {
+        "ok": False,
+        "action": action,
+        "msg": "the supervisor did not start %s in time (see %s)"
+        % (req["name"], supervisor_files(req["piddir"])["log"]),
+    }
+
+
+def supervised_stop(req, record, want):
+    """``stop`` of a supervised process: its want file goes, the supervisor stops it and forgets it (done here
+    when no supervisor runs)."""
+    with contextlib.suppress(OSError):
+        os.unlink(want_path(req))
+    started = time.monotonic()
+    hit = members(record) if record else []
+    timeout = float(req.get("timeout", 20))
+    if supervisor_record(req["piddir"]) is not None:
+        deadline = started + timeout + 15
+        while load(req) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    record = load(req)
+    if record is not None:
+        kill_session(record, timeout)
+        forget(req)
+    return {"ok": True, "action": "stopped" if hit else "none", "pid": (record or {}).get("pid"), "killed": hit,
+            "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
+
+
 ACTIONS = {"status": action_status, "start": action_start, "stop": action_stop, "wait": action_wait,
            "tail": action_tail}  # fmt: skip
 
 
 def main(argv):
+    if argv[1:2] == ["supervise"] and len(argv) == 3:
+        return supervise(argv[2])
     try:
         action = ACTIONS[argv[1]]
         req = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")

@@ -43,7 +43,7 @@ def test_status_of_unreachable_hosts(tmp_path: Path) -> None:
     result = run_cli(["pd", "status", "-i", str(inventory(tmp_path)), "--connect-timeout", "2"])
     assert result.code == 4
     lines = result.out.splitlines()
-    assert lines[0].split() == ["HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT"]
+    assert lines[0].split() == ["HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT", "SUPERVISOR", "RESTARTS"]
     assert [line.split()[:3] for line in lines[1:]] == [
         ["p1", "prefill", "unreachable"], ["d1", "decode", "unreachable"], ["p1", "router", "unreachable"],
     ]  # fmt: skip
@@ -68,9 +68,31 @@ def test_table() -> None:
         {"host": "lab0", "role": "router", "running": True, "pid": 44, "uptime": 3, "health": 503, "port": 8000},
     ]
     assert table(rows).splitlines() == [
-        "HOST  ROLE     STATE          PID  UPTIME  HEALTH    PORT",
-        "lab0  prefill  up             41   1m15s   ok        30000",
-        "lab1  decode   dead (1 left)  -    -       -         30000",
-        "lab0  router   up             44   3s      HTTP 503  8000",
+        "HOST  ROLE     STATE          PID  UPTIME  HEALTH    PORT   SUPERVISOR  RESTARTS",
+        "lab0  prefill  up             41   1m15s   ok        30000  -           -",
+        "lab1  decode   dead (1 left)  -    -       -         30000  -           -",
+        "lab0  router   up             44   3s      HTTP 503  8000   -           -",
     ]
     assert not all_up(rows) and all_up(rows[:1]) and not all_up([])
+
+
+def test_status_table_shows_supervision() -> None:
+    from provision.pd.status import table
+
+    rows = [
+        {"host": "p1", "role": "prefill", "running": True, "pid": 41, "uptime": 12, "health": 200, "port": 30000,
+         "supervisor": "provision", "restarts": 2, "last_reason": "killed by SIGKILL after 41.2s",
+         "last_exit": {"at": 1000.0}, "now": 1300.0},
+        {"host": "d1", "role": "decode", "running": False, "port": 30000, "supervisor": "provision", "restarts": 5,
+         "state": "failed", "crash_looping": True, "last_reason": "exit code 1 after 0.4s"},
+        {"host": "d2", "role": "decode", "running": False, "port": 30000, "supervisor": "provision", "restarts": 1,
+         "state": "backoff", "last_reason": "exit code 1 after 3s"},
+        {"host": "r1", "role": "router", "running": True, "pid": 7, "health": 200, "supervisor": "none"},
+    ]  # fmt: skip
+    lines = table(rows).splitlines()
+    assert "up" in lines[1].split() and lines[1].endswith(
+        "provision   2 (last: killed by SIGKILL after 41.2s, 5m00s ago)"
+    )
+    assert "crash-looping" in lines[2].split() and lines[2].endswith("5 (last: exit code 1 after 0.4s)")
+    assert "restarting" in lines[3].split()
+    assert lines[4].split()[-2:] == ["none", "-"]

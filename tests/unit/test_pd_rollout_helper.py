@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 from typing import Any
 
 import pytest

@@ -92,7 +92,30 @@ def test_router_and_decode_scripts(tmp_path: Path) -> None:
     decode = render("decode.sh.j2", "d1", hosts, "/h")
     for text in (router, decode):
         assert subprocess.run(["sh", "-n"], input=text, text=True, check=False).returncode == 0
-    assert "exec /opt/v/bin/python -m sglang_router.launch_router \\\n  --pd-disaggregation \\\n" in router
+    assert "\nvenv=/opt/v\n" in router
+    assert 'exec "$venv/bin/python" -m sglang_router.launch_router \\\n  --pd-disaggregation \\\n' in router
     assert "  --prefill http://10.0.0.1:30000 8998 \\\n  --decode http://10.0.0.2:30000 \\\n" in router
     assert "# Decode server d1-decode" in decode and "--disaggregation-mode decode" in decode
     assert "HF_TOKEN" not in router  # the router needs no token
+
+
+def test_the_default_command_runs_the_env_resolved_at_start(tmp_path: Path) -> None:
+    """VENV/bin/python through the link, unless provision resolved the env at start (PROVISION_PD_VENV): a
+    supervised restart after install.yml switched the link stays on the env the server was started with."""
+    for name in ("A", "B"):
+        python = tmp_path / "venv.envs" / name / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text(f"#!/bin/sh\nprintf '%s\\0' {name} \"$@\"\n")
+        python.chmod(0o700)
+    (tmp_path / "venv").symlink_to(tmp_path / "venv.envs" / "B")
+    hosts = hosts_with(tmp_path, model_path="/m", venv_path=str(tmp_path / "venv"))
+    script = render("prefill.sh.j2", "p1", hosts, str(tmp_path))
+    env_text = render("pd.env.j2", "p1", hosts, str(tmp_path))
+    argv = run_script(tmp_path, script, env_text)
+    assert argv[:3] == ["B", "-m", "sglang.launch_server"]  # no pin: the link's env
+    os.environ["PROVISION_PD_VENV"] = str(tmp_path / "venv.envs" / "A")
+    try:
+        argv = run_script(tmp_path, script, env_text)
+    finally:
+        del os.environ["PROVISION_PD_VENV"]
+    assert argv[:3] == ["A", "-m", "sglang.launch_server"]
