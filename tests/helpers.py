@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +81,66 @@ class Collect:
 
     def task_result(self, result: TaskResult) -> None:
         self.results.append(result)
+
+
+@dataclass
+class Client:
+    """Requests through a PD router, back to back on ``threads`` threads (thread 0 short ones, the others long
+    ones), each checked for a completion; every outcome kept with its times (``events``: start, end, error or
+    None), to count what failed around a fault and when serving came back."""
+
+    url: str
+    threads_n: int = 2
+    served: int = 0
+    failures: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    events: list[tuple[float, float, str | None]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def one(self, n: int, tokens: int) -> None:
+        body = {"text": f"request {n}", "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+        req = urllib.request.Request(f"{self.url}/generate", json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        started = time.monotonic()
+        error: str | None
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                doc = json.loads(resp.read())
+            got = (doc.get("meta_info") or {}).get("completion_tokens") or len(doc.get("output_ids") or [])
+            error = None if resp.status == 200 and got else f"no completion: {str(doc)[:300]}"
+        except urllib.error.HTTPError as exc:
+            error = f"HTTP {exc.code}: {exc.read()[:300]!r}"
+        except (OSError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            self.events.append((started, time.monotonic(), error))
+            if error is None:
+                self.served += 1
+                self.latencies.append(time.monotonic() - started)
+            else:
+                self.failures.append(f"request {n}: {error}")
+
+    def loop(self, k: int) -> None:
+        n = k
+        while not self.stop.is_set():
+            self.one(n, 4 if k == 0 else 64)  # short ones, and long ones that a drain has to wait for
+            n += self.threads_n
+            time.sleep(0.1)
+
+    def since(self, t: float) -> list[tuple[float, float, str | None]]:
+        """The outcomes of requests that ended after ``t`` (monotonic), in the order they ended."""
+        with self.lock:
+            return sorted((e for e in self.events if e[1] > t), key=lambda e: e[1])
+
+    def __enter__(self) -> Client:
+        self.threads = [threading.Thread(target=self.loop, args=(k,), daemon=True) for k in range(self.threads_n)]
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(150)

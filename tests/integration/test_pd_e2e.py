@@ -4,12 +4,15 @@ cache crosses between the hosts over NIXL/UCX.
 
 One pair at a time (~10 GB of RAM; ~85 s to start both servers on 2 cores). The tests run in order and
 share the deployment: a failed run cleans up after itself → up → status → rerun is all ok → one changed
-launch parameter restarts one process → a killed decode is seen and brought back → down leaves nothing.
+launch parameter restarts one process → the decode, the prefill and the router, each killed with SIGKILL under
+a client's load, come back by themselves (the supervisor) and serve again → a crash-looping router stays down
+and status says so → down leaves nothing, and nothing respawns.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -24,7 +27,7 @@ import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from tests.helpers import CliResult, lab_ssh_config, named, run_cli_in
+from tests.helpers import Client, CliResult, lab_ssh_config, named, run_cli_in
 from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
     SglangStack,
@@ -38,6 +41,8 @@ if "pd" not in cli.commands:  # provision/cli/app.py registers it
 
 REPO = Path(__file__).resolve().parents[2]
 EVIDENCE = "NIXL KVManager initialized with backend: UCX"
+# the supervisor's restart policy here: quick first restarts, a start limit reached in a few crashes
+RESTART = {"pd_restart_delay": 1, "pd_restart_max_delay": 8, "pd_start_limit_burst": 2, "pd_start_limit_interval": 900}
 FAKE_SERVER = (
     'case "$*" in *"disaggregation-mode decode"*) echo "boom: the decode cannot start" >&2; sleep 2; exit 3;; '
     "*) exec sleep 600;; esac"
@@ -111,7 +116,7 @@ def deployment(
     started = time.monotonic()
     install_sglang_stack(lab, [1], workdir / "install")  # the decode host's venv: seconds from the warm cache
     install_seconds = time.monotonic() - started
-    common = {"sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3"}
+    common = {"sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3", **RESTART}
     inventory = lab.write_inventory(
         workdir / "hosts.yml",
         extra_host_vars={"lab0": common, "lab1": common},
@@ -167,11 +172,12 @@ def test_status_table(deployment: Deployment) -> None:
     result = deployment.provision("pd", "status")
     assert result.code == 0, result.out + result.err
     lines = result.out.splitlines()
-    assert lines[0].split() == ["HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT"]
+    assert lines[0].split() == ["HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT", "SUPERVISOR", "RESTARTS"]
     rows = [line.split() for line in lines[1:]]
-    assert [(r[0], r[1], r[2], r[5], r[6]) for r in rows] == [
-        ("lab0", "prefill", "up", "ok", "30000"), ("lab1", "decode", "up", "ok", "30000"),
-        ("lab0", "router", "up", "ok", "8000"),
+    assert [(r[0], r[1], r[2], r[5], r[6], r[7], r[8]) for r in rows] == [
+        ("lab0", "prefill", "up", "ok", "30000", "provision", "0"),
+        ("lab1", "decode", "up", "ok", "30000", "provision", "0"),
+        ("lab0", "router", "up", "ok", "8000", "provision", "0"),
     ]  # fmt: skip
 
 
@@ -223,19 +229,82 @@ def test_a_changed_launch_parameter_restarts_only_that_process(deployment: Deplo
     assert after["router"] != before["router"]
 
 
-def test_a_killed_decode_is_seen_and_brought_back(deployment: Deployment) -> None:
+def serving_again(client: Client, killed: float, timeout: float = 420) -> tuple[float, int]:
+    """(seconds from the kill until the first of three successes in a row among the requests sent after it,
+    requests that failed in between). Fails the test when serving does not come back within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        after = [e for e in client.since(killed) if e[0] > killed]
+        for i in range(len(after) - 2):
+            if all(e[2] is None for e in after[i : i + 3]):
+                failed = sum(1 for e in client.since(killed) if e[2] is not None and e[1] <= after[i][1])
+                return after[i][1] - killed, failed
+        time.sleep(0.5)
+    pytest.fail(f"not serving {timeout:.0f}s after the kill; last failures: {client.failures[-3:]}")
+
+
+RECOVERY: dict[str, tuple[float, int, float]] = {}  # role -> (recovery s, failed requests, restart delay s)
+
+
+@pytest.mark.parametrize("role", ["decode", "prefill", "router"])
+def test_a_killed_process_comes_back_by_itself_under_load(deployment: Deployment, role: str) -> None:
+    """kill -9 under a client's load; no provision command is run until it serves again through the router."""
+    host = {"decode": 1, "prefill": 0, "router": 0}[role]
     before = deployment.pids()
-    deployment.lab.run_as(1, ["kill", "-9", str(before["decode"])])
-    time.sleep(1)
+    with Client(f"http://{deployment.lab.hosts[0].address}:8000") as client:
+        time.sleep(3)
+        assert client.served > 0, client.failures[-3:]
+        killed = time.monotonic()
+        deployment.lab.run_as(host, ["kill", "-9", str(before[role])])
+        seconds, failed = serving_again(client, killed)
+        recovered_at = time.monotonic()
+        time.sleep(10)  # after recovery every request succeeds
+        late = [e for e in client.since(recovered_at) if e[0] > recovered_at]
+    assert late and all(e[2] is None for e in late), [e for e in late if e[2]][:3]
+    _, rows = deployment.status()
+    row = rows[(f"lab{host}", role)]
+    assert row["running"] and row["pid"] != before[role] and row["restarts"] == 1, row
+    assert row["last_exit"]["signal"] == "SIGKILL" and row["supervisor"] == "provision"
+    others = {r: p for r, p in deployment.pids().items() if r != role}
+    assert others == {r: p for r, p in before.items() if r != role}  # nothing else was restarted
+    RECOVERY[role] = (seconds, failed, RESTART["pd_restart_delay"])
+    print(f"\nkill -9 {role}: serving again after {seconds:.1f}s, {failed} requests failed, "
+          f"{client.served} served in all; restart delay {RESTART['pd_restart_delay']}s")  # fmt: skip
+
+
+def test_a_crash_looping_router_stays_down_and_status_says_so(deployment: Deployment) -> None:
+    """Crash after crash: the delays grow, and past the start limit the router stays down; status exits 2 and
+    names it; the next pd up starts it again."""
+    _, rows = deployment.status()
+    row = rows[("lab0", "router")]
+    kills = RESTART["pd_start_limit_burst"] + 1 - row["crashes"]  # crashes within the interval count already
+    assert kills >= 1, row
+    for _ in range(kills):
+        pid = deployment.pids()["router"]
+        deployment.lab.run_as(0, ["kill", "-9", str(pid)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = deployment.status()[1][("lab0", "router")]
+            if now.get("pid") != pid and (now["running"] or now["state"] == "failed"):
+                break
+            time.sleep(0.5)
     code, rows = deployment.status()
-    assert code == 2 and rows[("lab1", "decode")]["running"] is False
-    assert rows[("lab0", "prefill")]["running"] and rows[("lab0", "router")]["running"]
-    result, report = deployment.up()
+    row = rows[("lab0", "router")]
+    assert code == 2 and row["state"] == "failed" and row["crash_looping"] and not row["running"], row
+    time.sleep(2 * RESTART["pd_restart_max_delay"])
+    assert deployment.status()[1][("lab0", "router")]["state"] == "failed"  # stays down
+    table = deployment.provision("pd", "status")
+    assert table.code == 2 and any(line.split()[:3] == ["lab0", "router", "crash-looping"]
+                                   for line in table.out.splitlines()), table.out  # fmt: skip
+    log = deployment.log(0, "lab0-router")
+    delays = [float(m) for m in re.findall(r"restarting in ([0-9.]+)s", log)]
+    assert delays == sorted(delays) and delays[-1] > delays[0], delays  # they grew
+    assert "over the start limit" in log
+    result, report = deployment.up()  # a new start clears it
     assert result.code == 0, result.err[-3000:]
-    assert task(report, "Decode server running", "lab1")["action"] == "started"
-    after = deployment.pids()
-    assert after["decode"] != before["decode"]
-    assert after["prefill"] == before["prefill"] and after["router"] == before["router"]
+    assert task(report, "Router running", "lab0")["action"] == "started"
+    row = deployment.status()[1][("lab0", "router")]
+    assert row["running"] and row["restarts"] == 0 and not row["crash_looping"]
 
 
 def test_down_leaves_nothing_running(deployment: Deployment) -> None:
@@ -252,6 +321,11 @@ def test_down_leaves_nothing_running(deployment: Deployment) -> None:
         ss = shutil.which("ss")
         owners = subprocess.run([ss, "-ltnp"], capture_output=True, text=True, check=False).stdout if ss else ""
         assert not listening(address, port), f"{address}:{port} still listens:\n{owners}"
+    time.sleep(2 * RESTART["pd_restart_max_delay"])  # nothing respawns (the longest restart delay, twice)
+    assert user_processes(lab, 0) == [] and user_processes(lab, 1) == []
+    for i in (0, 1):
+        procs = lab.run_as(i, ["ps", "-u", lab.hosts[i].user, "-o", "args="]).stdout
+        assert "supervisor.py" not in procs, procs  # the supervisors left, with nothing to watch
     again = deployment.provision("pd", "down", "--json")
     assert again.code == 0
     assert {h: s["changed"] for h, s in json.loads(again.out)["stats"].items()} == {"lab0": 0, "lab1": 0}

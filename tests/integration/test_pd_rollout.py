@@ -12,19 +12,16 @@ failures, exit 2) → a rollout with nothing to change touches nothing.
 from __future__ import annotations
 
 import json
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.helpers import CliResult, lab_ssh_config, run_cli_in
+from tests.helpers import Client, CliResult, lab_ssh_config, run_cli_in
 from tests.stack_support import VENV, SglangStack, install_sglang_stack
 
 pytestmark = pytest.mark.lab
@@ -33,59 +30,6 @@ SERVERS = {"lab0": "prefill", "lab1": "prefill", "lab2": "decode", "lab3": "deco
 BASE_ARGS: list[str] = []  # CPU mode already sleeps on idle: four servers on a small machine do not busy-poll
 NEW_ARGS = [*BASE_ARGS, "--max-running-requests", "48"]
 FAILING_CMD = ["/bin/sh", "-c", "echo 'boom: the new server cannot start' >&2; exit 3", "fake-sglang"]
-
-
-@dataclass
-class Client:
-    """Requests through the router, back to back on two threads (short ones, long ones), each checked for a
-    completion."""
-
-    url: str
-    served: int = 0
-    failures: list[str] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def one(self, n: int, tokens: int) -> None:
-        body = {"text": f"request {n}", "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
-        req = urllib.request.Request(f"{self.url}/generate", json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-        started = time.monotonic()
-        try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                doc = json.loads(resp.read())
-            got = (doc.get("meta_info") or {}).get("completion_tokens") or len(doc.get("output_ids") or [])
-            error = None if resp.status == 200 and got else f"no completion: {str(doc)[:300]}"
-        except urllib.error.HTTPError as exc:
-            error = f"HTTP {exc.code}: {exc.read()[:300]!r}"
-        except (OSError, ValueError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        with self.lock:
-            if error is None:
-                self.served += 1
-                self.latencies.append(time.monotonic() - started)
-            else:
-                self.failures.append(f"request {n}: {error}")
-
-    def loop(self, k: int) -> None:
-        n = k
-        while not self.stop.is_set():
-            self.one(n, 4 if k == 0 else 64)  # short ones, and long ones that a drain has to wait for
-            n += 2
-            time.sleep(0.1)
-
-    def __enter__(self) -> Client:
-        self.threads = [threading.Thread(target=self.loop, args=(k,), daemon=True) for k in range(2)]
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(150)
 
 
 @dataclass
