@@ -516,6 +516,19 @@ class Supervisor:
                 del self.children[pid]
                 self.exits[pid] = (rc, None) if rc >= 0 else (None, signal_name(-rc))
 
+    def collect(self, pid):
+        """The exit status of a child that /proc already shows dead: a multi-threaded leader is a zombie while
+        its other threads still exit, and only then can it be reaped (waited for here, bounded)."""
+        child = self.children.pop(pid, None)
+        if child is None:
+            return
+        try:
+            rc = child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.children[pid] = child
+            return
+        self.exits[pid] = (rc, None) if rc >= 0 else (None, signal_name(-rc))
+
     def wants(self):
         out = {}
         for entry in os.listdir(self.piddir):
@@ -569,6 +582,7 @@ class Supervisor:
             return
         state = record.get("state")
         if state == "running":  # it just died
+            self.collect(record.get("pid"))
             code, sig = self.exits.pop(record.get("pid"), (None, None))
             uptime = round(now - float(record.get("started_at") or now), 1)
             crashes = [t for t in record.get("crashes") or [] if now - t < policy["interval"]] + [now]
@@ -629,6 +643,7 @@ def supervise(piddir):
               "started_at": time.time()}  # fmt: skip
     write_atomic(files["record"], json.dumps(record))
     supervisor = Supervisor(os.path.expanduser(piddir))
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an ignored SIGCHLD (inherited) would hide exit statuses
     signal.signal(signal.SIGTERM, lambda *_: setattr(supervisor, "stopping", True))
     if supervisor.run():  # nothing left to watch
         with contextlib.suppress(OSError):
