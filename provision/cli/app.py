@@ -287,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             handlers[signum] = signal.signal(signum, _on_signal)
+    library_log = common.LibraryLog().__enter__()
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
@@ -312,6 +313,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         code = EXIT_FAILED
     finally:
+        library_log.__exit__()
         for signum, old in handlers.items():
             signal.signal(signum, old)
     if STATE.get("signal"):

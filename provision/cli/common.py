@@ -11,6 +11,7 @@ module), never another cli module.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shlex
@@ -183,6 +184,58 @@ def _plain_recap(summary: RunSummary) -> None:
     for host, st in summary.stats.items():
         click.echo(mask(f"{host} : ok={st.ok} changed={st.changed} unreachable={st.unreachable} "
                         f"failed={st.failed} skipped={st.skipped} ignored={st.ignored}"))  # fmt: skip
+
+
+class LibraryLog(logging.Handler):
+    """The log records of the libraries under provision (paramiko: "Exception (client): Error reading SSH
+    protocol banner" and its traceback when a port accepts and closes) go to the debug log, as ONE record when
+    the command ends (:meth:`flush`); to stderr as well only with -vvv. Without this handler Python's last-resort
+    handler prints them on stderr, beside the one UNREACHABLE line that already says what happened."""
+
+    LOGGERS = ("paramiko", "invoke", "fabric")
+    LIMIT = 2000  # lines kept for one command (a flapping fleet must not fill memory); the rest are counted
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s: %(message)s"))
+        self.lines: list[str] = []
+        self.dropped = 0
+        self._saved: list[tuple[logging.Logger, bool]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:  # a record that cannot be formatted is not worth a traceback either
+            text = f"{record.name} {record.levelname}: (unprintable record {record.msg!r})"
+        if len(self.lines) < self.LIMIT:
+            self.lines.append(text)
+        else:
+            self.dropped += 1
+        if STATE["verbosity"] >= 3:
+            sys.stderr.write(mask(text) + "\n")
+
+    def flush(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            lines, dropped = self.lines, self.dropped
+            self.lines, self.dropped = [], 0
+        if lines:
+            more = f"\n({dropped} more lines not kept)" if dropped else ""
+            debug_log("log of the libraries (paramiko):\n" + "\n".join(lines) + more)
+
+    def __enter__(self) -> LibraryLog:
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            self._saved.append((logger, logger.propagate))
+            logger.addHandler(self)
+            logger.propagate = False  # a handler the embedding program put on the root does not print them
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger, propagate in self._saved:
+            logger.removeHandler(self)
+            logger.propagate = propagate
+        self._saved.clear()
+        self.flush()
 
 
 def debug_log(text: str) -> None:
