@@ -184,12 +184,20 @@ class PdVerify(Module):
                                            "stream_latency", "attempts", "waited", "status", "url")}  # fmt: skip
         if not report.get("ok"):
             msg = (f"no verified generation through the router {router.name} ({request['url']}): "
-                   f"HTTP {report.get('status')} {report.get('error') or ''}").rstrip()  # fmt: skip
+                   f"{answer_text(report.get('status'), report.get('error'))}")  # fmt: skip
             return ModuleResult(failed=True, msg=msg, data=data)
         ttft = f", TTFT {report['ttft']}s" if report.get("ttft") is not None else ""
         msg = (f"router → prefill → decode: {report.get('text')!r} ({report.get('completion_tokens')} tokens) "
                f"in {report.get('latency')}s{ttft}")  # fmt: skip
         return ModuleResult(msg=msg, data={**data, "_show_msg": True})
+
+
+def answer_text(status: object, error: object) -> str:
+    """What a request got, in words: "HTTP 503 <error>", or "no answer (<error>)" when no HTTP answer came
+    (the helpers report None, or -1, then: never "HTTP None")."""
+    if not isinstance(status, int) or status < 0:
+        return f"no answer ({error})" if error else "no answer"
+    return f"HTTP {status} {error or ''}".rstrip()
 
 
 @register
