@@ -44,6 +44,7 @@ from . import common
 from .common import (
     ARGV,
     STATE,
+    Group,
     api_options,
     common_options,
     debug_log,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:  # the commands import the engine when they run: `provision --
 
 
 # ------------------------------------------------------------------------------------------------ commands
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provision")
 def cli() -> None:
     """Ansible-style provisioning of SGLang prefill/decode pairs over NIXL/UCX on plain SSH hosts."""

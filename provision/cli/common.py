@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, UsageError
+from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, UsageError, did_you_mean
 from ..localfiles import append_private
 
 if TYPE_CHECKING:  # the engine is imported by the commands that use it: `provision --help` stays light
@@ -59,6 +59,19 @@ def mask_obj(obj: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------- option helpers
+class Group(click.Group):
+    """A command group whose unknown word names the nearest command: ``provision rnu`` says "No such command
+    'rnu' (did you mean 'run'?)" with every click release (:func:`provision.errors.did_you_mean` picks it)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            ctx.fail(f"No such command {name!r}{did_you_mean(name, self.list_commands(ctx))}")
+        return super().resolve_command(ctx, args)
+
+
 class Seconds(click.ParamType):
     """A finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives are refused up front)."""
 
