@@ -41,7 +41,7 @@ from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task, include_path, load_included, load_role
 from .prefetch import Prefetch, enabled
-from .report import Sink
+from .report import NO_HOSTS_LEFT, Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
 from .taskrun import TaskOutcome, TaskRunner
@@ -612,7 +612,7 @@ class Executor:
         if len(bad) == len(batch) and not any(self.host_state(h).always_due for h in bad):
             if set(batch) <= self._bad_before:  # a play of hosts that had failed already: nothing ran, nothing said
                 return True
-            self.reporter.line("\nNO MORE HOSTS LEFT: every host of the batch failed or was unreachable")
+            self.reporter.line(NO_HOSTS_LEFT)
             # the whole batch failed in it: ansible-playbook runs no later batch or play (one banner, not one a play)
             self._no_hosts_left = not set(batch) & self._bad_before
             return True

@@ -138,7 +138,7 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
     fleet = load_fleet(kw["inventories"], extra)
     opts = api_options(kw, check=check, diff=diff)
     planned = api.plan_module(module, module_args, fleet, become=become, **opts)
-    return execute(planned, json_mode=kw["json_mode"])
+    return execute(planned, json_mode=kw["json_mode"], adhoc=planned.plays[0].tasks[0].module)
 
 
 @cli.command("inventory")

@@ -150,16 +150,17 @@ def quiet_listener(verbosity: int) -> Listener | None:
     return Reporter(stream=sys.stderr, verbosity=verbosity - 1).handle if verbosity else None
 
 
-def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False) -> int:
+def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False, adhoc: str | None = None) -> int:
     """Run a planned run through the API and report it; returns the exit code. The human output and the
     ``--json`` document are the reporter listening to the run's events. An internal error (a bug, see
     executor.InternalError) still gets the recap and the retry file, then one line naming it and exit 2; its
-    traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap."""
+    traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap;
+    ``adhoc``: the module of ``provision task``, each host's result shown as Ansible's ad hoc shows it."""
     from ..executor import InternalError
     from ..report import Reporter
 
     options = planned.options
-    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile)
+    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile, adhoc=adhoc)
     result = planned.run(on_event=reporter.handle)
     summary = result.summary
     errors = list(result.internal_errors)
