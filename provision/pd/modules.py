@@ -124,7 +124,9 @@ class PdWait(Module):
             "interval": args["interval"],
             "log_lines": 40,
         }
-        answer = helper(ctx, "wait", request, timeout=args["timeout"] + 60)
+        what = f"{', '.join(p.name for p in procs)} to answer {', '.join(health_url(p) for p in procs)} with 200"
+        with ctx.waiting(what, args["timeout"]):
+            answer = helper(ctx, "wait", request, timeout=args["timeout"] + 60)
         if answer.get("ok"):
             ready = answer.get("ready", {})
             parts = [f"{p.name} ready after {ready.get(p.name, '?')}s" for p in procs]
@@ -176,8 +178,9 @@ class PdVerify(Module):
             "stream": args["stream"],
         }
         try:  # a failed generation is reported in the answer
-            report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 90,
-                                     what="pd_verify", check_rc=False)  # fmt: skip
+            with ctx.waiting(f"a generation through the router {router.name} ({request['url']})", args["timeout"]):
+                report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(),
+                                         timeout=args["timeout"] + 90, what="pd_verify", check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         data = {k: report.get(k) for k in ("text", "output_ids", "completion_tokens", "latency", "ttft",
