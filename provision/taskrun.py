@@ -440,6 +440,8 @@ class TaskRunner:
             if done:
                 break
             if attempt < attempts:
+                if ctx.progress is not None:  # a wait of retries x delay is never silent (Ansible's line)
+                    ctx.progress(f"FAILED - RETRYING: {task.name} ({attempts - attempt} retries left)")
                 time.sleep(float(delay))
         else:
             result.data["attempts"] = attempts - 1  # what Ansible reports when the attempts run out

@@ -140,3 +140,25 @@ def test_an_install_step_says_its_total_and_what_it_waits_for_while_silent(tmp_p
     assert re.fullmatch(r"waiting for installing \(\d+s, last: Downloading torch \(766\.4MiB\)\) \[0 files, 0 B "
                         r"downloaded, 1 in flight\]", silent[0])  # fmt: skip
     assert re.fullmatch(r"installing: Downloaded torch \[1 file, 803\.6 MB downloaded \(.* MB/s\)\]", lines[-1])
+
+
+def test_retries_say_how_many_are_left_as_ansible(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    one: {ansible_connection: local}\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - name: count\n      command: 'true'\n      register: r\n"
+        "      until: r.attempts | default(0) > 2\n      retries: 3\n      delay: 0\n"
+    )
+    result = run_cli_in(tmp_path, ["run", "pb.yml", "-i", "inv.yml"])
+    assert result.code == 0, result.err
+    ours = re.findall(r"^  \.\. \[one\] FAILED - RETRYING: (.*)$", result.out, re.MULTILINE)
+    env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_RETRY_FILES_ENABLED": "False"}  # fmt: skip
+    command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(tmp_path / "inv.yml"),
+               str(tmp_path / "pb.yml")]  # fmt: skip
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    theirs = re.findall(r"^FAILED - RETRYING: \[one\]: (.*)\.$", proc.stdout, re.MULTILINE)
+    assert ours == theirs == ["count (3 retries left)", "count (2 retries left)"]
