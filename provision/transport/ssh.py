@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import select
 import socket
 import threading
@@ -189,7 +190,14 @@ def connect_reason(exc: BaseException) -> str:
         return "; ".join(dict.fromkeys(connect_reason(e) for e in exc.errors.values()))
     if isinstance(exc, OSError) and exc.strerror:  # "[Errno 111] Connection refused": the words only
         return str(exc.strerror)
-    return str(exc) or type(exc).__name__
+    text = str(exc) or type(exc).__name__
+    if text.startswith(_NO_BANNER) and len(text) > len(_NO_BANNER):  # paramiko glues the socket error on
+        return f"{_NO_BANNER} ({_ERRNO.sub('', text[len(_NO_BANNER) :]).strip()})"
+    return text
+
+
+_NO_BANNER = "Error reading SSH protocol banner"
+_ERRNO = re.compile(r"^\[Errno -?\d+\] ")
 
 
 class SSHConnection:

@@ -47,3 +47,16 @@ def test_the_rollout_helper_says_no_answer_when_the_router_is_down() -> None:
     answer = json.loads(out.stdout)
     assert not answer["ok"] and "HTTP None" not in answer["msg"]
     assert answer["msg"].startswith("GET http://127.0.0.1:") and ": no answer (" in answer["msg"]
+
+
+def test_paramikos_glued_banner_message_is_said_apart() -> None:
+    import paramiko
+
+    from provision.transport.ssh import connect_reason
+
+    glued = paramiko.SSHException("Error reading SSH protocol banner[Errno 104] Connection reset by peer")
+    assert connect_reason(glued) == "Error reading SSH protocol banner (Connection reset by peer)"
+    assert connect_reason(paramiko.SSHException("Error reading SSH protocol banner")) == (
+        "Error reading SSH protocol banner"
+    )
+    assert connect_reason(ConnectionResetError(104, "Connection reset by peer")) == "Connection reset by peer"
