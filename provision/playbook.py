@@ -1142,7 +1142,8 @@ def parse_play(node: Any, path: str) -> Play:
         raise _err("a play must be a mapping", node, path)
     unknown = [k for k in node if k not in PLAY_KEYS]
     if unknown:
-        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
+        hint = did_you_mean(str(unknown[0]), PLAY_KEYS)
+        raise _err(f"unknown play key {unknown[0]!r}{hint} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
     if "hosts" not in node:
         raise _err("play has no 'hosts'", node, path)
     strategy = node.get("strategy", "linear")
@@ -1216,7 +1217,9 @@ def parse_play(node: Any, path: str) -> Play:
         for target in task.notify:
             if target not in names and not templating.is_template(target):
                 raise PlaybookError(
-                    f"task {task.name!r} notifies unknown handler {target!r}", file=task.file, line=task.line
+                    f"task {task.name!r} notifies unknown handler {target!r}{did_you_mean(target, names)}",
+                    file=task.file,
+                    line=task.line,
                 )
     base = Path(path).parent
     for vf in play.vars_files:

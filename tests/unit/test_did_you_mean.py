@@ -122,3 +122,13 @@ def test_a_misspelled_local_playbook_names_the_file_beside_it(tmp_path: Path) ->
 )
 def test_a_misspelled_command_names_the_nearest(argv: list[str], said: str) -> None:
     assert _one_line(run_cli(argv), 3) == said
+
+
+def test_a_misspelled_play_key_handler_or_host_pattern_names_the_nearest(tmp_path: Path) -> None:
+    line = _one_line(_run(tmp_path, "- hsots: all\n  tasks: []\n"), 5)
+    assert line.startswith("ERROR: pb.yml:1: unknown play key 'hsots' (did you mean 'hosts'?) (known: ")
+    line = _one_line(_run(tmp_path, "- hosts: all\n  tasks:\n    - {debug: {msg: x}, notify: restart app}\n"
+                                    "  handlers:\n    - {name: restart ap, debug: {msg: y}}\n"), 5)  # fmt: skip
+    assert line == "ERROR: pb.yml:3: task 'debug' notifies unknown handler 'restart app' (did you mean 'restart ap'?)"
+    line = _one_line(_run(tmp_path, "- hosts: all\n  tasks: []\n", "-l", "onw"), 5)
+    assert line == "ERROR: host pattern 'onw' matches no host or group in inv.yml (did you mean 'one'?)"
