@@ -174,8 +174,8 @@ class Reporter:
             body = [self._paint(f"{host} | {caption} | rc={data['rc']} >>", status)]
             body += _cut(str(data.get("stdout") or ""), "stdout", head=ADHOC_HEAD_LINES)
             body += _cut(str(data.get("stderr") or ""), "stderr", tail=ADHOC_TAIL_LINES)
-            if status is Status.FAILED and result.msg and not result.msg.startswith("non-zero return code"):
-                body.append(printable(result.msg))  # (the rc and stderr above say that one already)
+            if result.msg and not result.msg.startswith("non-zero return code"):  # (the rc and stderr say that)
+                body.append(printable(result.msg))  # "Did not run command since '/etc/passwd' exists"
         else:  # failed/skipped are the caption; an empty msg is no news (as Ansible's result shows neither)
             hidden = {"failed", "skipped", *(["msg"] if not result.msg else []), *(["diff"] if result.diff else [])}
             shown = {k: v for k, v in result.to_json().items() if not k.startswith("_") and k not in hidden}

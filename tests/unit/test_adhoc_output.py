@@ -105,3 +105,11 @@ def test_an_unreachable_host_is_one_block(inv: Path) -> None:
     assert shown == {"changed": False, "msg": "cannot connect to nobody@127.0.0.1:1: Connection refused",
                      "unreachable": True}  # fmt: skip
     assert "NO MORE HOSTS LEFT" not in result.out
+
+
+def test_a_command_that_did_not_run_says_why_as_ansible(inv: Path) -> None:
+    result = provision(inv, "command", "echo hi creates=/etc/passwd")
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["one | SUCCESS | rc=0 >>", "Did not run command since '/etc/passwd' exists"]
+    reference = ansible(inv, "command", "echo hi creates=/etc/passwd").splitlines()
+    assert reference[0] == "one | SUCCESS | rc=0 >>" and reference[1].endswith(result.out.splitlines()[1])
