@@ -515,12 +515,12 @@ def plan_module(
     **opts: Unpack[Options],
 ) -> PlannedRun:
     """One module as a one-task play on the hosts of ``limit`` (all hosts without one), validated."""
-    from .catalog import lookup
+    from .catalog import lookup, nearest
 
     fleet = _fleet(hosts, opts.get("extra_vars"))
     cls = lookup(module)
     if cls is None:
-        raise InputError(f"unknown module {module!r}")
+        raise InputError(f"unknown module {module!r}{nearest(module)}")
     raw: Any = dict(args) if isinstance(args, Mapping) else args
     if isinstance(raw, str):
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 
+from .errors import did_you_mean
 from .modules.base import REGISTRY, Module
 
 MODULES: dict[str, str] = {
@@ -93,10 +94,16 @@ def lookup(name: str) -> type[Module] | None:
     return found
 
 
+def nearest(name: str) -> str:
+    """``" (did you mean 'debug'?)"`` for a module name provision does not offer (``ansible.builtin.debgu``
+    gets ``ansible.builtin.debug``)."""
+    return did_you_mean(name, [*MODULES, *(BUILTIN_PREFIX + m for m in MODULES)])
+
+
 def load_all() -> None:
     """Import every module file (idempotent)."""
     for file in FILES:
         importlib.import_module(file)
 
 
-__all__ = ["FILES", "MODULES", "REGISTRY", "load_all", "lookup"]
+__all__ = ["FILES", "MODULES", "REGISTRY", "load_all", "lookup", "nearest"]

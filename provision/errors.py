@@ -21,9 +21,15 @@ at the boundary that meets them (``raise XError(...) from exc``), so none of the
 
 Exit codes follow the contract in ``interface.md``: 0 ok, 2 failed hosts, 3 usage, 4 unreachable,
 5 invalid input, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+
+A name that is not known (a variable, a module, a filter, a playbook, a command-line word) gets the nearest
+known one in its message: :func:`did_you_mean`, the one place that picks it.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 EXIT_OK = 0
 EXIT_FAILED = 2
@@ -32,6 +38,14 @@ EXIT_UNREACHABLE = 4
 EXIT_INPUT = 5
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``" (did you mean 'site.yml'?)"``: the known name nearest to ``name`` (difflib's ratio: two thirds of their
+    letters in common, in order; ``rnu`` gets ``run``, ``nothere`` gets no ``router``), or ``""`` when none is
+    near enough."""
+    close = difflib.get_close_matches(name, sorted({k for k in known if k != name}), n=1, cutoff=0.66)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class ProvisionError(Exception):

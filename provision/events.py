@@ -13,11 +13,12 @@ verb in :mod:`provision.api`) and sees the same run the same way.
     Message(text)                   a line of the human output that is no result ("skipping: no hosts matched")
     RunFinished(summary)            the run ended: its RunSummary (per-host stats, exit code)
 
-Threads: ``Progress`` is emitted from the worker thread that runs the host's task; every other event from the
-thread that called the verb. A listener must be quick and must not raise (an exception in a listener is a bug
-of that listener; the run reports it like any internal error). Values are as the engine has them: a task's data
-may hold what a host returned; ``provision.api.masked`` hides the run's secrets before you print one. A
-``Progress`` message is masked already.
+Threads: ``Progress`` is emitted from the worker thread that runs the host's task (or, for the
+``waiting for ... (Ns)`` lines of a long wait, from that wait's own thread, :mod:`provision.modules.progress`);
+every other event from the thread that called the verb. A listener must be quick and must not raise (an
+exception in a listener is a bug of that listener; the run reports it like any internal error). Values are as
+the engine has them: a task's data may hold what a host returned; ``provision.api.masked`` hides the run's
+secrets before you print one. A ``Progress`` message is masked already.
 
 Imports only :mod:`provision.results` and :mod:`provision.commands` (the masker).
 """

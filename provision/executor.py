@@ -41,7 +41,7 @@ from .inventory import Inventory
 from .masking import register_inventory_secrets, register_secrets
 from .playbook import Play, Task, include_path, load_included, load_role
 from .prefetch import Prefetch, enabled
-from .report import Sink
+from .report import NO_HOSTS_LEFT, Sink
 from .results import RunSummary, Status, TaskResult
 from .state import HostState, RunOptions
 from .taskrun import TaskOutcome, TaskRunner
@@ -104,6 +104,8 @@ class Executor:
         self.internal_errors: list[InternalError] = []
         self._play_hosts: list[str] = []
         self._ended_play = False  # meta: end_play
+        self._bad_before: set[str] = set()  # the hosts of the batch that had failed (or were unreachable) before it
+        self._no_hosts_left = False  # every host of a batch failed in it: the run stops, as ansible-playbook
         self._handler_list: list[Task] = []
         self.prefetch = Prefetch(enabled(options.batch_probes))  # batched state checks (provision.prefetch)
         self._remote_user: str | None = None  # the play's remote_user (under the inventory's ansible_user)
@@ -160,7 +162,7 @@ class Executor:
         try:
             for play in plays:
                 self._play(play)
-                if self.summary.aborted:
+                if self.summary.aborted or self._no_hosts_left:
                     break
         except KeyboardInterrupt as exc:
             self.summary.interrupted = True
@@ -233,6 +235,7 @@ class Executor:
 
     def _batch(self, play: Play, batch: list[str], play_hosts: list[str]) -> bool:
         """Run the play's tasks and handlers on one batch; True when the play must stop."""
+        self._bad_before = {h for h in batch if self.host_state(h).failed or self.host_state(h).unreachable}
         runner = TaskRunner(
             play,
             batch,
@@ -607,7 +610,11 @@ class Executor:
                 )
                 return True
         if len(bad) == len(batch) and not any(self.host_state(h).always_due for h in bad):
-            self.reporter.line("\nNO MORE HOSTS LEFT: every host of the batch failed or was unreachable")
+            if set(batch) <= self._bad_before:  # a play of hosts that had failed already: nothing ran, nothing said
+                return True
+            self.reporter.line(NO_HOSTS_LEFT)
+            # the whole batch failed in it: ansible-playbook runs no later batch or play (one banner, not one a play)
+            self._no_hosts_left = not set(batch) & self._bad_before
             return True
         return False
 

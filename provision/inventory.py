@@ -59,7 +59,7 @@ from typing import Any
 
 import yaml
 
-from provision.errors import InventoryError
+from provision.errors import InventoryError, did_you_mean
 from provision.templating import Unsafe
 
 __all__ = ["Group", "Host", "Inventory", "expand_hosts"]
@@ -913,7 +913,8 @@ class Inventory:
         names, matched = self._match_file(body[1:]) if body.startswith("@") else self._match(body)
         if strict and not matched:
             where = ", ".join(self.sources) or "the inventory"
-            raise InventoryError(f"host pattern {element!r} matches no host or group in {where}")
+            hint = did_you_mean(body, [*self.hosts, *self.groups])
+            raise InventoryError(f"host pattern {element!r} matches no host or group in {where}{hint}")
         return names
 
     def _match(self, body: str) -> tuple[set[str], bool]:

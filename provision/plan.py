@@ -17,7 +17,7 @@ import jinja2
 import jinja2.nodes
 
 from . import templating
-from .errors import InputError, InventoryError, PlaybookError, TemplateError
+from .errors import InputError, InventoryError, PlaybookError, TemplateError, did_you_mean
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
@@ -163,7 +163,8 @@ def check_plan(
                 facts = [m for m in missing if m.startswith("ansible_")]
                 if facts:
                     raise TemplateError(
-                        f"{facts[0]!r} in task {task.name!r}: not one of the Ansible facts provision gathers "
+                        f"{facts[0]!r} in task {task.name!r}: not one of the Ansible facts provision gathers"
+                        f"{did_you_mean(facts[0], FACT_VARS | set(host.vars)) if gathered else ''} "
                         f"({', '.join(sorted(FACT_VARS)[:6])}, ...: docs/facts.md), or the play does not gather "
                         "facts (gather_facts: false)",
                         file=task.file,
@@ -171,7 +172,8 @@ def check_plan(
                     )
                 if missing:
                     raise TemplateError(
-                        f"undefined variable {missing[0]!r} in task {task.name!r} for host {host.name} "
+                        f"undefined variable {missing[0]!r}{did_you_mean(missing[0], local | set(host.vars))} "
+                        f"in task {task.name!r} for host {host.name} "
                         "(define it in the inventory, group_vars/host_vars, the play's vars or with -e)",
                         file=task.file,
                         line=task.line,

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from . import lookups, templating
-from .catalog import lookup
-from .data import roles_dir
-from .errors import PlaybookError, TemplateError
+from .catalog import MODULES, lookup, nearest
+from .data import playbooks_dir, roles_dir
+from .errors import PlaybookError, TemplateError, did_you_mean
 from .modules import ArgError
 from .modules.base import Module, parse_kv
 
@@ -408,7 +408,7 @@ def module_defaults(value: Any, node: Any, path: str, inherited: dict[str, dict[
                 continue
             cls = lookup(name.removeprefix("ansible.legacy."))
             if cls is None:
-                raise _err(f"module_defaults: unknown module {name!r}", node, path)
+                raise _err(f"module_defaults: unknown module {name!r}{nearest(name)}", node, path)
             out[cls.name] = dict(defaults)
     return out
 
@@ -465,12 +465,13 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
     if len(candidates) > 1:
         unknown = [k for k in candidates if lookup(str(k)) is None]
         if unknown:
-            raise _err(f"unknown task key or module {unknown[0]!r}", node, path)
+            hint = did_you_mean(str(unknown[0]), [*TASK_KEYS, *MODULES])
+            raise _err(f"unknown task key or module {unknown[0]!r}{hint}", node, path)
         raise _err(f"task names more than one module: {', '.join(map(str, candidates))}", node, path)
     module = str(candidates[0])
     cls = lookup(module)
     if cls is None:
-        raise _err(f"unknown module {module!r}", node, path)
+        raise _err(f"unknown module {module!r}{nearest(module)}", node, path)
     try:
         args = cls.normalize(node[module])
         if "args" in node:
@@ -1141,7 +1142,8 @@ def parse_play(node: Any, path: str) -> Play:
         raise _err("a play must be a mapping", node, path)
     unknown = [k for k in node if k not in PLAY_KEYS]
     if unknown:
-        raise _err(f"unknown play key {unknown[0]!r} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
+        hint = did_you_mean(str(unknown[0]), PLAY_KEYS)
+        raise _err(f"unknown play key {unknown[0]!r}{hint} (known: {', '.join(sorted(PLAY_KEYS))})", node, path)
     if "hosts" not in node:
         raise _err("play has no 'hosts'", node, path)
     strategy = node.get("strategy", "linear")
@@ -1215,7 +1217,9 @@ def parse_play(node: Any, path: str) -> Play:
         for target in task.notify:
             if target not in names and not templating.is_template(target):
                 raise PlaybookError(
-                    f"task {task.name!r} notifies unknown handler {target!r}", file=task.file, line=task.line
+                    f"task {task.name!r} notifies unknown handler {target!r}{did_you_mean(target, names)}",
+                    file=task.file,
+                    line=task.line,
                 )
     base = Path(path).parent
     for vf in play.vars_files:
@@ -1261,12 +1265,27 @@ def _play_keywords(node: Any, path: str, tasks: list[Task]) -> None:
         task.ignore_unreachable = task.ignore_unreachable or ignore_unreachable
 
 
+def nearest_playbook(path: str) -> str:
+    """``" (did you mean 'site.yml'?)"`` for a playbook that does not exist: the nearest YAML file beside it, or
+    of the shipped playbooks for a bare name (``provision run NAME`` finds those)."""
+    where = Path(path).parent
+    try:
+        known = [str(where / p.name) for p in where.iterdir() if p.suffix in (".yml", ".yaml") and p.is_file()]
+    except OSError:
+        known = []
+    if where == Path("."):
+        known += [p.name for p in playbooks_dir().glob("*.yml")]
+    return did_you_mean(path, known)
+
+
 def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
     """Load and validate a playbook (following ``import_playbook``) into a list of plays."""
     path = str(path)
     real = str(Path(path).resolve())
     if real in _seen:
         raise PlaybookError("import_playbook loop", file=path)
+    if not Path(path).exists():
+        raise PlaybookError(f"no such playbook{nearest_playbook(path)}", file=path)
     data = load_yaml(path)
     if data is None or data == []:
         raise PlaybookError("the playbook is empty: it must be a list of plays", file=path, line=1)
@@ -1285,7 +1304,7 @@ def _load_plays(data: Any, path: str, real: str, _seen: tuple[str, ...]) -> list
         if isinstance(node, dict) and "import_playbook" in node:
             target = Path(path).parent / str(node["import_playbook"])
             if not target.exists():
-                raise _err(f"import_playbook: {target} does not exist", node, path)
+                raise _err(f"import_playbook: {target} does not exist{nearest_playbook(str(target))}", node, path)
             plays += load_playbook(target, (*_seen, real))
         else:
             plays.append(parse_play(node, path))

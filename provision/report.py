@@ -30,6 +30,14 @@ def printable(text: object) -> str:
 
 
 PROFILE_LIMIT = 20  # the tasks --profile lists (as Ansible's profile_tasks)
+NO_HOSTS_LEFT = "\nNO MORE HOSTS LEFT: every host of the batch failed or was unreachable"
+# ad hoc (`provision task`): the modules whose output is shown as text (`host | CHANGED | rc=0 >>`), Ansible's
+# MODULE_NO_JSON; the lines of a host's output shown before the rest is cut (--json keeps all of it)
+ADHOC_TEXT_MODULES = frozenset({"command", "shell", "raw"})
+ADHOC_HEAD_LINES = 40  # stdout, and a result shown as JSON: its first lines
+ADHOC_TAIL_LINES = 20  # stderr: its last lines (where the error is)
+ADHOC_LINE_CHARS = 500
+_DEBUG_KEYS = frozenset({"msg", "exception", "warnings", "deprecations"})
 _COLORS = {
     Status.OK: "32", Status.CHANGED: "33", Status.FAILED: "31", Status.UNREACHABLE: "31", Status.SKIPPED: "36",
 }  # fmt: skip
@@ -48,9 +56,11 @@ class Sink(Protocol):
 
 class Reporter:
     def __init__(
-        self, *, json_mode: bool = False, verbosity: int = 0, stream: TextIO | None = None, profile: bool = False
-    ) -> None:
+        self, *, json_mode: bool = False, verbosity: int = 0, stream: TextIO | None = None, profile: bool = False,
+        adhoc: str | None = None,
+    ) -> None:  # fmt: skip
         self.json_mode = json_mode
+        self.adhoc = adhoc  # the module of `provision task`: each host's result as Ansible's ad hoc shows it
         self.profile = profile  # --profile: the time of each task in the recap (Ansible's profile_tasks)
         self._timings: list[list[Any]] = []  # [title, started, ended] of each task, in order
         self.verbosity = verbosity
@@ -93,12 +103,13 @@ class Reporter:
             self.task_result(event.result)
         elif isinstance(event, Progress):
             self.progress(event.host, event.message)
-        elif isinstance(event, Message):
+        elif isinstance(event, Message) and not (self.adhoc and event.text == NO_HOSTS_LEFT):
             self.line(event.text)
 
     def play_start(self, name: str, hosts: list[str]) -> None:
         self._plays.append({"play": {"name": name, "hosts": hosts}, "tasks": []})
-        self.line(self._banner(f"PLAY [{name}]"))
+        if not self.adhoc:
+            self.line(self._banner(f"PLAY [{name}]"))
 
     def task_start(self, name: str, *, handler: bool = False) -> None:
         now = time.monotonic()
@@ -106,7 +117,8 @@ class Reporter:
         self._task = {"task": {"name": name, "handler": handler}, "hosts": {}}
         if self._plays:
             self._plays[-1]["tasks"].append(self._task)
-        self.line(self._banner(f"{'RUNNING HANDLER' if handler else 'TASK'} [{name}]"))
+        if not self.adhoc:
+            self.line(self._banner(f"{'RUNNING HANDLER' if handler else 'TASK'} [{name}]"))
 
     def task_result(self, result: TaskResult) -> None:
         if self._timings:
@@ -117,7 +129,7 @@ class Reporter:
             self._task["hosts"][result.host] = MASKER.mask_obj(result.to_json())
         if result.status in (Status.FAILED, Status.UNREACHABLE) and not result.ignored:
             self.failures.append(result)
-        self.line(self.format_result(result))
+        self.line(self.format_adhoc(result) if self.adhoc else self.format_result(result))
 
     def format_result(self, result: TaskResult) -> str:
         host = result.host + (f" -> {result.delegated_to}" if result.delegated_to else "")
@@ -149,7 +161,40 @@ class Reporter:
                 body += "\n" + json.dumps(MASKER.mask_obj(shown), indent=2, default=str, sort_keys=True)
         return body
 
+    def format_adhoc(self, result: TaskResult) -> str:
+        """One host's result as Ansible's ad hoc (minimal callback) shows it: ``host | CHANGED | rc=0 >>`` and the
+        output for command/shell/raw, ``host | SUCCESS => {...}`` for other modules; a long output is cut, with a
+        line that says so (``--json`` has all of it)."""
+        host = result.host + (f" -> {result.delegated_to}" if result.delegated_to else "")
+        status, data = result.status, result.data
+        if status is Status.SKIPPED:
+            return self._paint(f"{host} | SKIPPED", status)
+        caption = {Status.OK: "SUCCESS", Status.CHANGED: "CHANGED", Status.FAILED: "FAILED"}.get(status, "UNREACHABLE")
+        if self.adhoc in ADHOC_TEXT_MODULES and status is not Status.UNREACHABLE and "rc" in data:
+            body = [self._paint(f"{host} | {caption} | rc={data['rc']} >>", status)]
+            body += _cut(str(data.get("stdout") or ""), "stdout", head=ADHOC_HEAD_LINES)
+            body += _cut(str(data.get("stderr") or ""), "stderr", tail=ADHOC_TAIL_LINES)
+            if result.msg and not result.msg.startswith("non-zero return code"):  # (the rc and stderr say that)
+                body.append(printable(result.msg))  # "Did not run command since '/etc/passwd' exists"
+        else:  # failed/skipped are the caption; an empty msg is no news (as Ansible's result shows neither)
+            hidden = {"failed", "skipped", *(["msg"] if not result.msg else []), *(["diff"] if result.diff else [])}
+            shown = {k: v for k, v in result.to_json().items() if not k.startswith("_") and k not in hidden}
+            if self.adhoc == "debug":  # what debug was asked to show, alone (Ansible's _clean_results)
+                asked = _DEBUG_KEYS if "msg" in data else set(data) - {"verbosity", "msg"}
+                shown = {k: v for k, v in shown.items() if k in asked}
+            text = json.dumps(MASKER.mask_obj(shown), indent=4, default=str, sort_keys=True)
+            lines = _cut(text, "result", head=ADHOC_HEAD_LINES)
+            bang = "" if status in (Status.OK, Status.CHANGED) else "!"
+            body = [self._paint(f"{host} | {caption}{bang} => {lines[0]}", status), *lines[1:]]
+        if result.diff:
+            body.append(printable(result.diff.rstrip("\n")))
+        return "\n".join(body)
+
     def recap(self, summary: RunSummary) -> None:
+        if self.adhoc:  # as Ansible's ad hoc: each host's result is all there is
+            if summary.aborted:
+                self.line(f"Run stopped early: {summary.aborted}")
+            return
         self.line(self._banner("PLAY RECAP"))
         width = max((len(h) for h in summary.stats), default=10)
         for host, st in summary.stats.items():
@@ -190,6 +235,21 @@ class Reporter:
     def emit_json(self, summary: RunSummary, stream: TextIO | None = None) -> None:
         doc = MASKER.mask_obj(self.json_document(summary))
         (stream or sys.stdout).write(MASKER.mask(json.dumps(doc, indent=2, default=str)) + "\n")
+
+
+def _cut(text: str, what: str, *, head: int = 0, tail: int = 0) -> list[str]:
+    """The lines of a host's ``text`` for a terminal: its first ``head`` (or last ``tail``) lines, each at most
+    ADHOC_LINE_CHARS, and a line saying what was left out."""
+    lines = printable(text.rstrip("\n")).split("\n") if text else []
+    keep = head or tail
+    shown = lines[:keep] if head else lines[-keep:]
+    out = [line if len(line) <= ADHOC_LINE_CHARS else line[:ADHOC_LINE_CHARS] + " ..." for line in shown]
+    cut = sum(len(line) > ADHOC_LINE_CHARS for line in shown)
+    if len(lines) > keep or cut:
+        which = "first" if head else "last"
+        said = f"{which} {len(shown)} of {len(lines)} lines" if len(lines) > keep else "long lines cut"
+        out.insert(len(out) if head else 0, f"[{what}: {said}; --json shows all of it]")
+    return out
 
 
 def write_retry_file(playbook: str, summary: RunSummary, directory: str | None = None) -> str | None:

@@ -204,7 +204,8 @@ class TaskRunner:
             result = TaskResult(host, task.name, Status.UNREACHABLE, exc.msg)
         except (HostError, TemplateError, ArgError, CommandError) as exc:
             msg = exc.msg if isinstance(exc, (HostError, TemplateError)) else str(exc)
-            result = TaskResult(host, task.name, Status.FAILED, f"{msg} ({task.where})")
+            place = "" if msg.endswith(f"({task.where})") else f" ({task.where})"  # a template error says it already
+            result = TaskResult(host, task.name, Status.FAILED, f"{msg}{place}")
         except Exception:
             if not task.no_log:
                 raise
@@ -439,6 +440,8 @@ class TaskRunner:
             if done:
                 break
             if attempt < attempts:
+                if ctx.progress is not None:  # a wait of retries x delay is never silent (Ansible's line)
+                    ctx.progress(f"FAILED - RETRYING: {task.name} ({attempts - attempt} retries left)")
                 time.sleep(float(delay))
         else:
             result.data["attempts"] = attempts - 1  # what Ansible reports when the attempts run out

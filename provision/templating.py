@@ -35,7 +35,7 @@ import yaml
 
 from . import jinja_plugins, lookups
 from .commands import quote
-from .errors import TemplateError
+from .errors import TemplateError, did_you_mean
 
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
 # a template that is exactly one expression keeps its type: text around it (even a newline) makes it a string
@@ -472,7 +472,11 @@ def escape_backslashes(source: str) -> str:
 
 
 def _syntax_error(exc: jinja2.TemplateSyntaxError, source: str, where: str) -> TemplateError:
-    return TemplateError(f"template syntax error in {where or source!r}: {exc.message}")
+    message = str(exc.message)
+    unknown = re.match(r"No (filter|test) named '([^']+)'", message)
+    if unknown:  # Jinja2's own check at compile time (check_filters_tests finds most before the run)
+        message += did_you_mean(unknown.group(2), ENV.filters if unknown.group(1) == "filter" else ENV.tests)
+    return TemplateError(f"template syntax error in {where or source!r}: {message}")
 
 
 # ------------------------------------------------------------------------------------------ variables
@@ -578,10 +582,12 @@ def _as_vars(variables: Mapping[str, Any]) -> Mapping[str, Any]:
     return variables if isinstance(variables, Vars) else Vars(variables)
 
 
-def _undefined_message(exc: jinja2.UndefinedError) -> str:
+def _undefined_message(exc: jinja2.UndefinedError, variables: Mapping[str, Any]) -> str:
+    """``undefined variable 'sglang_devcie' (did you mean 'sglang_device'?)``: the nearest defined name."""
     match = re.search(r"'([^']+)' is undefined", str(exc))
     if match:
-        return f"undefined variable {match.group(1)!r}"
+        name = match.group(1)
+        return f"undefined variable {name!r}{did_you_mean(name, [*variables, *ENV.globals])}"
     return str(exc)
 
 
@@ -636,7 +642,7 @@ def _render_text(source: str, variables: Mapping[str, Any], where: str, *, file:
     except jinja2.TemplateSyntaxError as exc:
         raise _syntax_error(exc, source, where) from None
     except jinja2.UndefinedError as exc:
-        raise TemplateError(f"{_undefined_message(exc)} in {where or repr(source)}") from None
+        raise TemplateError(f"{_undefined_message(exc, variables)} in {where or repr(source)}") from None
     except TemplateError:
         raise
     except Exception as exc:
@@ -672,7 +678,7 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
             f"syntax error in expression {expr.strip()!r} ({where or 'expression'}): {exc.message}"
         ) from None
     except jinja2.UndefinedError as exc:
-        raise TemplateError(f"{_undefined_message(exc)} in {where or repr(expr.strip())}") from None
+        raise TemplateError(f"{_undefined_message(exc, variables)} in {where or repr(expr.strip())}") from None
     except TemplateError:
         raise
     except Exception as exc:
@@ -788,4 +794,5 @@ def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *,
             refused = jinja_plugins.REFUSED.get(node.name.removeprefix("ansible.builtin."))
             if is_filter and refused:
                 raise TemplateError(f"filter {node.name!r}{place}: {refused}", line=node.lineno)
-            raise TemplateError(f"unknown Jinja2 {kind} {node.name!r}{place}", line=node.lineno)
+            hint = did_you_mean(node.name, known)
+            raise TemplateError(f"unknown Jinja2 {kind} {node.name!r}{hint}{place}", line=node.lineno)

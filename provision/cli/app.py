@@ -44,6 +44,7 @@ from . import common
 from .common import (
     ARGV,
     STATE,
+    Group,
     api_options,
     common_options,
     debug_log,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:  # the commands import the engine when they run: `provision --
 
 
 # ------------------------------------------------------------------------------------------------ commands
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provision")
 def cli() -> None:
     """Ansible-style provisioning of SGLang prefill/decode pairs over NIXL/UCX on plain SSH hosts."""
@@ -137,7 +138,7 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
     fleet = load_fleet(kw["inventories"], extra)
     opts = api_options(kw, check=check, diff=diff)
     planned = api.plan_module(module, module_args, fleet, become=become, **opts)
-    return execute(planned, json_mode=kw["json_mode"])
+    return execute(planned, json_mode=kw["json_mode"], adhoc=planned.plays[0].tasks[0].module)
 
 
 @cli.command("inventory")
@@ -287,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             handlers[signum] = signal.signal(signum, _on_signal)
+    library_log = common.LibraryLog().__enter__()
     try:
         code = cli.main(args=argv, prog_name="provision", standalone_mode=False)
     except click.exceptions.UsageError as exc:
@@ -312,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         code = EXIT_FAILED
     finally:
+        library_log.__exit__()
         for signum, old in handlers.items():
             signal.signal(signum, old)
     if STATE.get("signal"):

@@ -11,6 +11,7 @@ module), never another cli module.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shlex
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, UsageError
+from ..errors import EXIT_FAILED, EXIT_UNREACHABLE, UsageError, did_you_mean
 from ..localfiles import append_private
 
 if TYPE_CHECKING:  # the engine is imported by the commands that use it: `provision --help` stays light
@@ -58,6 +59,19 @@ def mask_obj(obj: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------- option helpers
+class Group(click.Group):
+    """A command group whose unknown word names the nearest command: ``provision rnu`` says "No such command
+    'rnu' (did you mean 'run'?)" with every click release (:func:`provision.errors.did_you_mean` picks it)."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            ctx.fail(f"No such command {name!r}{did_you_mean(name, self.list_commands(ctx))}")
+        return super().resolve_command(ctx, args)
+
+
 class Seconds(click.ParamType):
     """A finite number of seconds > 0 (``nan``, ``inf``, 0 and negatives are refused up front)."""
 
@@ -136,16 +150,17 @@ def quiet_listener(verbosity: int) -> Listener | None:
     return Reporter(stream=sys.stderr, verbosity=verbosity - 1).handle if verbosity else None
 
 
-def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False) -> int:
+def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False, adhoc: str | None = None) -> int:
     """Run a planned run through the API and report it; returns the exit code. The human output and the
     ``--json`` document are the reporter listening to the run's events. An internal error (a bug, see
     executor.InternalError) still gets the recap and the retry file, then one line naming it and exit 2; its
-    traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap."""
+    traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap;
+    ``adhoc``: the module of ``provision task``, each host's result shown as Ansible's ad hoc shows it."""
     from ..executor import InternalError
     from ..report import Reporter
 
     options = planned.options
-    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile)
+    reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile, adhoc=adhoc)
     result = planned.run(on_event=reporter.handle)
     summary = result.summary
     errors = list(result.internal_errors)
@@ -183,6 +198,58 @@ def _plain_recap(summary: RunSummary) -> None:
     for host, st in summary.stats.items():
         click.echo(mask(f"{host} : ok={st.ok} changed={st.changed} unreachable={st.unreachable} "
                         f"failed={st.failed} skipped={st.skipped} ignored={st.ignored}"))  # fmt: skip
+
+
+class LibraryLog(logging.Handler):
+    """The log records of the libraries under provision (paramiko: "Exception (client): Error reading SSH
+    protocol banner" and its traceback when a port accepts and closes) go to the debug log, as ONE record when
+    the command ends (:meth:`flush`); to stderr as well only with -vvv. Without this handler Python's last-resort
+    handler prints them on stderr, beside the one UNREACHABLE line that already says what happened."""
+
+    LOGGERS = ("paramiko", "invoke", "fabric")
+    LIMIT = 2000  # lines kept for one command (a flapping fleet must not fill memory); the rest are counted
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(levelname)s: %(message)s"))
+        self.lines: list[str] = []
+        self.dropped = 0
+        self._saved: list[tuple[logging.Logger, bool]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:  # a record that cannot be formatted is not worth a traceback either
+            text = f"{record.name} {record.levelname}: (unprintable record {record.msg!r})"
+        if len(self.lines) < self.LIMIT:
+            self.lines.append(text)
+        else:
+            self.dropped += 1
+        if STATE["verbosity"] >= 3:
+            sys.stderr.write(mask(text) + "\n")
+
+    def flush(self) -> None:
+        with self.lock or contextlib.nullcontext():
+            lines, dropped = self.lines, self.dropped
+            self.lines, self.dropped = [], 0
+        if lines:
+            more = f"\n({dropped} more lines not kept)" if dropped else ""
+            debug_log("log of the libraries (paramiko):\n" + "\n".join(lines) + more)
+
+    def __enter__(self) -> LibraryLog:
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            self._saved.append((logger, logger.propagate))
+            logger.addHandler(self)
+            logger.propagate = False  # a handler the embedding program put on the root does not print them
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger, propagate in self._saved:
+            logger.removeHandler(self)
+            logger.propagate = propagate
+        self._saved.clear()
+        self.flush()
 
 
 def debug_log(text: str) -> None:

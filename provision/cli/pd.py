@@ -26,6 +26,7 @@ import click
 
 from ..errors import EXIT_OK, InputError
 from .common import (
+    Group,
     Seconds,
     api_options,
     common_options,
@@ -60,7 +61,7 @@ def _setup(kw: dict[str, Any], *, query: bool = False) -> tuple[Fleet, Options]:
     return fleet, opts
 
 
-@click.group("pd")
+@click.group("pd", cls=Group)
 def pd() -> None:
     """Bring up, stop, inspect and verify the PD deployment (prefill → decode → router over NIXL/UCX)."""
 

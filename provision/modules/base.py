@@ -31,6 +31,7 @@ from ..data import templates_dir
 from ..errors import ModuleError
 from ..transport import CommandResult, Connection
 from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
+from .progress import Waiting
 
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}
@@ -247,6 +248,11 @@ class ModuleContext:
         interpreter = python or self.python()
         result = self.run_script(script, *args, python=interpreter, stdin=stdin, timeout=timeout, env=env)
         return helper_answer(result, self.host, script, interpreter, what=what, hint=hint, check_rc=check_rc)
+
+    def waiting(self, what: str, timeout: float | None = None) -> Waiting:
+        """``with ctx.waiting("p0 to answer http://.../health", 900):`` around a call that blocks: every
+        WAIT_EVERY seconds a progress line ``waiting for <what> (20s of 900s)`` (:mod:`.progress`)."""
+        return Waiting(self.progress, what, timeout=timeout)
 
     def python(self) -> str:
         """The host's Python for helper scripts: ``ansible_python_interpreter``, else ``python3``."""

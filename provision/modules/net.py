@@ -53,11 +53,13 @@ class WaitFor(Module):
         request["timeout"] = 0 if probe_once else args["timeout"]
         request["delay"] = 0 if probe_once else args["delay"]
         budget = request["timeout"] + request["delay"] + args["connect_timeout"] + 30
+        what = self.describe(args)
+        waited = what if args["port"] is not None or args["path"] else "the timeout to pass"
         try:
-            answer = ctx.call_helper("wait_for.py", json.dumps(request), timeout=budget, what="wait_for")
+            with ctx.waiting(waited, None if probe_once else request["timeout"] + request["delay"]):
+                answer = ctx.call_helper("wait_for.py", json.dumps(request), timeout=budget, what="wait_for")
         except HelperError as exc:
             return exc.as_result()
-        what = self.describe(args)
         data = {
             "state": args["state"],
             "elapsed": answer["elapsed"],

@@ -124,7 +124,9 @@ class PdWait(Module):
             "interval": args["interval"],
             "log_lines": 40,
         }
-        answer = helper(ctx, "wait", request, timeout=args["timeout"] + 60)
+        what = f"{', '.join(p.name for p in procs)} to answer {', '.join(health_url(p) for p in procs)} with 200"
+        with ctx.waiting(what, args["timeout"]):
+            answer = helper(ctx, "wait", request, timeout=args["timeout"] + 60)
         if answer.get("ok"):
             ready = answer.get("ready", {})
             parts = [f"{p.name} ready after {ready.get(p.name, '?')}s" for p in procs]
@@ -176,20 +178,29 @@ class PdVerify(Module):
             "stream": args["stream"],
         }
         try:  # a failed generation is reported in the answer
-            report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 90,
-                                     what="pd_verify", check_rc=False)  # fmt: skip
+            with ctx.waiting(f"a generation through the router {router.name} ({request['url']})", args["timeout"]):
+                report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(),
+                                         timeout=args["timeout"] + 90, what="pd_verify", check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         data = {k: report.get(k) for k in ("text", "output_ids", "completion_tokens", "latency", "ttft",
                                            "stream_latency", "attempts", "waited", "status", "url")}  # fmt: skip
         if not report.get("ok"):
             msg = (f"no verified generation through the router {router.name} ({request['url']}): "
-                   f"HTTP {report.get('status')} {report.get('error') or ''}").rstrip()  # fmt: skip
+                   f"{answer_text(report.get('status'), report.get('error'))}")  # fmt: skip
             return ModuleResult(failed=True, msg=msg, data=data)
         ttft = f", TTFT {report['ttft']}s" if report.get("ttft") is not None else ""
         msg = (f"router → prefill → decode: {report.get('text')!r} ({report.get('completion_tokens')} tokens) "
                f"in {report.get('latency')}s{ttft}")  # fmt: skip
         return ModuleResult(msg=msg, data={**data, "_show_msg": True})
+
+
+def answer_text(status: object, error: object) -> str:
+    """What a request got, in words: "HTTP 503 <error>", or "no answer (<error>)" when no HTTP answer came
+    (the helpers report None, or -1, then: never "HTTP None")."""
+    if not isinstance(status, int) or status < 0:
+        return f"no answer ({error})" if error else "no answer"
+    return f"HTTP {status} {error or ''}".rstrip()
 
 
 @register

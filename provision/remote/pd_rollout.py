@@ -68,6 +68,14 @@ def http(method, url, body=None, timeout=10.0):
         return status, text, ""
 
 
+def reply_text(status, err):
+    """What came back, in words: "HTTP 503 <body>", or "no answer (<why>)" when no HTTP answer came (never
+    "HTTP None")."""
+    if status is None:
+        return "no answer (%s)" % err if err else "no answer"
+    return ("HTTP %s %s" % (status, err)).rstrip()
+
+
 def norm(url):
     return url.rstrip("/")
 
@@ -75,7 +83,7 @@ def norm(url):
 def list_workers(router):
     status, doc, err = http("GET", norm(router) + "/workers")
     if status != 200 or not isinstance(doc, dict):
-        raise RuntimeError("GET %s/workers: HTTP %s %s" % (norm(router), status, err))
+        raise RuntimeError("GET %s/workers: %s" % (norm(router), reply_text(status, err)))
     return doc.get("workers") or []
 
 
@@ -93,7 +101,7 @@ def router_remove(req):
             if status not in (200, 202, 204, 404):
                 return {
                     "ok": False,
-                    "msg": "DELETE /workers/%s (%s): HTTP %s %s" % (worker["id"], worker["url"], status, err),
+                    "msg": "DELETE /workers/%s (%s): %s" % (worker["id"], worker["url"], reply_text(status, err)),
                 }
             removed.append(norm(worker["url"]))
     while True:
@@ -118,7 +126,7 @@ def router_add(req):
             body["bootstrap_port"] = int(worker["bootstrap_port"])
         status, _, err = http("POST", norm(router) + "/workers", body)
         if status not in (200, 201, 202):
-            return {"ok": False, "msg": "POST /workers %s: HTTP %s %s" % (body["url"], status, err)}
+            return {"ok": False, "msg": "POST /workers %s: %s" % (body["url"], reply_text(status, err))}
         added.append(body["url"])
     want = {norm(w["url"]) for w in req["workers"]}
     while True:
@@ -137,7 +145,7 @@ def router_add(req):
 def router_metrics(req):
     status, text, err = http("GET", req["metrics_url"], timeout=5)
     if status != 200 or not isinstance(text, str):
-        return {"ok": False, "msg": "GET %s: HTTP %s %s" % (req["metrics_url"], status, err)}
+        return {"ok": False, "msg": "GET %s: %s" % (req["metrics_url"], reply_text(status, err))}
     counters = {}  # type: dict
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -226,8 +234,8 @@ def pinned(req):
     if status != 200 or not isinstance(doc, dict):
         return {
             "ok": False,
-            "msg": "decode %s: HTTP %s %s (prefill %s: HTTP %s %s)"
-            % (req["decode"], status, err, req["prefill"], p_status, p_err),
+            "msg": "decode %s: %s (prefill %s: %s)"
+            % (req["decode"], reply_text(status, err), req["prefill"], reply_text(p_status, p_err)),
             "latency": latency,
         }
     meta = doc.get("meta_info") or {}

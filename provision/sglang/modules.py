@@ -63,10 +63,11 @@ class SglangArgs(Module):
             "hf_token_file": ctx.expand(args["hf_token_file"]) if args["hf_token_file"] else None,
         }
         try:  # the check reports a rejected command line in its answer
-            report = ctx.call_helper(
-                "sglang_args_check.py", python=python, stdin=json.dumps(request).encode(), timeout=args["timeout"],
-                what="sglang_args", hint=SGLANG_HINT, check_rc=False,
-            )  # fmt: skip
+            with ctx.waiting(f"SGLang ({python}) to check the launch command of {', '.join(names)}", args["timeout"]):
+                report = ctx.call_helper(
+                    "sglang_args_check.py", python=python, stdin=json.dumps(request).encode(),
+                    timeout=args["timeout"], what="sglang_args", hint=SGLANG_HINT, check_rc=False,
+                )  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         if report.get("error"):

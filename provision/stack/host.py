@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..commands import Command
+from ..modules import progress as waiting
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 from ..remote import source as remote_source
 from ..transport import CommandResult
@@ -102,17 +103,84 @@ def version_tuple(text: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
+_DOWNLOADING = re.compile(r"^\s*Downloading (\S+).*\((\d+(?:\.\d+)?) ?([KMGT]?i?B|kB)\)\s*$")
+_DOWNLOADED = re.compile(r"^\s*Downloaded (\S+)")  # uv's end of one download (pip's ends with its next line)
+_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2**10, "MiB": 2**20,
+          "GiB": 2**30, "TiB": 2**40}  # fmt: skip
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+class Downloads:
+    """The running total of an installer's downloads, read from its output: uv's ``Downloading torch
+    (766.4MiB)`` ... `` Downloaded torch`` (in parallel), pip's ``Downloading torch-...whl (906.4 MB)`` (one at a
+    time: it is done when the next line comes)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, float] = {}  # name -> bytes, announced and not yet done
+        self.files = 0
+        self.bytes = 0.0
+        self._pip: str | None = None  # pip's download in flight
+
+    def feed(self, line: str) -> None:
+        if self._pip is not None:
+            self._done(self._pip)
+            self._pip = None
+        started, ended = _DOWNLOADING.match(line), _DOWNLOADED.match(line)
+        if started:
+            name = started.group(1)
+            self.pending[name] = float(started.group(2)) * _UNITS.get(started.group(3), 1)
+            if "/" in name or name.endswith((".whl", ".tar.gz", ".zip")):  # pip names the file or its URL
+                self._pip = name
+        elif ended:
+            self._done(ended.group(1))
+
+    def _done(self, name: str) -> None:
+        if name in self.pending:
+            self.files += 1
+            self.bytes += self.pending.pop(name)
+
+    def total(self, seconds: float) -> str:
+        """`` [3 files, 1.2 GB downloaded (28.0 MB/s), 1 in flight]``, or "" before the first download."""
+        if not self.files and not self.pending:
+            return ""
+        rate = f" ({human_bytes(self.bytes / seconds)}/s)" if self.files and seconds > 0 else ""
+        flight = f", {len(self.pending)} in flight" if self.pending else ""
+        files = f"{self.files} file{'' if self.files == 1 else 's'}"
+        return f" [{files}, {human_bytes(self.bytes)} downloaded{rate}{flight}]"
+
+
 class Progress:
-    """Feeds ``ctx.progress`` at most one line every PROGRESS_EVERY seconds."""
+    """Feeds ``ctx.progress``: at most one line of the installer's output every PROGRESS_EVERY seconds, with the
+    running total of its downloads; while it prints nothing, :meth:`quiet` says every WAIT_EVERY seconds
+    what it is at and for how long (``step`` runs it in a :class:`~provision.modules.progress.Waiting`)."""
 
     def __init__(self, ctx: ModuleContext, stage: str) -> None:
         self.ctx, self.stage, self.last = ctx, stage, -PROGRESS_EVERY
+        self.started = time.monotonic()
+        self.downloads = Downloads()
+        self.latest = ""
 
     def __call__(self, line: str) -> None:
+        self.downloads.feed(line)
+        self.latest = line.strip()[:160] or self.latest
         now = time.monotonic()
         if self.ctx.progress is not None and now - self.last >= PROGRESS_EVERY:
             self.last = now
-            self.ctx.progress(f"{self.stage}: {line.strip()[:160]}")
+            self.ctx.progress(f"{self.stage}: {self.latest}{self.downloads.total(now - self.started)}")
+
+    def quiet(self, elapsed: float) -> str | None:
+        """The line for a silent stretch (None when a line went out lately)."""
+        if time.monotonic() - self.last < waiting.WAIT_EVERY:
+            return None
+        self.last = time.monotonic()
+        at = f", last: {self.latest}" if self.latest else ""
+        return f"waiting for {self.stage} ({elapsed:.0f}s{at}){self.downloads.total(elapsed)}"
 
 
 # ------------------------------------------------------------------------------------------ python_check

@@ -35,6 +35,7 @@ from typing import Any
 from ..commands import Command
 from ..errors import HostError
 from ..modules.base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from ..modules.progress import Waiting
 from ..remote.pip_state import canonical, evaluate, parse
 from .host import FS, Progress, StackError, explain, host_state, remote, version_tuple
 from .releases import TorchMismatch, choose, requirements
@@ -208,7 +209,9 @@ def installer_for(args: dict[str, Any], python: str, uv: str | None) -> Installe
 def step(ctx: ModuleContext, cmd: Command, stage: str, source: str) -> float:
     """Run one build step with progress; its seconds, or StackError with the cause and what to do."""
     started = time.monotonic()
-    result = ctx.run(cmd, on_output=Progress(ctx, stage))
+    progress = Progress(ctx, stage)
+    with Waiting(ctx.progress, stage, line=progress.quiet):  # a long download prints nothing for a while
+        result = ctx.run(cmd, on_output=progress)
     if result.rc != 0:
         raise StackError(f"{stage} failed: {explain(result.stdout + result.stderr, source)}")
     return time.monotonic() - started

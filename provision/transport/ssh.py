@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import select
 import socket
 import threading
@@ -181,6 +182,24 @@ class _SftpFiles:
             self.sftp.remove(path)
 
 
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words: paramiko's NoValidConnectionsError reads "[Errno None] Unable to connect
+    to port 1 on 127.0.0.1" (it holds one socket error per address); the cause of those as OpenSSH says it
+    ("Connection refused"), never "[Errno None]"."""
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
+        return "; ".join(dict.fromkeys(connect_reason(e) for e in exc.errors.values()))
+    if isinstance(exc, OSError) and exc.strerror:  # "[Errno 111] Connection refused": the words only
+        return str(exc.strerror)
+    text = str(exc) or type(exc).__name__
+    if text.startswith(_NO_BANNER) and len(text) > len(_NO_BANNER):  # paramiko glues the socket error on
+        return f"{_NO_BANNER} ({_ERRNO.sub('', text[len(_NO_BANNER) :]).strip()})"
+    return text
+
+
+_NO_BANNER = "Error reading SSH protocol banner"
+_ERRNO = re.compile(r"^\[Errno -?\d+\] ")
+
+
 class SSHConnection:
     """An SSH connection to one host, opened lazily on first use and kept for the whole run."""
 
@@ -303,7 +322,7 @@ class SSHConnection:
             except paramiko.AuthenticationException as exc:
                 raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
             except (paramiko.SSHException, OSError, EOFError) as exc:
-                raise UnreachableError(self.name, f"cannot connect to {target}: {exc or type(exc).__name__}") from None
+                raise UnreachableError(self.name, f"cannot connect to {target}: {connect_reason(exc)}") from None
             transport = conn.client.get_transport()
             if transport is not None and isinstance(transport.sock, socket.socket):
                 # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command

@@ -141,3 +141,38 @@ def test_no_log_may_be_a_template_rendered_per_host(tmp_path: Path) -> None:
     hosts = json.loads(result.out)["plays"][0]["tasks"][0]["hosts"]
     assert hosts["loud"]["msg"] == "said by loud"
     assert "said by quiet" not in result.out and "hidden due to no_log" in hosts["quiet"]["msg"]
+
+
+def _ansible_plays(tmp_path: Path) -> list[str]:
+    env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_RETRY_FILES_ENABLED": "False",
+           "ANSIBLE_HOST_KEY_CHECKING": "False"}  # fmt: skip
+    command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(tmp_path / "inv.yml"),
+               str(tmp_path / "pb.yml")]  # fmt: skip
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return re.findall(r"^PLAY \[(.*?)\]", proc.stdout, re.MULTILINE)
+
+
+def test_a_batch_that_all_fails_stops_the_run_with_one_banner_as_ansible(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    plays = "".join(f"- name: p{n}\n  hosts: gone\n  gather_facts: false\n  tasks:\n    - ping:\n" for n in (1, 2, 3))
+    (tmp_path / "pb.yml").write_text(plays)
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    assert result.code == 4
+    shown = re.findall(r"^PLAY \[(.*?)\]", result.out, re.MULTILINE)
+    assert shown == _ansible_plays(tmp_path) == ["p1"]
+    assert result.out.count("NO MORE HOSTS LEFT") == 1
+
+
+def test_a_play_of_hosts_that_failed_before_runs_nothing_says_nothing_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    (tmp_path / "pb.yml").write_text(
+        "- {name: p1, hosts: all, gather_facts: false, tasks: [{ping: {}}]}\n"
+        "- {name: p2, hosts: gone, gather_facts: false, tasks: [{ping: {}}]}\n"
+        "- {name: p3, hosts: all, gather_facts: false, tasks: [{debug: {msg: on}}]}\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    shown = re.findall(r"^PLAY \[(.*?)\]", result.out, re.MULTILINE)
+    assert shown == _ansible_plays(tmp_path) == ["p1", "p2", "p3"]
+    assert "NO MORE HOSTS LEFT" not in result.out
+    assert "ok: [one]" in result.out.split("PLAY [p3]")[1]
