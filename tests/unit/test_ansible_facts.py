@@ -23,7 +23,10 @@ MOVING = {"memfree_mb", "swapfree_mb", "env"}
 
 
 def _ansible_setup(tmp: Path) -> dict[str, Any]:
-    env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp), "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    # the interpreter provision's facts run with on this host (python3 on PATH: in a venv, the venv's python3,
+    # whose path differs from sys.executable's python): both tools then describe the same Python
+    python = shutil.which("python3") or sys.executable
+    env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp), "ANSIBLE_PYTHON_INTERPRETER": python}
     command = [shutil.which("ansible") or "ansible", "localhost", "-i", "localhost,", "-c", "local", "-m", "setup"]
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300).stdout
     facts: dict[str, Any] = json.loads(out[out.index("{") :])["ansible_facts"]
