@@ -23,17 +23,17 @@ HELPER = remote.path("process_ctl.py")
 
 def ctl(action: str, **request: Any) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, str(HELPER), action], input=json.dumps(request), capture_output=True, text=True, timeout=60
+        [sys.executable, str(HELPER), action], input=json.dumps(request), capture_output=True, text=True, timeout=90
     )
     assert out.returncode == 0, out.stderr
     answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return answer
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int | None) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+    except (OSError, TypeError):
         return False
     return state not in ("Z", "X")
 

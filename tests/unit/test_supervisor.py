@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,27 +18,10 @@ from typing import Any
 import pytest
 
 from provision import remote
+from tests.unit.test_process import alive, ctl  # the helper run here as on a host, and /proc's view
 
-HELPER = remote.path("process_ctl.py")
 SOURCE = remote.source("process_ctl.py").decode()
 FAST = {"delay": 0.5, "max_delay": 4.0, "burst": 2, "interval": 60.0, "stop_timeout": 5.0}
-
-
-def ctl(action: str, **request: Any) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(HELPER), action], input=json.dumps(request), capture_output=True, text=True, timeout=90
-    )
-    assert out.returncode == 0, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return answer
-
-
-def alive(pid: int | None) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, TypeError):
-        return False
-    return state not in ("Z", "X")
 
 
 def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
