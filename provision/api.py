@@ -803,12 +803,19 @@ def pd_verify(
     prompt: str = "Hello world",
     max_new_tokens: int = 8,
     verify_timeout: float = 60.0,
+    all_pairs: bool = False,
+    parallel: int = 8,
     **opts: Unpack[Options],
 ) -> PdVerify:
-    """Generate through each router (like ``provision pd verify``); read-only. :class:`InputError` when no
-    router host is left to verify through."""
+    """Generate through each router (like ``provision pd verify``); read-only. With ``all_pairs``, instead, one
+    generation pinned to every prefill x decode pair, sent from the first router host (``parallel`` at once):
+    that host's result has ``data["pairs"]`` (:meth:`provision.pd.pairs.PairsReport.to_dict`).
+    :class:`InputError` when no router host is left to verify through."""
     fleet = _fleet(hosts, opts.get("extra_vars"))
-    args = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
+    args: dict[str, Any] = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
+    if all_pairs:
+        args.update(router=False, all_pairs=True, parallel=parallel,
+                    same_tokens="{{ pd_verify_same_tokens | default(true) }}")  # fmt: skip
     results = [r for r in _query(_quiet_play("pd_verify", "router", args), fleet, opts)
                if r.status is not Status.SKIPPED]  # fmt: skip
     if not results:
