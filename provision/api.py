@@ -864,4 +864,9 @@ def pd_rollout(
         if extra.get(key) is not None:
             setattr(options, name, float(extra[key]))
     pd_vars = inventory_pd_vars(fleet.inventory, extra)
+    routers = [h for h in fleet.inventory.groups_map().get("router", ()) if h in pd_vars] or list(pd_vars)
+    first = pd_vars[routers[0]] if routers else None  # the router's host sends the pairs: its vars say
+    for name, key in (("all_pairs", "pd_verify_all_pairs"), ("same_tokens", "pd_verify_same_tokens")):
+        if first is not None and first.get(key) is not None:
+            setattr(options, name, to_bool(first.get(key), key))
     return rollout(pd_vars, rollout_runner(fleet, opts), options, progress=progress)

@@ -181,7 +181,7 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, all_pairs: b
 
 def _show_pairs(results: list[Any], json_mode: bool) -> None:
     """``verify --all-pairs``: the table and the verdict's line (or the document), from the host that sent them."""
-    from ..pd.pairs import PairResult, PairsReport, summary, table
+    from ..pd.pairs import PairsReport, summary, table
 
     for r in results:
         doc = r.data.get("pairs")
@@ -192,8 +192,7 @@ def _show_pairs(results: list[Any], json_mode: bool) -> None:
         if doc is None:  # the host could not send them
             click.echo(mask(f"{r.host}: FAILED: {r.msg}"))
             continue
-        report = PairsReport([PairResult(**p) for p in doc["pairs"]], doc["same_tokens"], doc["reference"],
-                             doc["suspects"], doc["seconds"], doc["parallel"])  # fmt: skip
+        report = PairsReport.from_dict(doc)
         click.echo(mask(table(report)))
         click.echo(mask(f"{r.host}: {summary(report)}"), err=not report.ok)
 

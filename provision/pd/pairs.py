@@ -17,7 +17,7 @@ Prints nothing; :func:`table` and :func:`summary` are for people.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -92,6 +92,11 @@ class PairsReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> PairsReport:
+        return cls([PairResult(**p) for p in doc["pairs"]], bool(doc.get("same_tokens")), doc.get("reference"),
+                   list(doc.get("suspects") or []), doc.get("seconds"), doc.get("parallel"))  # fmt: skip
 
 
 def verdict(pairs: Sequence[Pair], answers: Sequence[dict[str, Any] | None], same_tokens: bool = True,
