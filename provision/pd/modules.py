@@ -173,7 +173,9 @@ class PdVerify(Module):
         if ctx.check:
             return ModuleResult(skipped=True, msg="check mode: no request sent")
         done = self.through_router(ctx, plan.router, args) if args["router"] else None
-        if done is not None and (done.failed or not args["all_pairs"]):
+        if not args["all_pairs"]:
+            return done or ModuleResult(skipped=True, msg="neither the router nor the pairs asked for")
+        if done is not None and done.failed:
             return done
         checked = self.all_pairs(ctx, args)
         if checked is None:  # another router host sends the pairs' requests
@@ -228,6 +230,8 @@ class PdVerify(Module):
                                      timeout=rounds * (args["timeout"] + 10) + 60, what="pd_verify pairs")  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=f"pd_verify pairs: {answer.get('msg', 'no answer')}", data=answer)
         report = pairs.verdict(planned, answer.get("pairs") or [], args["same_tokens"], answer.get("seconds"),
                                answer.get("parallel"))  # fmt: skip
         msg = f"{pairs.summary(report)}\n{pairs.table(report)}"

@@ -99,18 +99,31 @@ class PairsReport:
                    list(doc.get("suspects") or []), doc.get("seconds"), doc.get("parallel"))  # fmt: skip
 
 
-def verdict(pairs: Sequence[Pair], answers: Sequence[dict[str, Any] | None], same_tokens: bool = True,
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _result(pair: Pair, answer: Any) -> PairResult:
+    """One pair's answer as the host gave it (not trusted: a field of the wrong type counts as missing)."""
+    a = answer if isinstance(answer, dict) else {"ok": False, "msg": "no answer"}
+    ok = a.get("ok") is True
+    ids = a.get("output_ids")
+    ids = list(ids) if isinstance(ids, list) and all(type(i) is int for i in ids) else None
+    tokens = a.get("completion_tokens")
+    text = a.get("text")
+    error = None if ok else str(a.get("msg") or "failed")
+    return PairResult(pair.prefill.name, pair.decode.name, ok, "ok" if ok else "failed", _number(a.get("ttft")),
+                      _number(a.get("latency")), tokens if type(tokens) is int else None, ids,
+                      text if isinstance(text, str) else None, error)  # fmt: skip
+
+
+def verdict(pairs: Sequence[Pair], answers: Sequence[Any], same_tokens: bool = True,
             seconds: float | None = None, parallel: int | None = None) -> PairsReport:  # fmt: skip
-    """The host side's answers (one per pair, in order) judged: failed pairs, disagreeing pairs, suspects."""
-    results = []
-    for pair, answer in zip(pairs, answers, strict=True):
-        a = answer or {"ok": False, "msg": "no answer"}
-        ids = a.get("output_ids")
-        results.append(PairResult(pair.prefill.name, pair.decode.name, bool(a.get("ok")),
-                                  "ok" if a.get("ok") else "failed", a.get("ttft"), a.get("latency"),
-                                  a.get("completion_tokens"), list(ids) if isinstance(ids, list) else None,
-                                  a.get("text"), None if a.get("ok") else str(a.get("msg") or "failed")))  # fmt: skip
-    report = PairsReport(results, same_tokens, seconds=seconds, parallel=parallel)
+    """The host side's answers (one per pair, in order; a missing one is a failed pair) judged: failed pairs,
+    disagreeing pairs, suspects."""
+    padded = [*answers[: len(pairs)], *[None] * (len(pairs) - len(answers))]
+    results = [_result(pair, answer) for pair, answer in zip(pairs, padded, strict=True)]
+    report = PairsReport(results, same_tokens, seconds=_number(seconds), parallel=parallel)
     answered = [r for r in results if r.ok]
     if same_tokens and answered:
         counts = Counter(tuple(r.output_ids or ()) for r in answered)

@@ -85,8 +85,11 @@ def test_failed_pairs_and_no_agreement_asked() -> None:
     assert "  p0-prefill → d1-decode: decode http://x: HTTP 500 boom" in text
     doc = report.to_dict()
     assert doc["ok"] is False and doc["pairs"][1]["state"] == "failed" and json.dumps(doc)
-    with pytest.raises(ValueError):  # one answer per pair
-        judge([answer([1])])
+    # what the host answered is not trusted: a missing answer, a field of the wrong type
+    odd = judge([answer([1]), {"ok": "yes", "output_ids": [1]}, {**answer([1]), "ttft": "fast", "output_ids": "1"}])
+    assert [r.state for r in odd.pairs] == ["ok", "failed", "disagrees", "failed"]
+    assert odd.pairs[2].ttft is None and odd.pairs[2].output_ids is None and odd.pairs[3].error == "no answer"
+    assert "fast" not in pairs.table(odd)
 
 
 # ------------------------------------------------------------------------------------------ the host side
