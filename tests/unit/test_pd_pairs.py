@@ -12,11 +12,14 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provision.pd import build, pairs
+from tests.helpers import run_cli
+from tests.unit.test_pd_cli import inventory
 from tests.unit.test_pd_rollout_helper import helper
 from tests.unit.test_pd_rollout_plan import hosts
 
@@ -189,3 +192,13 @@ def test_the_host_side_pins_each_pair_in_parallel(servers: list[tuple[str, type[
     assert out["seconds"] < sum(g["latency"] for g in got)  # two rounds of two, not four in a row
     report = pairs.verdict(pairs.plan(build(hosts(1, 4))), got)
     assert [r.state for r in report.pairs] == ["ok", "ok", "disagrees", "failed"]
+
+
+def test_all_pairs_through_an_unreachable_router_host(tmp_path: Path) -> None:
+    doc_run = run_cli(["pd", "verify", "--all-pairs", "--json", "-i", str(inventory(tmp_path)), "--connect-timeout",
+                       "1"])  # fmt: skip
+    assert doc_run.code == 4, doc_run.out + doc_run.err
+    doc = json.loads(doc_run.out)
+    assert doc["host"] == "p1" and doc["ok"] is False and doc["msg"]
+    human = run_cli(["pd", "verify", "--all-pairs", "-i", str(inventory(tmp_path)), "--connect-timeout", "1"])
+    assert human.code == 4 and human.out.startswith("p1: FAILED: ")
