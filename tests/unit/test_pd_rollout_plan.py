@@ -15,6 +15,7 @@ from provision.cli.pd import pd
 from provision.errors import InputError
 from provision.pd import build
 from provision.pd.rollout import RolloutOptions, ServerChange, Step, batch_size, plan_batches, render, rollout
+from provision.pd.rollout_modules import ACTIONS
 from tests.helpers import run_cli
 from tests.unit.test_pd_cli import inventory
 
@@ -50,6 +51,7 @@ class Hosts:
             for task in tasks:
                 module = next(k for k in task if k not in ("name", "register", "check_mode", "when"))
                 action = (task[module] or {}).get("action", module) if module == "pd_rollout_step" else module
+                assert module != "pd_rollout_step" or action in ACTIONS, action  # the module would refuse it
                 self.calls.append((host, task["name"], action))
                 msg = self.fail.pop((host, task["name"]), None)
                 steps.append(self.result(host, task["name"], action, msg))
