@@ -121,7 +121,8 @@ def verdict(pairs: Sequence[Pair], answers: Sequence[Any], same_tokens: bool = T
             seconds: float | None = None, parallel: int | None = None) -> PairsReport:  # fmt: skip
     """The host side's answers (one per pair, in order; a missing one is a failed pair) judged: failed pairs,
     disagreeing pairs, suspects."""
-    padded = [*answers[: len(pairs)], *[None] * (len(pairs) - len(answers))]
+    given = list(answers) if isinstance(answers, list | tuple) else []
+    padded = [*given[: len(pairs)], *[None] * (len(pairs) - len(given))]
     results = [_result(pair, answer) for pair, answer in zip(pairs, padded, strict=True)]
     report = PairsReport(results, same_tokens, seconds=_number(seconds), parallel=parallel)
     answered = [r for r in results if r.ok]

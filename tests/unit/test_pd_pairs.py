@@ -93,6 +93,7 @@ def test_failed_pairs_and_no_agreement_asked() -> None:
     assert [r.state for r in odd.pairs] == ["ok", "failed", "disagrees", "failed"]
     assert odd.pairs[2].ttft is None and odd.pairs[2].output_ids is None and odd.pairs[3].error == "no answer"
     assert "fast" not in pairs.table(odd)
+    assert [r.state for r in judge({"not": "a list"}).pairs] == ["failed"] * 4  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------ the host side
