@@ -803,12 +803,19 @@ def pd_verify(
     prompt: str = "Hello world",
     max_new_tokens: int = 8,
     verify_timeout: float = 60.0,
+    all_pairs: bool = False,
+    parallel: int = 8,
     **opts: Unpack[Options],
 ) -> PdVerify:
-    """Generate through each router (like ``provision pd verify``); read-only. :class:`InputError` when no
-    router host is left to verify through."""
+    """Generate through each router (like ``provision pd verify``); read-only. With ``all_pairs``, instead, one
+    generation pinned to every prefill x decode pair, sent from the first router host (``parallel`` at once):
+    that host's result has ``data["pairs"]`` (:meth:`provision.pd.pairs.PairsReport.to_dict`).
+    :class:`InputError` when no router host is left to verify through."""
     fleet = _fleet(hosts, opts.get("extra_vars"))
-    args = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
+    args: dict[str, Any] = {"prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": verify_timeout}
+    if all_pairs:
+        args.update(router=False, all_pairs=True, parallel=parallel,
+                    same_tokens="{{ pd_verify_same_tokens | default(true) }}")  # fmt: skip
     results = [r for r in _query(_quiet_play("pd_verify", "router", args), fleet, opts)
                if r.status is not Status.SKIPPED]  # fmt: skip
     if not results:
@@ -857,4 +864,9 @@ def pd_rollout(
         if extra.get(key) is not None:
             setattr(options, name, float(extra[key]))
     pd_vars = inventory_pd_vars(fleet.inventory, extra)
+    routers = [h for h in fleet.inventory.groups_map().get("router", ()) if h in pd_vars] or list(pd_vars)
+    first = pd_vars[routers[0]] if routers else None  # the router's host sends the pairs: its vars say
+    for name, key in (("all_pairs", "pd_verify_all_pairs"), ("same_tokens", "pd_verify_same_tokens")):
+        if first is not None and first.get(key) is not None:
+            setattr(options, name, to_bool(first.get(key), key))
     return rollout(pd_vars, rollout_runner(fleet, opts), options, progress=progress)

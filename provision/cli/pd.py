@@ -8,7 +8,9 @@
 * ``status``: a table (host, role, state, pid, uptime, health, port); exit 0 when every process is up and
   healthy, 2 when one is not, 4 when a host is unreachable.
 * ``logs``: the tail of each process's log (``--role``, ``-n``).
-* ``verify``: one real generation through each router: text, latency, TTFT.
+* ``verify``: one real generation through each router: text, latency, TTFT; ``--all-pairs``: one pinned to
+  every prefill x decode pair instead (:mod:`provision.pd.pairs`): a table, exit 2 when a pair fails or
+  disagrees.
 * ``rollout``: a rolling update of the changed servers, batch by batch, drained through the routers, verified,
   rolled back on failure (:func:`provision.api.pd_rollout` → :mod:`provision.pd.rollout`; this prints it).
 
@@ -146,19 +148,29 @@ def logs(role: str, lines: int, **kw: Any) -> int:
     show_default=True,
     help="seconds for the generation (-T/--timeout bounds each remote command)",
 )
-def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -> int:
-    """One real generation through each router: completion, latency, TTFT."""
+@click.option(
+    "--all-pairs",
+    is_flag=True,
+    help="one pinned generation through every prefill x decode pair: TTFT each, the same tokens from each",
+)
+@click.option("--parallel", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="with --all-pairs: pairs in flight at once")  # fmt: skip
+def verify(prompt: str, max_new_tokens: int, verify_timeout: float, all_pairs: bool, parallel: int,
+           **kw: Any) -> int:  # fmt: skip
+    """One real generation through each router: completion, latency, TTFT (--all-pairs: through every pair)."""
     from .. import api
 
     fleet, opts = _setup(kw, query=True)
     try:
-        verified = api.pd_verify(fleet, prompt=prompt, max_new_tokens=max_new_tokens,
-                                 verify_timeout=verify_timeout, **opts)  # fmt: skip
+        verified = api.pd_verify(fleet, prompt=prompt, max_new_tokens=max_new_tokens, verify_timeout=verify_timeout,
+                                 all_pairs=all_pairs, parallel=parallel, **opts)  # fmt: skip
     except InputError:  # no router host to verify through: with --json, the (empty) document first, as always
         if kw["json_mode"]:
             click.echo(json.dumps({}, indent=2))
         raise
-    if kw["json_mode"]:
+    if all_pairs:
+        _show_pairs(verified.results, kw["json_mode"])
+    elif kw["json_mode"]:
         doc = {r.host: {"ok": not r.failed, "msg": r.msg, **{k: v for k, v in r.data.items() if not k.startswith("_")}}
                for r in verified.results}  # fmt: skip
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
@@ -166,6 +178,24 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
         for r in verified.results:
             click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
     return verified.exit_code
+
+
+def _show_pairs(results: list[Any], json_mode: bool) -> None:
+    """``verify --all-pairs``: the table and the verdict's line (or the document), from the host that sent them."""
+    from ..pd.pairs import PairsReport, summary, table
+
+    for r in results:
+        doc = r.data.get("pairs")
+        if json_mode:
+            click.echo(json.dumps(mask_obj({"host": r.host, "msg": r.msg, **(doc or {"ok": False})}), indent=2,
+                                  default=str))  # fmt: skip
+            continue
+        if doc is None:  # the host could not send them
+            click.echo(mask(f"{r.host}: FAILED: {r.msg}"))
+            continue
+        report = PairsReport.from_dict(doc)
+        click.echo(mask(table(report)))
+        click.echo(mask(f"{r.host}: {summary(report)}"), err=not report.ok)
 
 
 @pd.command("rollout")

@@ -9,7 +9,9 @@ vars, so a task needs no arguments to know what its host runs.
 * ``pd_wait``: waits ON the host until its processes answer (servers ``/health``, router ``/readiness``),
   polling every ``interval`` (0.25 s); fails at once, with the log tail, when a process dies.
 * ``pd_verify`` (router hosts): a real ``/generate`` through the router, run on the router's host: the
-  completion, its latency and the TTFT of a streaming request.
+  completion, its latency and the TTFT of a streaming request; with ``all_pairs``, also one generation pinned
+  to every prefill x decode pair (:mod:`.pairs`), sent from the play's first router host, at most ``parallel``
+  at once: each pair's TTFT, and (``same_tokens``) the same token ids from every pair.
 * ``pd_status`` / ``pd_logs``: each process's state and health / the tail of its log (for ``provision pd``).
 """
 
@@ -20,7 +22,8 @@ from typing import Any
 
 from ..commands import Command
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
-from . import HostPlan, PlanError, build, hosts_from_task_vars, validate_pd
+from ..templating import Vars
+from . import HostPlan, PlanError, build, hosts_from_task_vars, pairs, validate_pd
 from .addr import url_host
 from .process import format_tail, helper, supervisor_request
 from .spec import Proc, health_url
@@ -157,6 +160,10 @@ class PdVerify(Module):
         "timeout": Arg("float", default=180.0),
         "interval": Arg("float", default=0.25),
         "stream": Arg("bool", default=True),
+        "router": Arg("bool", default=True),  # a generation through the router
+        "all_pairs": Arg("bool", default=False),  # and one pinned to every prefill x decode pair (pairs.py)
+        "same_tokens": Arg("bool", default=True),  # every pair must return the same token ids
+        "parallel": Arg("int", default=pairs.PARALLEL),
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
@@ -167,7 +174,20 @@ class PdVerify(Module):
             return ModuleResult(skipped=True, msg=f"no router on {ctx.host}")
         if ctx.check:
             return ModuleResult(skipped=True, msg="check mode: no request sent")
-        router = plan.router
+        done = self.through_router(ctx, plan.router, args) if args["router"] else None
+        if not args["all_pairs"]:
+            return done or ModuleResult(skipped=True, msg="neither the router nor the pairs asked for")
+        if done is not None and done.failed:
+            return done
+        checked = self.all_pairs(ctx, args)
+        if checked is None:  # another router host sends the pairs' requests
+            return done or ModuleResult(skipped=True, msg=f"the pairs are verified from another router than {ctx.host}")
+        if done is None or checked.failed:
+            return checked
+        return ModuleResult(msg=f"{done.msg}\n{checked.msg}", data={**done.data, **checked.data})
+
+    @staticmethod
+    def through_router(ctx: ModuleContext, router: Proc, args: dict[str, Any]) -> ModuleResult:
         local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(router.bind, router.bind)
         request = {
             "url": f"http://{url_host(local)}:{router.port}",
@@ -193,6 +213,32 @@ class PdVerify(Module):
         msg = (f"router → prefill → decode: {report.get('text')!r} ({report.get('completion_tokens')} tokens) "
                f"in {report.get('latency')}s{ttft}")  # fmt: skip
         return ModuleResult(msg=msg, data={**data, "_show_msg": True})
+
+    @staticmethod
+    def all_pairs(ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult | None:
+        """Every prefill x decode pair, from the first router host of the play (None on the others)."""
+        try:
+            deployment = build(hosts_from_task_vars(ctx.variables))
+        except PlanError as exc:
+            return ModuleResult(failed=True, msg=str(exc))
+        raw = ctx.variables.raw() if isinstance(ctx.variables, Vars) else ctx.variables
+        if pairs.runner(deployment, raw.get("ansible_play_hosts")) != ctx.host:
+            return None
+        planned = pairs.plan(deployment)
+        request = {"pairs": pairs.requests(planned), "parallel": args["parallel"], "prompt": args["prompt"],
+                   "max_new_tokens": args["max_new_tokens"], "timeout": args["timeout"], "stream": True}  # fmt: skip
+        rounds = -(-len(planned) // max(1, args["parallel"]))
+        try:
+            answer = ctx.call_helper("pd_rollout.py", "pairs", stdin=json.dumps(request).encode(),
+                                     timeout=rounds * (args["timeout"] + 10) + 60, what="pd_verify pairs")  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=f"pd_verify pairs: {answer.get('msg', 'no answer')}", data=answer)
+        report = pairs.verdict(planned, answer.get("pairs") or [], args["same_tokens"], answer.get("seconds"),
+                               answer.get("parallel"))  # fmt: skip
+        msg = f"{pairs.summary(report)}\n{pairs.table(report)}"
+        return ModuleResult(failed=not report.ok, msg=msg, data={"pairs": report.to_dict(), "_show_msg": True})
 
 
 def answer_text(status: object, error: object) -> str:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InputError
+from . import pairs
 from .addr import url_host
 from .flags import PlanError
 from .spec import SERVER_ROLES, Deployment, Proc, build
@@ -62,6 +63,9 @@ class RolloutOptions:
     router_timeout: float = 120.0
     poll_interval: float = 0.25
     only: frozenset[str] | None = None  # roll only these hosts' servers (``-l``); the others are left as they are
+    all_pairs: bool = True  # each batch verified through every prefill x decode pair (pd_verify_all_pairs)
+    same_tokens: bool = True  # and, after the last batch, the same token ids from every pair
+    parallel: int = pairs.PARALLEL
 
 
 @dataclass
@@ -84,6 +88,7 @@ class BatchReport:
     restart_seconds: dict[str, float] = field(default_factory=dict)
     health_seconds: dict[str, float] = field(default_factory=dict)
     verify: dict[str, dict[str, Any]] = field(default_factory=dict)  # host → peer, latency, text
+    pairs: dict[str, Any] | None = None  # with all_pairs: the verdict on every pair (pairs.PairsReport.to_dict)
     readmit_seconds: float | None = None
     served: int | None = None  # requests the routers served while the batch ran
     seconds: float = 0.0
@@ -337,6 +342,8 @@ class Rollout:
         return (outside or others)[0]
 
     def verify(self, batch: list[Proc], report: BatchReport) -> None:
+        if self.o.all_pairs:
+            return self.verify_pairs(batch, report)
         where = self.d.routers[0].host if self.d.routers else None
         for proc in batch:
             peer = self.peer(proc, batch)
@@ -356,6 +363,32 @@ class Rollout:
                 "text": step.data.get("text"),
                 "tokens": step.data.get("completion_tokens"),
             }
+
+    def verify_pairs(self, batch: list[Proc], report: BatchReport) -> None:
+        """One generation pinned to every pair, from the first router's host: a pair of a batch server that fails
+        fails the batch. Other tokens are noted only (a rollout may change the weights: the deployment is mixed
+        until the last batch, whose verdict is the rollout's)."""
+        planned = pairs.plan(self.d)
+        where = self.d.routers[0].host if self.d.routers else batch[0].host
+        request = {"pairs": pairs.requests(planned), "parallel": self.o.parallel, "prompt": "Hello world",
+                   "max_new_tokens": 8, "timeout": self.o.verify_timeout, "stream": True}  # fmt: skip
+        timeout = math.ceil(len(planned) / max(1, self.o.parallel)) * (self.o.verify_timeout + 10)
+        try:
+            step = self._ok([where], [_step("pairs", request, timeout)])[where]["pairs"]
+        except BatchFailed as exc:
+            raise BatchFailed(batch[0].host, f"the pairs could not be verified: {exc.reason}") from None
+        verdict = pairs.verdict(planned, step.data.get("pairs") or [], self.o.same_tokens, step.data.get("seconds"),
+                                step.data.get("parallel"))  # fmt: skip
+        report.pairs = verdict.to_dict()
+        for proc in batch:
+            peer = self.peer(proc, batch)
+            mine = [r for r in verdict.pairs if proc.name in (r.prefill, r.decode)]
+            failed = [r for r in mine if r.state == "failed"]
+            if failed:
+                raise BatchFailed(proc.host, f"no verified generation through {failed[0].name}: {failed[0].error}")
+            r = next(r for r in mine if peer.name in (r.prefill, r.decode))
+            report.verify[proc.host] = {"peer": peer.name, "latency": r.latency, "text": r.text, "tokens": r.tokens,
+                                        "ttft": r.ttft}  # fmt: skip
 
     def files(self, hosts: list[str], op: str) -> None:
         self.run(hosts, [{"name": "pd", "pd_config": None, "register": "pd"},
@@ -483,6 +516,12 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
         if not report.ok:
             result.ok, result.failed_host, result.reason = False, report.failed_host, report.reason
             break
+    final = result.batches[-1].pairs if result.ok and result.batches else None
+    if final is not None and not final["ok"]:  # every server rolled: every pair must answer, the same tokens
+        verdict = pairs.PairsReport.from_dict(final)
+        bad = verdict.suspects or [verdict.bad[0].decode]
+        result.ok, result.reason = False, f"after the last batch: {pairs.summary(verdict)}"
+        result.failed_host = next((p.host for p in deployment.servers if p.name == bad[0]), None)
     if result.ok:  # the routers last, one at a time: only those whose own script changed
         for router in [r for r in deployment.routers if r.name in routers]:
             done = engine.restart_router(router)
@@ -519,6 +558,8 @@ def render_batch(b: BatchReport) -> str:
             f"health {_secs(b.health_seconds.get(host))}, verified {_secs(verify.get('latency'))}"
             + (f" with {verify['peer']}: {verify.get('text')!r}" if verify else "")
         )
+    if b.pairs is not None:
+        lines.append(f"  pairs: {pairs.summary(pairs.PairsReport.from_dict(b.pairs))}")
     if b.reason:
         lines.append(f"  FAILED on {b.failed_host}: {b.reason}")
     if b.rolled_back:

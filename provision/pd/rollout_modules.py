@@ -7,7 +7,8 @@ Actions (``request`` is the helper's JSON request; the rollout builds it from th
   waited for until the router lists (or no longer lists) the workers; ``router_metrics``: requests served.
 * ``drain`` (server hosts): until the server has no request running or waiting, bounded by ``timeout``; a
   drain that times out is reported (``drained: false``), not failed: the rollout decides.
-* ``pinned`` (router hosts): one PD generation pinned to a given prefill and decode.
+* ``pinned`` (router hosts): one PD generation pinned to a given prefill and decode; ``pairs``: one for each of
+  the given pairs, a bounded number at once (:mod:`provision.pd.pairs`).
 * ``files`` (server hosts): keep / restore / discard the previous launch script and env file (and the venv
   link's previous target when an install switched it under the running server).
 * ``stack`` (server hosts): does the running server use the venv ``venv_path`` points at now?
@@ -23,7 +24,7 @@ from typing import Any
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "pd_rollout.py"
-ACTIONS = ("router_list", "router_remove", "router_add", "router_metrics", "drain", "pinned", "files", "stack")
+ACTIONS = ("router_list", "router_remove", "router_add", "router_metrics", "drain", "pinned", "pairs", "files", "stack")
 CHANGING = ("router_remove", "router_add", "files")
 
 

@@ -1,6 +1,8 @@
 """Make the tiny random-weight Llama that CPU mode serves, ON the host, with the SGLang venv's Python.
 
-Usage: ``VENV_PYTHON - DEST [SHAPE]`` (transformers + tokenizers come with SGLang; no hub access is needed).
+Usage: ``VENV_PYTHON - DEST [SHAPE [SEED]]`` (transformers + tokenizers come with SGLang; no hub access is
+needed). SEED (default 0) seeds the weights: another seed, the same shapes and tokenizer, other tokens out
+(``pd verify --all-pairs`` tells such a server from the others).
 The model (per ``/work/shared/reference/sglang-cpu-mode.md``): a ``LlamaConfig`` with hidden size 64, 2 layers,
 4 heads, 4 KV heads, intermediate size 128, vocab 1024, bf16, untied embeddings, random weights (seeded, so
 every host makes the same model), plus a byte-level BPE tokenizer trained in-process on a few lines of text,
@@ -165,11 +167,13 @@ def main(argv):
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
-    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] not in SHAPES):
-        usage = "usage: make_tiny_model.py DEST [%s]" % "|".join(SHAPES)
+    if not (2 <= len(argv) <= 4 and (len(argv) < 3 or argv[2] in SHAPES) and (len(argv) < 4 or argv[3].isdigit())):
+        usage = "usage: make_tiny_model.py DEST [%s [SEED]]" % "|".join(SHAPES)
         print(json.dumps({"changed": False, "error": usage}))
         return 2
-    spec = SHAPES[argv[2] if len(argv) == 3 else "tiny"]
+    spec = SHAPES[argv[2] if len(argv) >= 3 else "tiny"]
+    if len(argv) == 4:
+        spec = dict(spec, seed=int(argv[3]))
     dest = os.path.abspath(os.path.expanduser(argv[1]))
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     # two inventory names of one machine (prefill and decode) make the same model at once: one builds it

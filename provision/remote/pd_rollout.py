@@ -24,8 +24,13 @@ Server actions:
   running, waiting or (prefill) in-flight KV-sending request for ``settle`` seconds in a row; ``drained``,
   ``seconds``, ``last`` (the last load seen), ``max_seen``.
 * ``pinned`` ``{"prefill", "decode", "bootstrap_host", "bootstrap_port", "prompt", "max_new_tokens",
-  "timeout"}`` → the same ``/generate`` sent to one prefill and one decode with the bootstrap fields that
-  pair them (what the router does): the decode's answer must carry tokens; ``text``, ``latency``.
+  "timeout", "stream"?}`` → the same ``/generate`` sent to one prefill and one decode with the bootstrap fields
+  that pair them (what the router does): the decode's answer must carry tokens; ``text``, ``output_ids``,
+  ``completion_tokens``, ``latency``; with ``stream`` the decode's request streams and ``ttft`` is the time to
+  its first chunk with tokens.
+* ``pairs`` ``{"pairs": [{"prefill", "decode", "bootstrap_host", "bootstrap_port"}], "parallel", "prompt",
+  "max_new_tokens", "timeout", "stream"}`` → ``pinned`` for every pair, at most ``parallel`` at once (threads);
+  ``pairs``: each pair's answer in the order given (``ok`` false for a pair that failed), ``seconds``.
 * ``stack`` ``{"pidfile", "python"}`` → ``changed`` when the running server has mapped the site-packages of
   another venv than the one ``python`` (``VENV/bin/python``) resolves to now (``/proc/PID/maps`` shows real
   paths): an install switched the ``VENV -> VENV.envs/ID`` link under it. ``venv``, ``loaded``.
@@ -207,6 +212,41 @@ def drain(req):
         time.sleep(interval)
 
 
+def http_stream(url, body, timeout):
+    """A streaming ``/generate``: (status or None, the whole answer, error, seconds to the first chunk with
+    tokens). SGLang's chunks carry the output so far (or, with ``--incremental-streaming-output``, the new part:
+    told apart by ``meta_info.completion_tokens``)."""
+    data = json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    started, ttft, text, last = time.monotonic(), None, "", None
+    ids = []  # type: list
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status = resp.getcode()
+            for raw in resp:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                try:
+                    chunk = json.loads(line[5:].strip())
+                except ValueError:
+                    continue
+                got = list(chunk.get("output_ids") or []) if isinstance(chunk, dict) else []
+                if not got:
+                    continue
+                ttft = time.monotonic() - started if ttft is None else ttft
+                whole = len(got) == (chunk.get("meta_info") or {}).get("completion_tokens")
+                ids, text = (got, chunk.get("text") or text) if whole else (ids + got, text + (chunk.get("text") or ""))
+                last = chunk
+    except urllib.error.HTTPError as exc:
+        return exc.code, None, exc.read().decode("utf-8", "replace")[:1000], ttft
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, None, str(getattr(exc, "reason", exc)), ttft
+    if last is None:
+        return status, None, "the stream carried no tokens", ttft
+    return status, dict(last, output_ids=ids, text=text), "", ttft
+
+
 def pinned(req):
     """One PD request pinned to a prefill and a decode (both are sent the same body, as the router does)."""
     timeout = float(req.get("timeout", 60))
@@ -220,7 +260,10 @@ def pinned(req):
     answers = {}
 
     def send(role, url):
-        answers[role] = http("POST", norm(url) + "/generate", body, timeout=timeout)
+        if role == "decode" and req.get("stream"):
+            answers[role] = http_stream(norm(url) + "/generate", dict(body, stream=True), timeout)
+        else:
+            answers[role] = http("POST", norm(url) + "/generate", body, timeout=timeout) + (None,)
 
     started = time.monotonic()
     threads = [threading.Thread(target=send, args=(r, req[r]), daemon=True) for r in ("prefill", "decode")]
@@ -229,8 +272,8 @@ def pinned(req):
     for t in threads:
         t.join(timeout + 5)
     latency = round(time.monotonic() - started, 3)
-    status, doc, err = answers.get("decode", (None, None, "no answer within %ss" % timeout))
-    p_status, _, p_err = answers.get("prefill", (None, None, "no answer within %ss" % timeout))
+    status, doc, err, ttft = answers.get("decode", (None, None, "no answer within %ss" % timeout, None))
+    p_status, _, p_err, _ = answers.get("prefill", (None, None, "no answer within %ss" % timeout, None))
     if status != 200 or not isinstance(doc, dict):
         return {
             "ok": False,
@@ -245,10 +288,41 @@ def pinned(req):
     return {
         "ok": True,
         "text": doc.get("text", ""),
+        "output_ids": doc.get("output_ids"),
         "completion_tokens": tokens,
         "latency": latency,
+        "ttft": None if ttft is None else round(ttft, 3),
         "prefill_status": p_status,
     }
+
+
+def pairs(req):
+    """``pinned`` for every pair of the request, at most ``parallel`` at once; each answer in the order given."""
+    todo = list(enumerate(req["pairs"]))
+    common = {k: req[k] for k in ("prompt", "max_new_tokens", "timeout", "stream") if k in req}
+    out = [None] * len(todo)  # type: list
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, pair = todo.pop(0)
+            try:
+                answer = pinned(dict(common, **pair))
+            except (KeyError, TypeError, ValueError, RuntimeError, OSError) as exc:  # that pair's failure
+                answer = {"ok": False, "msg": "bad pair %r: %s" % (pair, exc)}
+            out[i] = dict(answer, prefill=pair.get("prefill"), decode=pair.get("decode"))
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(max(1, int(req.get("parallel", 8))),
+                                                                            len(todo)))]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"ok": True, "pairs": out, "parallel": len(threads), "seconds": round(time.monotonic() - started, 3)}
 
 
 def venv_of(python):
@@ -342,6 +416,7 @@ ACTIONS = {
     "router_metrics": router_metrics,
     "drain": drain,
     "pinned": pinned,
+    "pairs": pairs,
     "files": files,
     "stack": stack,
 }

@@ -91,7 +91,7 @@ class SglangTinyModel(Module):
     """CPU mode's tiny random-weight Llama, made on the host with the venv's Python (skipped when present)."""
 
     name = "sglang_tiny_model"
-    args = {"path": Arg("path", required=True), "python": Arg("path"), "venv": Arg("path")}
+    args = {"path": Arg("path", required=True), "python": Arg("path"), "venv": Arg("path"), "seed": Arg("int")}
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         path = ctx.expand(args["path"])
@@ -104,7 +104,8 @@ class SglangTinyModel(Module):
             ctx.progress(f"tiny model at {path} (made once, ~5-15 s)")
         try:
             report = ctx.call_helper(
-                "make_tiny_model.py", path, python=python, timeout=900, what="sglang_tiny_model", hint=SGLANG_HINT,
+                "make_tiny_model.py", path, *(() if args["seed"] is None else ("tiny", args["seed"])), python=python,
+                timeout=900, what="sglang_tiny_model", hint=SGLANG_HINT,
                 check_rc=False,
             )  # fmt: skip
         except HelperError as exc:

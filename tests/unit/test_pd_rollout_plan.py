@@ -15,6 +15,7 @@ from provision.cli.pd import pd
 from provision.errors import InputError
 from provision.pd import build
 from provision.pd.rollout import RolloutOptions, ServerChange, Step, batch_size, plan_batches, render, rollout
+from provision.pd.rollout_modules import ACTIONS
 from tests.helpers import run_cli
 from tests.unit.test_pd_cli import inventory
 
@@ -33,11 +34,14 @@ def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
 
 
 class Hosts:
-    """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls."""
+    """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls.
+    ``pairs``: every pair answers the same tokens, but those through a server of ``odd`` (after its restart, i.e.
+    its ``process`` task) and those through a decode of ``down`` fail."""
 
     def __init__(self, changed: set[str], fail: dict[tuple[str, str], str] | None = None,
-                 stacked: frozenset[str] = frozenset()) -> None:  # fmt: skip
-        self.changed, self.fail, self.stacked = changed, fail or {}, stacked
+                 stacked: frozenset[str] = frozenset(), odd: frozenset[str] = frozenset(),
+                 down: frozenset[str] = frozenset()) -> None:  # fmt: skip
+        self.changed, self.fail, self.stacked, self.odd, self.down = changed, fail or {}, stacked, odd, down
         self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
 
     def __call__(self, names: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
@@ -47,9 +51,12 @@ class Hosts:
             for task in tasks:
                 module = next(k for k in task if k not in ("name", "register", "check_mode", "when"))
                 action = (task[module] or {}).get("action", module) if module == "pd_rollout_step" else module
+                assert module != "pd_rollout_step" or action in ACTIONS, action  # the module would refuse it
                 self.calls.append((host, task["name"], action))
                 msg = self.fail.pop((host, task["name"]), None)
                 steps.append(self.result(host, task["name"], action, msg))
+                if action == "pairs" and msg is None:
+                    steps[-1].data = self.pairs(task["pd_rollout_step"]["request"])
                 if msg is not None:
                     break
         return out
@@ -74,6 +81,20 @@ class Hosts:
         elif action == "router_metrics":
             data = {"requests": 10 * len(self.calls)}
         return Step(host, task, True, data=data, seconds=1.0)
+
+    def pairs(self, request: dict[str, Any]) -> dict[str, Any]:
+        restarted = {h for h, _, a in self.calls if a == "process"}
+        ip = {f"http://10.0.{r}.{i + 1}:30000": f"{'pd'[r]}{i}" for r in (0, 1) for i in range(4)}
+        out = []
+        for pair in request["pairs"]:
+            names = {ip[pair["prefill"]], ip[pair["decode"]]}
+            if names & self.down:
+                out.append({"ok": False, "msg": f"decode {pair['decode']}: HTTP 500 boom"})
+                continue
+            ids = [9, 9] if names & self.odd & restarted else [1, 2]
+            out.append({"ok": True, "output_ids": ids, "completion_tokens": 2, "latency": 0.3, "ttft": 0.1,
+                        "text": "x"})  # fmt: skip
+        return {"ok": True, "pairs": out, "seconds": 0.4, "parallel": min(8, len(out))}
 
     def actions(self, host: str | None = None) -> list[str]:
         return [a for h, _, a in self.calls if host is None or h == host]
@@ -124,12 +145,42 @@ def test_the_order_of_a_batch() -> None:
     assert [c.host for c in result.changes] == ["d1"] and sorted(result.unchanged) == ["d0-decode", "p0-prefill",
                                                                                       "p1-prefill"]  # fmt: skip
     order = [a for a in run.actions() if a not in ("pd_config", "pd_status", "template", "router_metrics", "stack")]
-    assert order == ["router_remove", "drain", "files", "process", "pd_wait", "pinned", "router_add", "files"]
+    assert order == ["router_remove", "drain", "files", "process", "pd_wait", "pairs", "router_add", "files"]
     assert [h for h, _, a in run.calls if a == "process"] == ["d1"]  # only the changed server restarts
     assert [h for h, _, a in run.calls if a.startswith("router_") and a != "router_metrics"] == ["p0", "p0"]
     report = result.batches[0]
     assert report.canary and report.ok and report.drain["d1"]["drained"] and report.verify["d1"]["peer"] == "p0-prefill"
+    assert report.verify["d1"]["ttft"] == 0.1 and report.pairs is not None and len(report.pairs["pairs"]) == 4
+    assert [h for h, _, a in run.calls if a == "pairs"] == ["p0"]  # one round trip, from the router's host
     assert "rollout ok: 1 servers in 1 batches" in render(result)
+    assert "pairs: 4 of 4 prefill x decode pairs verified, the same token ids from each" in render(result)
+    # without all pairs: the one generation pinned to the server and a peer, as before
+    run = Hosts(changed={"d1"})
+    assert rollout(hosts(2, 2), run, RolloutOptions(all_pairs=False)).ok
+    assert "pinned" in run.actions() and "pairs" not in run.actions()
+
+
+def test_a_failing_pair_of_the_batch_rolls_it_back() -> None:
+    run = Hosts(changed={"d1"}, down=frozenset({"d1"}))
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.failed_host == "d1"
+    assert "no verified generation through p0-prefill → d1-decode: decode http://10.0.1.2:30000: HTTP 500" in (
+        result.reason or "")  # fmt: skip
+    assert result.batches[0].rolled_back and not result.batches[0].rollback["ok"]  # its pairs still fail
+
+
+def test_other_tokens_are_noted_per_batch_and_fail_the_rollout_after_the_last() -> None:
+    # d1 comes back on other weights: the mixed deployment is noted in batch 1 (a rollout may change the
+    # model); once every server is rolled, the pairs must agree: d1 is named
+    run = Hosts(changed={"p0", "d1"}, odd=frozenset({"d1"}))
+    result = rollout(hosts(2, 2), run, RolloutOptions(canary=0))
+    assert [b.hosts for b in result.batches] == [["p0"], ["d1"]] and all(b.ok for b in result.batches)
+    assert not result.ok and result.code == 2 and result.failed_host == "d1"
+    assert result.reason == ("after the last batch: 2 of 4 pairs not verified: p0-prefill → d1-decode disagrees; "
+                             "p1-prefill → d1-decode disagrees (the servers in every bad pair: d1-decode)")  # fmt: skip
+    # the same with the agreement turned off (pd_verify_same_tokens: false)
+    run = Hosts(changed={"p0", "d1"}, odd=frozenset({"d1"}))
+    assert rollout(hosts(2, 2), run, RolloutOptions(canary=0, same_tokens=False)).ok
 
 
 def test_a_failed_batch_is_rolled_back_and_stops_the_rollout() -> None:
