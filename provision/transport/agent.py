@@ -21,10 +21,12 @@ from typing import Any, Protocol
 
 from .. import remote
 from ..commands import HEARTBEAT, Command
-from ..errors import CommandTimeout
-from .base import CommandResult
+from ..errors import CommandTimeout, OutputTooLarge
+from .base import OUTPUT_MAX, CommandResult
 
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer.py"})
+HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
+FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
 # reads the agent's source unbuffered (nothing of the first request may be swallowed by a buffer), runs it
 BOOTSTRAP = """\
@@ -66,7 +68,7 @@ class PythonAgent:
         self._sent: set[str] = set()
         self._lock = threading.Lock()  # one call at a time
         self._send_lock = threading.Lock()  # a heartbeat never lands inside a request
-        self._buf = b""
+        self._buf = bytearray()
         self.dead = False
         source = remote.source("agent.py")
         try:
@@ -91,23 +93,43 @@ class PythonAgent:
         finally:
             self._send_lock.release()
 
+    def _fill(self, deadline: float | None) -> None:
+        """One more chunk into the buffer. The deadline is checked on EVERY chunk: a host that never stops
+        talking runs out of time like one that never answers."""
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError()
+        chunk = self._stream.recv(65536, deadline)
+        if not chunk:
+            raise AgentUnavailable("agent closed its stream")
+        self._buf += chunk  # a bytearray: appending is amortized O(1), reading a frame of N bytes is O(N)
+
     def _read(self, n: int, deadline: float | None) -> bytes:
         while len(self._buf) < n:
-            chunk = self._stream.recv(65536, deadline)
-            if not chunk:
-                raise AgentUnavailable("agent closed its stream")
-            self._buf += chunk
-        data, self._buf = self._buf[:n], self._buf[n:]
+            self._fill(deadline)
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
         return data
 
     def _read_line(self, deadline: float | None) -> bytes:
-        while b"\n" not in self._buf:
-            chunk = self._stream.recv(65536, deadline)
-            if not chunk:
-                raise AgentUnavailable("agent closed its stream")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+        while (end := self._buf.find(b"\n")) < 0:
+            if len(self._buf) > HEADER_MAX:
+                raise AgentUnavailable(f"the host sent a frame header longer than {HEADER_MAX} bytes")
+            self._fill(deadline)
+        if end > HEADER_MAX:
+            raise AgentUnavailable(f"the host sent a frame header longer than {HEADER_MAX} bytes")
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 1]
         return line
+
+    def _read_frame(self, deadline: float | None) -> bytes:
+        header = self._read_line(deadline)
+        if not header.isdigit():
+            raise AgentUnavailable("the host sent a malformed frame header")
+        size = int(header)
+        if size > FRAME_MAX:
+            self.close()  # the rest of the stream cannot be resynchronised
+            raise OutputTooLarge(self.host, size, FRAME_MAX)
+        return self._read(size, deadline)
 
     def call(self, script: str, args: list[str], stdin: bytes | None, timeout: float | None) -> CommandResult:
         """Run the shipped helper ``script`` in the agent (:class:`AgentUnavailable` when it is busy with another
@@ -206,7 +228,7 @@ class PythonAgent:
         try:
             with self._send_lock:
                 self._stream.send(b"%d\n" % len(data) + data)
-            answer = json.loads(self._read(int(self._read_line(deadline)), deadline))
+            answer = json.loads(self._read_frame(deadline))
         except TimeoutError:
             self.close()
             raise CommandTimeout(self.host, what, timeout or 0) from None

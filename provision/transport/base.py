@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..commands import Command
-from ..errors import CommandTimeout, HostBusy
+from ..errors import CommandTimeout, HostBusy, OutputTooLarge
 
+OUTPUT_MAX = 64 << 20  # bytes of one command's output (stdout and stderr together) the controller keeps
+LINE_MAX = 64 << 10  # bytes of one progress line: a longer one is cut into pieces of this size
 TIMEOUT_RC = 124  # what the runner (and GNU timeout, its fallback) returns when it had to kill the command
 
 
@@ -183,7 +185,8 @@ def expand_home(path: str, home: str) -> str:
 
 
 class LineFeed:
-    """Cuts a byte stream into lines for a progress callback (partial lines wait for their end)."""
+    """Cuts a byte stream into lines for a progress callback (partial lines wait for their end, up to
+    :data:`LINE_MAX` bytes: a longer line is passed on in pieces, so an endless line costs no memory)."""
 
     def __init__(self, sink: Callable[[str], None] | None) -> None:
         self.sink = sink
@@ -194,9 +197,34 @@ class LineFeed:
             return
         self.buf += data
         *done, self.buf = self.buf.replace(b"\r", b"\n").split(b"\n")
+        while len(self.buf) > LINE_MAX:
+            done.append(self.buf[:LINE_MAX])
+            self.buf = self.buf[LINE_MAX:]
         for line in done:
             if line.strip():
                 self.sink(line.decode(errors="replace"))
+
+
+class Collected:
+    """A command's stdout and stderr as they arrive, at most :data:`OUTPUT_MAX` bytes together
+    (:class:`~provision.errors.OutputTooLarge` past it); chunks in lists, joined once: linear."""
+
+    def __init__(self, host: str, sink: Callable[[str], None] | None) -> None:
+        self.host = host
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.size = 0
+        self.lines = LineFeed(sink)
+
+    def add(self, chunk: bytes, *, stderr: bool = False) -> None:
+        self.size += len(chunk)
+        if self.size > OUTPUT_MAX:
+            raise OutputTooLarge(self.host, self.size, OUTPUT_MAX)
+        (self.err if stderr else self.out).append(chunk)
+        self.lines.feed(chunk)
+
+    def joined(self) -> tuple[bytes, bytes]:
+        return b"".join(self.out), b"".join(self.err)
 
 
 # ---------------------------------------------------------------------------------------------- run lock

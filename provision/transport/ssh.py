@@ -23,14 +23,14 @@ import fabric
 import paramiko
 
 from ..commands import HEARTBEAT, Command
-from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
+from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, OutputTooLarge, UnreachableError
 from .agent import AgentUnavailable, PythonAgent
 from .base import (
     COUNTERS,
     RUN_LOCKER,
+    Collected,
     CommandResult,
     ConnectOptions,
-    LineFeed,
     atomic_put,
     busy,
     expand_home,
@@ -148,6 +148,7 @@ def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
     return paramiko.SFTPFile(sftp, msg.get_binary(), "wb")
 
 
+LOCK_ANSWER_MAX = 8 << 10  # "locked", or "busy " and the holder's line (which the holder wrote: short)
 AGENT_EXEC_MAX = 4 << 20  # stdin data sent to a command through the agent; more goes on a channel of its own
 AGENT_READ_MAX = 8 << 20  # files read through the agent; larger ones through SFTP
 
@@ -392,7 +393,7 @@ class SSHConnection:
         try:
             agent = self._start_agent(transport, interpreter)
             answer, home = agent.lock(lock_name(self.name), lock_holder())
-        except AgentUnavailable:
+        except (AgentUnavailable, OutputTooLarge):  # no agent: no python3 yet, or not an agent at all
             self._take_run_lock_alone(transport, interpreter)
             return
         if answer == "locked":
@@ -414,8 +415,13 @@ class SSHConnection:
             holder = Command.of(interpreter, "-c", RUN_LOCKER, lock_name(self.name), f"{self._heartbeat:g}")
             channel.exec_command(holder.direct())
             channel.sendall((lock_holder() + "\n").encode())
-            channel.settimeout(max(self.opts.channel_timeout, 30.0))
+            wait = max(self.opts.channel_timeout, 30.0)
+            channel.settimeout(wait)
+            deadline = time.monotonic() + wait
             while not answer.endswith(b"\n"):
+                if len(answer) > LOCK_ANSWER_MAX or time.monotonic() > deadline:
+                    channel.close()
+                    raise UnreachableError(self.name, "the host's answer to the run lock is not one (too long)")
                 chunk = channel.recv(4096)
                 if not chunk:
                     break
@@ -503,37 +509,37 @@ class SSHConnection:
         rc, out, err = answer
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
-    @staticmethod
     def _drain(
-        channel: paramiko.Channel, limit: float | None, on_output: Callable[[str], None] | None
+        self, channel: paramiko.Channel, limit: float | None, on_output: Callable[[str], None] | None
     ) -> tuple[bytes, bytes]:
-        out: list[bytes] = []
-        err: list[bytes] = []
-        lines = LineFeed(on_output)
+        """A command's output until it ends. The deadline is checked on every chunk (a host that never stops
+        writing times out like a silent one) and the output is capped (:class:`~.base.Collected`)."""
+        got = Collected(self.name, on_output)
         deadline = None if limit is None else time.monotonic() + limit
         while True:
             progressed = False
             while channel.recv_ready():
-                out.append(channel.recv(65536))
-                lines.feed(out[-1])
+                got.add(channel.recv(65536))
                 progressed = True
+                if deadline is not None and time.monotonic() > deadline:
+                    break
             while channel.recv_stderr_ready():
-                err.append(channel.recv_stderr(65536))
-                lines.feed(err[-1])
+                got.add(channel.recv_stderr(65536), stderr=True)
                 progressed = True
+                if deadline is not None and time.monotonic() > deadline:
+                    break
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if channel.exit_status_ready() and drained and (channel.eof_received or channel.closed):
                 transport = channel.get_transport()
                 if channel.exit_status == -1 and (transport is None or not transport.is_active()):
                     raise EOFError("the connection closed before the command ended")  # not the command's rc
                 break
-            if progressed:
-                continue
             if deadline is not None and time.monotonic() > deadline:
                 channel.close()
                 raise TimeoutError()
-            select.select([channel], [], [], 0.2)
-        return b"".join(out), b"".join(err)
+            if not progressed:
+                select.select([channel], [], [], 0.2)
+        return got.joined()
 
     # -- the persistent python helper
     def python_agent(self, interpreter: str) -> PythonAgent:
