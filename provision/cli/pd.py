@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import EXIT_OK, InputError
+from ..terminal import clipped
 from .common import (
     Seconds,
     api_options,
@@ -107,7 +108,7 @@ def status(**kw: Any) -> int:
     if kw["json_mode"]:
         click.echo(json.dumps(mask_obj({"procs": status.rows}), indent=2, default=str))
     else:
-        click.echo(table(status.rows))
+        click.echo(mask(table(status.rows)))
         for host, msg in status.errors.items():
             click.echo(mask(f"{host}: {msg}"), err=True)
     return status.exit_code
@@ -126,8 +127,8 @@ def logs(role: str, lines: int, **kw: Any) -> int:
     if kw["json_mode"]:
         click.echo(json.dumps(mask_obj({"logs": logs.entries}), indent=2))
     for entry in [] if kw["json_mode"] else logs.entries:
-        click.echo(f"==> {entry['host']} {entry['role']} ({entry['log']}) <==")
-        click.echo(mask("\n".join(entry["lines"])) or "(empty)")
+        click.echo(mask(f"==> {entry['host']} {entry['role']} ({entry['log']}) <=="))
+        click.echo(mask("\n".join(entry["lines"]), colour=True) or "(empty)")
     for host, msg in logs.errors.items():
         click.echo(mask(f"{host}: {msg}"), err=True)
     return logs.exit_code
@@ -163,7 +164,7 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, **kw: Any) -
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     else:
         for r in verified.results:
-            click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
+            click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {clipped(str(r.msg))}"))
     return verified.exit_code
 
 

@@ -60,7 +60,9 @@ def test_the_budget_counts_aliases_expanded_and_linear_in_the_text() -> None:
 
 def test_a_bomb_in_the_playbook_vars_files_or_inventory_is_exit_5(tmp_path: Path) -> None:
     (tmp_path / "inv.yml").write_text(LOCAL)
-    (tmp_path / "pb.yml").write_text("- hosts: all\n  gather_facts: false\n  vars:\n" + bomb(indent="    ") + "  tasks: []\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  vars:\n" + bomb(indent="    ") + "  tasks: []\n"
+    )
     run = cli(tmp_path, "run", "pb.yml", "-i", "inv.yml")
     assert run.returncode == 5 and "pb.yml:" in one_error_line(run) and "alias" in run.stderr, run.stderr
 
