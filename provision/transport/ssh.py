@@ -24,6 +24,7 @@ import paramiko
 
 from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, OutputTooLarge, UnreachableError
+from . import known_hosts
 from .agent import AgentUnavailable, PythonAgent
 from .base import (
     COUNTERS,
@@ -39,18 +40,23 @@ from .base import (
     lock_name,
     temp_path_beside,
 )
+from .known_hosts import fingerprint
 
 # --------------------------------------------------------------------------------------------- host keys
 _known_hosts_lock = threading.Lock()
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """Trust-on-first-use, as OpenSSH's ``StrictHostKeyChecking=accept-new``: save the key, under a lock."""
+    """Trust-on-first-use, as OpenSSH's ``StrictHostKeyChecking=accept-new``: save the key, under a lock; a
+    revoked key is refused all the same."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, revoked: set[bytes]) -> None:
         self.path = path
+        self.revoked = revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.asbytes() in self.revoked:
+            raise _RevokedKey(hostname, key)
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         Path(self.path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with _known_hosts_lock, open(self.path, "a", encoding="ascii") as fh:
@@ -61,8 +67,11 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 class _RefusePolicy(paramiko.MissingHostKeyPolicy):
+    def __init__(self, revoked: set[bytes]) -> None:
+        self.revoked = revoked
+
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise _UnknownKey(hostname, key)
+        raise (_RevokedKey if key.asbytes() in self.revoked else _UnknownKey)(hostname, key)
 
 
 class _UnknownKey(Exception):
@@ -71,28 +80,8 @@ class _UnknownKey(Exception):
         self.key = key
 
 
-_parsed: dict[str, tuple[tuple[int, int], paramiko.HostKeys]] = {}
-_parsed_lock = threading.Lock()
-
-
-def _parsed_known_hosts(path: str) -> paramiko.HostKeys:
-    """A known_hosts file, parsed once per process while it is unchanged (size and mtime): each connection
-    then takes only its host's entries, instead of every connection parsing and scanning the whole file (with
-    one line per host, that was quadratic in the fleet's size)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return paramiko.HostKeys()
-    stamp = (st.st_mtime_ns, st.st_size)
-    with _parsed_lock:
-        cached = _parsed.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        keys = paramiko.HostKeys()
-        with contextlib.suppress(OSError):
-            keys.load(path)
-        _parsed[path] = (stamp, keys)
-        return keys
+class _RevokedKey(_UnknownKey):
+    """The host presented a key a ``@revoked`` line names."""
 
 
 def _known_hosts_files(conn: fabric.Connection, opts: ConnectOptions) -> list[str]:
@@ -251,13 +240,19 @@ class SSHConnection:
         known.clear()
         port = int(conn.port or 22)
         name = conn.host if port == 22 else f"[{conn.host}]:{port}"  # how paramiko looks the server up
+        revoked: set[bytes] = set()
+        found: dict[str, paramiko.PKey] = {}
         for path in files:
-            for keytype, key in (_parsed_known_hosts(path).lookup(name) or {}).items():
-                known.add(name, keytype, key)  # a later file wins, as when the files are loaded in order
+            keys, bad = known_hosts.cached(path).for_host(name)
+            revoked |= bad
+            found.update(keys)  # a later file wins, as when the files are loaded in order
+        for keytype, key in found.items():
+            if key.asbytes() not in revoked:  # listed and revoked: revoked wins, as in OpenSSH
+                known.add(name, keytype, key)
         if self.opts.accept_new_host_keys:
-            client.set_missing_host_key_policy(_AcceptNewPolicy(files[len(self.opts.known_hosts) :][0]))
+            client.set_missing_host_key_policy(_AcceptNewPolicy(files[len(self.opts.known_hosts) :][0], revoked))
         else:
-            client.set_missing_host_key_policy(_RefusePolicy())
+            client.set_missing_host_key_policy(_RefusePolicy(revoked))
 
     def _open(self, conn: fabric.Connection) -> None:
         gateway = conn.gateway
@@ -288,17 +283,23 @@ class SSHConnection:
             target = f"{conn.user}@{conn.host}:{conn.port}"
             try:
                 self._open(conn)
+            except _RevokedKey as exc:
+                raise HostKeyChanged(
+                    self.name,
+                    f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is REVOKED in "
+                    "known_hosts: refusing to connect",
+                ) from None
             except _UnknownKey as exc:
                 raise HostKeyUnknown(
                     self.name,
-                    f"host key of {exc.hostname} ({exc.key.get_name()}) is not in known_hosts; "
+                    f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is not in known_hosts; "
                     "verify it, add it with ssh-keyscan, or rerun with --accept-new-host-keys",
                 ) from None
             except paramiko.BadHostKeyException as exc:
                 raise HostKeyChanged(
                     self.name,
                     f"HOST KEY FOR {exc.hostname} HAS CHANGED (got {exc.key.get_name()} "
-                    f"{exc.key.get_fingerprint().hex()}); refusing to connect — someone may be intercepting, "
+                    f"{fingerprint(exc.key)}); refusing to connect — someone may be intercepting, "
                     "or the host was reinstalled: remove the old key from known_hosts after checking",
                 ) from None
             except paramiko.AuthenticationException as exc:

@@ -1,6 +1,7 @@
 """Hosts that attack the controller with what they send back (the lab: real sshd, one Unix user per host,
 whose login shell a test replaces): endless output, huge frames. One such host must neither stall the run for
-the others nor grow the controller's memory without bound (issue 23, classes 1 and 2)."""
+the others nor grow the controller's memory without bound (issue 23, classes 1 and 2). And known_hosts read as
+OpenSSH reads it: markers, malformed lines, SHA256 fingerprints (class 6, issue 21 item 6)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ from pathlib import Path
 
 import pytest
 from lab import Lab
+
+from provision.commands import Command
+from provision.errors import HostKeyChanged
+from provision.transport import ConnectOptions
+from provision.transport.ssh import SSHConnection
 
 pytestmark = pytest.mark.lab
 
@@ -95,3 +101,118 @@ def test_a_flooding_host_is_cut_off_in_bounded_time_and_the_others_finish(lab: L
     assert stats["lab0"]["ok"] == 0 and stats["lab0"]["failed"] + stats["lab0"]["unreachable"] == 1, stats
     assert lab.run_as(1, ["test", "-d", "hostile-two"]).returncode == 0  # the healthy host went on
     assert took < 60, took  # bounded: -T 5 plus margins, not "as long as the host talks"
+
+
+# ------------------------------------------------------------------------ known_hosts as OpenSSH reads it
+def key_line(pub: Path) -> str:
+    return " ".join(pub.read_text().split()[:2])
+
+
+def connect_with(lab: Lab, i: int, known: Path, *, accept_new: bool = False) -> SSHConnection:
+    h = lab.hosts[i]
+    host_vars = {"ansible_host": h.address, "ansible_port": h.port, "ansible_user": h.user,
+                 "ansible_ssh_private_key_file": str(lab.client_key)}  # fmt: skip
+    opts = ConnectOptions(known_hosts=(str(known),), accept_new_host_keys=accept_new)
+    return SSHConnection(h.name, host_vars, opts)
+
+
+def other_key(tmp_path: Path) -> str:
+    """A valid ed25519 public key that no lab host has."""
+    path = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return key_line(path.with_name("other_key.pub"))
+
+
+def host_key(lab: Lab, i: int) -> str:
+    return key_line(lab.hosts[i].host_key.with_name(lab.hosts[i].host_key.name + ".pub"))
+
+
+def test_malformed_lines_and_ca_lines_do_not_break_plain_entries(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h = lab.hosts[0]
+    other = other_key(tmp_path)
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        "# a comment\n"
+        "garbage\n"  # line 2: too few fields
+        f"@cert-authority *.example.org {other}\n"  # a host CA for other names
+        "broken.example.org ssh-ed25519 @@not-base64@@\n"  # line 4
+        f"@bogus {h.known_hosts_name} {other}\n"  # line 5: unknown marker
+        f"{h.known_hosts_name} {host_key(lab, 0)}\n"
+    )
+    conn = connect_with(lab, 0, known)
+    try:
+        assert conn.run(Command.of("true")).rc == 0
+    finally:
+        conn.close()
+    err = capsys.readouterr().err
+    for line in (2, 4, 5):
+        assert f"{known}:{line}: malformed known_hosts line skipped" in err, err
+    assert f"{known}:3" not in err and f"{known}:6" not in err
+
+
+@pytest.mark.parametrize("accept_new", [False, True])
+def test_a_revoked_host_key_is_refused_even_when_listed(lab: Lab, tmp_path: Path, accept_new: bool) -> None:
+    h = lab.hosts[0]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{h.known_hosts_name} {host_key(lab, 0)}\n@revoked * {host_key(lab, 0)}\n")
+    conn = connect_with(lab, 0, known, accept_new=accept_new)
+    try:
+        with pytest.raises(HostKeyChanged, match=r"REVOKED.*refusing") as caught:
+            conn.run(Command.of("true"))
+    finally:
+        conn.close()
+    assert "SHA256:" in str(caught.value) and "\n" not in str(caught.value)
+    assert known.read_text().count("\n") == 2  # accept-new added nothing
+
+
+def test_a_changed_key_is_shown_by_its_sha256_fingerprint(lab: Lab, tmp_path: Path) -> None:
+    h = lab.hosts[0]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{h.known_hosts_name} {other_key(tmp_path)}\n")
+    conn = connect_with(lab, 0, known)
+    try:
+        with pytest.raises(HostKeyChanged) as caught:
+            conn.run(Command.of("true"))
+    finally:
+        conn.close()
+    pub = h.host_key.with_name(h.host_key.name + ".pub")
+    want = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)], capture_output=True, text=True)
+    assert want.stdout.split()[1] in str(caught.value), (want.stdout, str(caught.value))
+
+
+def test_a_revoked_key_of_one_type_and_a_known_key_of_another_connects(lab: Lab, tmp_path: Path) -> None:
+    h = lab.hosts[2]
+    ecdsa = tmp_path / "ssh_host_ecdsa_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(ecdsa)], check=True)
+    config = h.config.read_text()
+    lab.stop_host(2)
+    h.config.write_text(config + f"HostKey {ecdsa}\n")
+    lab.start_host(2)
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(f"@revoked {h.known_hosts_name} {host_key(lab, 2)}\n"
+                         f"{h.known_hosts_name} {key_line(ecdsa.with_name(ecdsa.name + '.pub'))}\n")  # fmt: skip
+        conn = connect_with(lab, 2, known)
+        try:
+            assert conn.run(Command.of("true")).rc == 0
+        finally:
+            conn.close()
+    finally:
+        lab.stop_host(2)
+        h.config.write_text(config)
+        lab.start_host(2)
+
+
+def test_commands_without_a_timeout_never_crash_the_agent(lab: Lab, tmp_path: Path) -> None:
+    """The agent's exec reaped a command whose pipes had ended and then waited for it again
+    (ChildProcessError: the agent died, the host was "unreachable"): about one fresh connection in two."""
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{lab.hosts[1].known_hosts_name} {host_key(lab, 1)}\n")
+    for _ in range(12):
+        conn = connect_with(lab, 1, known)
+        try:
+            assert conn.run(Command.of("true")).rc == 0
+        finally:
+            conn.close()
