@@ -14,7 +14,6 @@ not an error.
 from __future__ import annotations
 
 import csv
-import json
 import posixpath
 import re
 import shlex
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from . import remote
 from .commands import Command, quote
 from .errors import HostError
+from .transport.base import host_json
 
 if TYPE_CHECKING:
     from .inventory import Inventory
@@ -245,7 +245,7 @@ def parse_ansible(text: str) -> dict[str, Any]:
     for line in reversed(text.splitlines()):
         if line.startswith("{"):
             try:
-                value = json.loads(line)
+                value = host_json(line)
             except ValueError:
                 return {}
             return value if isinstance(value, dict) else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ COLUMNS = ("HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT")
 def uptime_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        return "?"
     s = int(seconds)
     if s < 60:
         return f"{s}s"
@@ -29,7 +32,7 @@ def state_text(row: Mapping[str, Any]) -> str:
     if row.get("running"):
         return "up"
     if row.get("orphans"):
-        return f"dead ({len(row['orphans'])} left)"
+        return f"dead ({len(row['orphans']) if isinstance(row['orphans'], list) else '?'} left)"
     return "down"
 
 

@@ -12,6 +12,7 @@ If the agent cannot start or dies, callers fall back to a fresh process (:class:
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import json
 import threading
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 from .. import remote
 from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout, OutputTooLarge
-from .base import OUTPUT_MAX, CommandResult
+from .base import OUTPUT_MAX, CommandResult, host_json
 
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer.py"})
 HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
@@ -168,6 +169,9 @@ class PythonAgent:
                                  "stdin": base64.b64encode(stdin or b"").decode(), "timeout": timeout})  # fmt: skip
                 self._sent.add(script)  # sent once per batch: the agent caches it for the later requests too
             answer, elapsed = self._exchange({"op": "batch", "requests": requests}, timeout * len(calls), "batch")
+            if len(answer["answers"]) != len(calls):
+                self.close()
+                raise AgentUnavailable("the agent's answer is malformed (not one answer per call)")
             results: list[CommandResult | None] = []
             for (script, _, _), one in zip(calls, answer["answers"], strict=True):
                 out, err = _decoded(one)
@@ -228,7 +232,7 @@ class PythonAgent:
         try:
             with self._send_lock:
                 self._stream.send(b"%d\n" % len(data) + data)
-            answer = json.loads(self._read_frame(deadline))
+            answer = _checked(host_json(self._read_frame(deadline)), request.get("op"))
         except TimeoutError:
             self.close()
             raise CommandTimeout(self.host, what, timeout or 0) from None
@@ -243,6 +247,28 @@ class PythonAgent:
         self.dead = True
         with contextlib.suppress(OSError):
             self._stream.close()
+
+
+def _checked(answer: Any, op: str | None) -> dict[str, Any]:
+    """An answer of the shape the agent gives (``rc`` an int, ``out``/``err`` base64 text; a batch's
+    ``answers`` each so), else ValueError: nothing of a malformed answer is used."""
+    parts = [answer]
+    if op == "batch":
+        inner = answer.get("answers") if isinstance(answer, dict) else None
+        if not isinstance(inner, list):
+            raise ValueError("the agent's answer is malformed (no list of answers)")
+        parts += inner
+    for part in parts:
+        if not isinstance(part, dict) or type(part.get("rc")) is not int:
+            raise ValueError("the agent's answer is malformed (not an object with an integer rc)")
+        for key in ("out", "err"):
+            if not isinstance(part.get(key), str):
+                raise ValueError(f"the agent's answer is malformed ({key} is not text)")
+            try:
+                base64.b64decode(part[key], validate=True)
+            except (ValueError, binascii.Error):
+                raise ValueError(f"the agent's answer is malformed ({key} is not base64)") from None
+    return answer
 
 
 def _decoded(answer: dict[str, Any]) -> tuple[bytes, bytes]:

@@ -56,6 +56,41 @@ class ConnectOptions:
         return min(max(self.keepalive or self.connect_timeout, 1.0), 10.0)
 
 
+HOST_JSON_DEPTH = 100  # nesting of a host's JSON answer: provision's helpers answer a few levels deep
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):  # 1e400 parses as inf
+        raise ValueError("a number that is not finite")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a host may send")
+
+
+def host_json(text: str | bytes) -> Any:
+    """JSON a host sent (helper answers, agent answers, job records, stamps): ValueError unless it is plain JSON
+    with finite numbers only (``NaN``, ``Infinity`` and ``1e400`` are refused: they crash arithmetic far from
+    here, e.g. ``int(inf)``) nested at most :data:`HOST_JSON_DEPTH` levels (a deeper one would also overflow
+    the recursion of whoever walks it)."""
+    try:
+        value = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    stack = [(value, 0)]
+    while stack:  # walked without recursion, in time linear in the number of values
+        item, depth = stack.pop()
+        if depth > HOST_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {HOST_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return value
+
+
 @dataclass
 class CommandResult:
     rc: int
@@ -72,7 +107,7 @@ class CommandResult:
         """The last stdout line that parses as a JSON object: how the remote helper scripts answer."""
         for line in reversed(self.stdout.strip().splitlines()):
             try:
-                value = json.loads(line)
+                value = host_json(line)
             except ValueError:
                 continue
             if isinstance(value, dict):

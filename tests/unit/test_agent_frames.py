@@ -161,3 +161,35 @@ def test_reading_a_frame_is_linear_in_its_size() -> None:
     one, two = _read_time(n), _read_time(2 * n)
     print(f"\n{n >> 20} MiB: {one:.3f}s, {2 * n >> 20} MiB: {two:.3f}s, ratio {two / one:.2f}")
     assert two / one < 3.0  # linear: about 2; quadratic: about 4
+
+
+MALFORMED = {
+    "a list": b"[1, 2]",
+    "a string rc": b'{"rc": "0", "out": "", "err": ""}',
+    "a boolean rc": b'{"rc": true, "out": "", "err": ""}',
+    "bad base64": b'{"rc": 0, "out": "%%%", "err": ""}',
+    "out a number": b'{"rc": 0, "out": 5, "err": ""}',
+    "nested past the recursion limit": b'{"rc": 0, "out": "", "err": "", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+    "a non-finite number": b'{"rc": 0, "out": "", "err": "", "t": 1e400}',
+    "not JSON": b"\xff\xfe",
+}
+
+
+@pytest.mark.parametrize("what", sorted(MALFORMED))
+def test_a_malformed_answer_ends_the_agent_in_one_line(pair: tuple[socket.socket, socket.socket], what: str) -> None:
+    controller, host = pair
+    body = MALFORMED[what]
+    host_side(host, lambda s: s.sendall(b"%d\n" % len(body) + body))
+    agent = agent_on(controller)
+    with pytest.raises(AgentUnavailable, match=r"^[^\n]+$"):
+        agent.try_exec(b"true", b"", 5)
+    assert agent.dead
+
+
+def test_a_batch_answer_with_too_few_answers_ends_the_agent(pair: tuple[socket.socket, socket.socket]) -> None:
+    controller, host = pair
+    body = json.dumps({"rc": 0, "out": "", "err": "", "answers": []}).encode()
+    host_side(host, lambda s: s.sendall(b"%d\n" % len(body) + body))
+    agent = agent_on(controller)
+    with pytest.raises(AgentUnavailable):
+        agent.batch([("info.py", [], None)], 5)

@@ -121,3 +121,38 @@ def test_pd_printers_under_a_pty_show_host_text_escaped(tmp_path: Path, command:
         assert f"{RED}coloured" in shown  # SGLang's colours stay
     else:
         assert "HOST" in shown and "decode" in shown, shown
+
+
+FAKE_PYTHON = """#!/bin/sh
+# a host whose python answers every helper with values of the wrong types
+cat > /dev/null &
+echo '{"ok": true, "procs": [1, {"running": "yes", "pid": [], "uptime": "soon", "orphans": 3, "lines": [1]},
+ {"running": true, "pid": 5, "uptime": -3, "health": "x", "lines": "x"}]}' | tr -d '\\n'
+echo
+"""
+
+
+@pytest.mark.parametrize("command", ["logs", "status"])
+def test_pd_rows_of_the_wrong_types_show_an_error_and_the_rest_prints(tmp_path: Path, command: str) -> None:
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    inv = pd_inventory(tmp_path)
+    text = inv.read_text().replace(
+        "prefill: {hosts: {p1: }}", f"prefill: {{hosts: {{p1: {{ansible_python_interpreter: {fake}}}}}}}"
+    )
+    text = text.replace(
+        "router: {hosts: {p1: {router_port: 8000}}}",
+        f"router: {{hosts: {{p1: {{router_port: 8000, ansible_python_interpreter: {fake}}}}}}}",
+    )
+    inv.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "provision", "pd", command, "-i", str(inv)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    shown = run.stdout + run.stderr
+    assert "Traceback" not in shown and "internal error" not in shown, shown
+    if command == "status":
+        assert "HOST" in run.stdout and "d1" in run.stdout and "p1" in run.stdout, shown
+        assert "error" in run.stdout, shown
+    else:
+        assert "d1 decode" in run.stdout and "malformed answer from the host" in run.stdout, shown
