@@ -83,7 +83,9 @@ PLAYBOOK = """
 
 def test_an_infinite_router_counter_is_no_answer_not_a_crash(tmp_path: Path, metrics_server: str) -> None:
     (tmp_path / "inv.yml").write_text(
-        f"all:\n  vars: {{ansible_connection: local, ansible_python_interpreter: {sys.executable}}}\n  hosts: {{one: }}\n"
+        "all:\n  vars: {ansible_connection: local, ansible_python_interpreter: "
+        + sys.executable
+        + "}\n  hosts: {one: }\n"
     )
     (tmp_path / "pb.yml").write_text(PLAYBOOK.format(url=metrics_server))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
