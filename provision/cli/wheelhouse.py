@@ -42,7 +42,7 @@ def read_target(inventory: Inventory, name: str, values: dict[str, Any], options
     from ..stack.wheelhouse import Target, WheelhouseError, target_of
 
     if values["wheelhouse_target"]:
-        return Target.of(dict(values["wheelhouse_target"]))
+        return Target.of(values["wheelhouse_target"])
     from ..facts import gather
     from ..modules.base import ModuleContext
     from ..stack.host import StackError
