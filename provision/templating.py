@@ -706,8 +706,13 @@ def false_condition(expr: Any, variables: Mapping[str, Any], where: str = "") ->
     if isinstance(expr, bool):
         return None if expr else expr
     result = evaluate_expression(str(expr), variables, where)
-    holds = _bool(result) if isinstance(result, str) else bool(result)
-    return None if holds else expr
+    if not isinstance(result, bool):  # as ansible-core 2.19: a non-empty string was silently false here
+        raise TemplateError(
+            f"Conditional result ({bool(result)}) was derived from value of type {type(result).__name__!r}"
+            f"{f' in {where}' if where else ''}: conditionals must have a boolean result ({str(expr)[:200]!r}; use"
+            " '| bool', '| length > 0' or a comparison)"
+        )
+    return None if result else expr
 
 
 # ----------------------------------------------------------------------------------------- validation
