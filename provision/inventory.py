@@ -662,9 +662,30 @@ def _check_connection_vars(host: Host, extra_vars: Mapping[str, Any]) -> None:
         )
     for name in _SCALAR_CONNECTION_VARS:
         value = host.vars.get(name)
-        if isinstance(value, (dict, list, bool)):
-            origin = " (from -e)" if name in extra_vars else ""
+        origin = " (from -e)" if name in extra_vars else ""
+        key_file_number = name == "ansible_ssh_private_key_file" and isinstance(value, (int, float))
+        if isinstance(value, (dict, list, bool)) or key_file_number:
             raise InventoryError(f"host {host.name}: {name} must be a string, got {value!r}{origin}")
+        if name == "ansible_host" and isinstance(value, str) and "{" not in value:
+            problem = _host_name_problem(value)
+            if problem:
+                raise InventoryError(f"host {host.name}: ansible_host {value[:80]!r}{origin} {problem}")
+
+
+def _host_name_problem(name: str) -> str:
+    """Why ``name`` cannot be connected to as a host name ("" when it can be tried): the IDNA encoding a
+    resolver needs fails for empty or over-long labels (``a..b``, 64+ characters between dots)."""
+    if name.count(":") == 1:
+        return "holds a port: give it as ansible_port"
+    if not name.strip() or name.startswith("[") or ":" in name:  # empty: the inventory name; IPv6 literals
+        return ""
+    if any(ord(c) < 33 or ord(c) == 127 for c in name):
+        return "has a space or a control character"
+    try:
+        name.encode("idna")
+    except UnicodeError:
+        return "is not a valid host name (an empty or over-long label)"
+    return ""
 
 
 @contextlib.contextmanager

@@ -304,6 +304,8 @@ class SSHConnection:
                 ) from None
             except paramiko.AuthenticationException as exc:
                 raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
+            except UnicodeError:  # a host name the resolver cannot encode (an add_host name, say)
+                raise UnreachableError(self.name, f"cannot connect to {target}: not a valid host name") from None
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise UnreachableError(self.name, f"cannot connect to {target}: {exc or type(exc).__name__}") from None
             transport = conn.client.get_transport()
