@@ -125,13 +125,13 @@ class CommandTimeout(HostError):
 
 
 class OutputTooLarge(HostError):
-    """A host sent more than the controller accepts for one command (stdout and stderr together) or one
-    helper answer: the command was stopped, the task fails; nothing of it was kept."""
+    """A host sent more than the controller accepts for one command (stdout and stderr together), one helper
+    answer or one file read: the command or read was stopped, the task fails; nothing of it was kept."""
 
-    def __init__(self, host: str, size: int, limit: int) -> None:
+    def __init__(self, host: str, size: int, limit: int, what: str = "one command") -> None:
         self.size = size
         self.limit = limit
-        super().__init__(host, f"the host sent {size} bytes or more for one command (the limit is {limit >> 20} MiB)")
+        super().__init__(host, f"the host sent {size} bytes or more for {what} (the limit is {limit >> 20} MiB)")
 
 
 class ModuleError(HostError):

@@ -140,6 +140,7 @@ def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
 LOCK_ANSWER_MAX = 8 << 10  # "locked", or "busy " and the holder's line (which the holder wrote: short)
 AGENT_EXEC_MAX = 4 << 20  # stdin data sent to a command through the agent; more goes on a channel of its own
 AGENT_READ_MAX = 8 << 20  # files read through the agent; larger ones through SFTP
+GET_MAX = 256 << 20  # bytes of one file read from a host into the controller's memory
 
 
 class _SftpFiles:
@@ -645,7 +646,13 @@ class SSHConnection:
         sftp: paramiko.SFTPClient | None = None
         try:
             with self._sftp_session() as sftp, sftp.open(path, "rb") as fh:
-                return fh.read()
+                chunks, size = [], 0
+                while chunk := fh.read(1 << 20):  # a link to /dev/zero never ends: read at most GET_MAX
+                    size += len(chunk)
+                    if size > GET_MAX:
+                        raise OutputTooLarge(self.name, size, GET_MAX, f"the file {path}")
+                    chunks.append(chunk)
+                return b"".join(chunks)
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -216,3 +216,42 @@ def test_commands_without_a_timeout_never_crash_the_agent(lab: Lab, tmp_path: Pa
             assert conn.run(Command.of("true")).rc == 0
         finally:
             conn.close()
+
+
+READ_ZERO = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from provision.errors import OutputTooLarge
+from provision.transport import ConnectOptions
+from provision.transport.ssh import SSHConnection
+host_vars = {"ansible_host": sys.argv[2], "ansible_port": int(sys.argv[3]), "ansible_user": sys.argv[4],
+             "ansible_ssh_private_key_file": sys.argv[5]}
+conn = SSHConnection("lab1", host_vars, ConnectOptions(known_hosts=(sys.argv[6],)))
+try:
+    conn.get("zero-link")
+    print("read it all")
+except OutputTooLarge as exc:
+    print("refused:", exc)
+finally:
+    conn.close()
+"""
+
+
+def test_a_file_that_never_ends_is_read_up_to_the_cap(lab: Lab, tmp_path: Path) -> None:
+    """A host file read into the controller (SFTP: past the agent's 8 MiB) that is a link to /dev/zero."""
+    h = lab.hosts[1]
+    lab.run_as(1, ["ln", "-sf", "/dev/zero", "zero-link"])
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{h.known_hosts_name} {host_key(lab, 1)}\n")
+    argv = [sys.executable, "-c", READ_ZERO, str(REPO), h.address, str(h.port), h.user, str(lab.client_key), str(known)]
+    started = time.monotonic()
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    finally:
+        lab.run_as(1, ["rm", "-f", "zero-link"])
+    took = time.monotonic() - started
+    print(f"\n/dev/zero over SFTP: {run.stdout.strip()} after {took:.1f}s")
+    assert run.stdout.startswith("refused:"), run.stdout + run.stderr
+    assert "zero-link (the limit is 256 MiB)" in run.stdout
+    assert took < 100
