@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import yaml
 
-from . import templating
+from . import templating, yamlsafe
 from .commands import MASKER
 from .data import defaults, find_playbook, playbook_path, shipped_playbooks
 from .errors import (
@@ -227,13 +227,13 @@ def parse_extra_vars(values: Iterable[str]) -> dict[str, Any]:
 
 def _extra_vars_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = yamlsafe.read_text(path)
     except OSError as exc:
         raise InputError(f"-e @file: cannot read: {exc.strerror}", file=str(path)) from None
     except UnicodeDecodeError as exc:
         raise InputError(f"-e @file: not UTF-8 text (byte {exc.start})", file=str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        data = yamlsafe.load(text)
     except RecursionError:
         raise InputError("-e @file: nested too deeply", file=str(path)) from None
     except yaml.YAMLError as exc:

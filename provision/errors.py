@@ -15,6 +15,7 @@ at the boundary that meets them (``raise XError(...) from exc``), so none of the
     │   │   ├── HostKeyChanged      host key differs from known_hosts: always refused
     │   │   └── HostBusy            another provision run holds the host's run lock (nothing was run on it)
     │   ├── CommandTimeout          a remote command outlived its timeout (its process group was killed)
+    │   ├── OutputTooLarge          a host sent more for one command or answer than the controller accepts
     │   └── ModuleError             a module could not do its job (task fails with this message)
     └── Interrupted                 exit 130 (SIGINT / Ctrl-C)
         └── Terminated              exit 143 (SIGTERM)
@@ -135,6 +136,16 @@ class CommandTimeout(HostError):
         self.command = command
         self.timeout = timeout
         super().__init__(host, f"command timed out after {timeout:g}s (its processes were killed): {command}")
+
+
+class OutputTooLarge(HostError):
+    """A host sent more than the controller accepts for one command (stdout and stderr together), one helper
+    answer or one file read: the command or read was stopped, the task fails; nothing of it was kept."""
+
+    def __init__(self, host: str, size: int, limit: int, what: str = "one command") -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(host, f"the host sent {size} bytes or more for {what} (the limit is {limit >> 20} MiB)")
 
 
 class ModuleError(HostError):

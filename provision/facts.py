@@ -14,7 +14,6 @@ not an error.
 from __future__ import annotations
 
 import csv
-import json
 import posixpath
 import re
 import shlex
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from . import remote
 from .commands import Command, quote
 from .errors import HostError
+from .transport.base import host_json
 
 if TYPE_CHECKING:
     from .inventory import Inventory
@@ -245,7 +245,7 @@ def parse_ansible(text: str) -> dict[str, Any]:
     for line in reversed(text.splitlines()):
         if line.startswith("{"):
             try:
-                value = json.loads(line)
+                value = host_json(line)
             except ValueError:
                 return {}
             return value if isinstance(value, dict) else {}
@@ -331,6 +331,13 @@ def _int_or_none(text: str) -> int | None:
         return None
 
 
+# caps on what a host's tools may report (a fake ``nvidia-smi topo -m`` with thousands of columns cost 1 GB):
+# more than any machine has, and what the parsers keep; the rest is dropped, the parsers stay linear
+MAX_GPUS = 64  # GPUs of one host
+MAX_TOPO_DEVICES = 256  # devices (GPUs and NICs) of the topology matrix: at most 256 * 255 / 2 links
+MAX_DEVICES = 1024  # RDMA devices, ports of one device, NICs, addresses of one NIC
+
+
 def parse_gpu_csv(text: str) -> list[GPU]:
     """``nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,pci.bus_id[,compute_cap]
     --format=csv,noheader,nounits`` → GPUs (a header line and ``MiB`` units, as plain ``--format=csv``
@@ -338,8 +345,10 @@ def parse_gpu_csv(text: str) -> list[GPU]:
     gpus: list[GPU] = []
     for row in csv.reader(text.splitlines(), skipinitialspace=True):
         cells = [c.strip() for c in row]
-        if len(cells) < 6 or not cells[0].isdigit():
+        if len(cells) < 6 or not cells[0].isdigit() or len(cells[0]) > 4:
             continue
+        if len(gpus) >= MAX_GPUS:
+            break
         cap = cells[6] if len(cells) > 6 and cells[6] not in ("", "[N/A]", "N/A") else None
         gpus.append(
             GPU(
@@ -390,9 +399,11 @@ def parse_topo(text: str) -> list[GpuLink]:
         if not cell or " " in cell:
             break  # "CPU Affinity", "NUMA Affinity", "GPU NUMA ID": the devices are over
         labels.append(cell)
+        if len(labels) >= MAX_TOPO_DEVICES:
+            break
     links: list[GpuLink] = []
     seen: set[frozenset[str]] = set()
-    for line in lines[header_at + 1 :]:
+    for line in lines[header_at + 1 : header_at + 1 + MAX_TOPO_DEVICES]:
         if not line.strip() or line.strip().startswith("Legend"):
             break
         row = _cells(line)
@@ -416,8 +427,10 @@ def parse_rdma(text: str) -> list[RdmaDevice]:
         name = parts[0]
         if not name or any(ch.isspace() for ch in name):
             continue  # not ours (`ls -l` noise, blank lines)
+        if name not in devices and len(devices) >= MAX_DEVICES:
+            continue
         dev = devices.setdefault(name, RdmaDevice(name))
-        if len(parts) >= 5 and parts[1].isdigit():
+        if len(parts) >= 5 and parts[1].isdigit() and len(dev.ports) < MAX_DEVICES:
             state = parts[2].split(":", 1)[-1].strip()  # "4: ACTIVE"
             dev.ports.append(RdmaPort(int(parts[1]), state, parts[3].strip(), parts[4].strip()))
     return list(devices.values())
@@ -429,8 +442,10 @@ def parse_ipv4(text: str) -> dict[str, list[str]]:
     for line in text.splitlines():
         iface, sep, addr = line.strip().partition("|")
         addr = addr.strip()
-        if sep and _IPV4_RE.match(addr):
-            result.setdefault(iface.strip(), []).append(addr)
+        if sep and _IPV4_RE.match(addr) and (iface.strip() in result or len(result) < MAX_DEVICES):
+            found = result.setdefault(iface.strip(), [])
+            if len(found) < MAX_DEVICES:
+                found.append(addr)
     return result
 
 
@@ -443,6 +458,8 @@ def parse_nics(text: str, addresses: dict[str, list[str]] | None = None) -> list
         name = parts[0]
         if not name or any(ch.isspace() for ch in name) or name in (".", ".."):
             continue
+        if len(nics) >= MAX_DEVICES:
+            break
         parts += [""] * (5 - len(parts))
         speed = _int_or_none(parts[4])
         nics.append(

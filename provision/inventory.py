@@ -59,6 +59,7 @@ from typing import Any
 
 import yaml
 
+from provision import yamlsafe
 from provision.errors import InventoryError, did_you_mean
 from provision.templating import Unsafe
 
@@ -101,8 +102,9 @@ class _LineDict(dict[Any, Any]):
     key_lines: dict[str, int]
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """libyaml's parser when PyYAML has it (about 10x faster on big inventories), Python's otherwise."""
+class _Loader(yamlsafe.FastSafeLoader):
+    """libyaml's parser when PyYAML has it (about 10x faster on big inventories), Python's otherwise; bounded
+    (aliases expand to at most ``yamlsafe.NODES_MAX`` nodes)."""
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineDict]:
@@ -150,7 +152,7 @@ def _plain(value: Any) -> Any:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return yamlsafe.read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read: {exc}", file=str(path)) from exc
 
@@ -660,9 +662,30 @@ def _check_connection_vars(host: Host, extra_vars: Mapping[str, Any]) -> None:
         )
     for name in _SCALAR_CONNECTION_VARS:
         value = host.vars.get(name)
-        if isinstance(value, (dict, list, bool)):
-            origin = " (from -e)" if name in extra_vars else ""
+        origin = " (from -e)" if name in extra_vars else ""
+        key_file_number = name == "ansible_ssh_private_key_file" and isinstance(value, (int, float))
+        if isinstance(value, (dict, list, bool)) or key_file_number:
             raise InventoryError(f"host {host.name}: {name} must be a string, got {value!r}{origin}")
+        if name == "ansible_host" and isinstance(value, str) and "{" not in value:
+            problem = _host_name_problem(value)
+            if problem:
+                raise InventoryError(f"host {host.name}: ansible_host {value[:80]!r}{origin} {problem}")
+
+
+def _host_name_problem(name: str) -> str:
+    """Why ``name`` cannot be connected to as a host name ("" when it can be tried): the IDNA encoding a
+    resolver needs fails for empty or over-long labels (``a..b``, 64+ characters between dots)."""
+    if name.count(":") == 1:
+        return "holds a port: give it as ansible_port"
+    if not name.strip() or name.startswith("[") or ":" in name:  # empty: the inventory name; IPv6 literals
+        return ""
+    if any(ord(c) < 33 or ord(c) == 127 for c in name):
+        return "has a space or a control character"
+    try:
+        name.encode("idna")
+    except UnicodeError:
+        return "is not a valid host name (an empty or over-long label)"
+    return ""
 
 
 @contextlib.contextmanager

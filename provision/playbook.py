@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import lookups, templating
+from . import lookups, templating, yamlsafe
 from .catalog import MODULES, lookup, nearest
 from .data import playbooks_dir, roles_dir
 from .errors import PlaybookError, TemplateError, did_you_mean
@@ -53,8 +53,8 @@ class LineDict(dict[str, Any]):
     line: int = 0
 
 
-class _Loader(yaml.SafeLoader):
-    pass
+class _Loader(yamlsafe.SafeLoader):
+    """Bounded (aliases expand to at most ``yamlsafe.NODES_MAX`` nodes), with line numbers and tags."""
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
@@ -111,7 +111,7 @@ def load_yaml(path: str | Path) -> Any:
     """Load YAML keeping line numbers on mappings; syntax errors become PlaybookError with file:line."""
     path = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = yamlsafe.read_text(path)
     except OSError as exc:
         raise PlaybookError(f"cannot read: {exc.strerror}", file=path) from None
     except UnicodeDecodeError as exc:
@@ -121,6 +121,9 @@ def load_yaml(path: str | Path) -> Any:
     loader.name = path
     try:
         return loader.get_single_data()
+    except yamlsafe.YAMLTooLarge as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise PlaybookError(f"YAML refused: {exc.problem}", file=path, line=line) from None
     except yaml.MarkedYAMLError as exc:
         # an unclosed bracket is reported at the end of the stream: the context mark says where it opened
         mark = exc.context_mark or exc.problem_mark

@@ -7,7 +7,6 @@ before it leaves the process (after JSON encoding, so escaped forms of secrets a
 from __future__ import annotations
 
 import json
-import re
 import sys
 import threading
 import time
@@ -18,15 +17,10 @@ from .commands import MASKER
 from .events import Event, Message, PlayStarted, Progress, TaskFinished, TaskStarted
 from .localfiles import replace_file
 from .results import RunSummary, Status, TaskResult
+from .terminal import printable
 
-# a host's output must not drive the controller's terminal (cursor moves, fake "ok" lines over a failure,
-# OSC 52 clipboard writes, bidi overrides that reorder what is shown): shown as escapes in human output
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: object) -> str:
-    """Host text made safe for a terminal: control characters (except newline and tab) shown as escapes."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text if isinstance(text, str) else str(text))
+# a host's output must not drive the controller's terminal: provision.terminal.printable, the one escaping
+# function of every human printer
 
 
 PROFILE_LIMIT = 20  # the tasks --profile lists (as Ansible's profile_tasks)

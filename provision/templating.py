@@ -33,7 +33,7 @@ import jinja2.nodes
 import jinja2.sandbox
 import yaml
 
-from . import jinja_plugins, lookups
+from . import jinja_plugins, lookups, yamlsafe
 from .commands import quote
 from .errors import TemplateError, did_you_mean
 
@@ -381,7 +381,7 @@ def _make_env(**options: Any) -> jinja2.Environment:
         to_yaml=_to_yaml,
         to_nice_yaml=_to_nice_yaml,
         combine=_combine,
-        from_yaml=yaml.safe_load,
+        from_yaml=yamlsafe.load,  # bounded: host output with an alias bomb is refused
         regex_replace=_regex_replace,
         regex_search=_regex_search,
         basename=os.path.basename,
@@ -393,7 +393,7 @@ def _make_env(**options: Any) -> jinja2.Environment:
         ternary=lambda v, a, b, none_val=None: none_val if v is None and none_val is not None else a if v else b,
         dict2items=_dict2items,
         items2dict=_items2dict,
-        from_yaml_all=lambda v: list(yaml.safe_load_all(v)),
+        from_yaml_all=yamlsafe.load_all,
     )
     env.tests.update(
         succeeded=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
@@ -712,8 +712,13 @@ def false_condition(expr: Any, variables: Mapping[str, Any], where: str = "") ->
     if isinstance(expr, bool):
         return None if expr else expr
     result = evaluate_expression(str(expr), variables, where)
-    holds = _bool(result) if isinstance(result, str) else bool(result)
-    return None if holds else expr
+    if not isinstance(result, bool):  # as ansible-core 2.19: a non-empty string was silently false here
+        raise TemplateError(
+            f"Conditional result ({bool(result)}) was derived from value of type {type(result).__name__!r}"
+            f"{f' in {where}' if where else ''}: conditionals must have a boolean result ({str(expr)[:200]!r}; use"
+            " '| bool', '| length > 0' or a comparison)"
+        )
+    return None if result else expr
 
 
 # ----------------------------------------------------------------------------------------- validation

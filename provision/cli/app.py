@@ -240,7 +240,7 @@ def facts(**kw: Any) -> int:
         else:
             doc[name] = value
             if not kw["json_mode"]:
-                click.echo(_facts_summary(name, value))
+                click.echo(mask(_facts_summary(name, value)))
     if kw["json_mode"] or kw["verbosity"]:
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     return gathered.exit_code

@@ -45,11 +45,14 @@ def parse_extra_vars(values: Iterable[str]) -> dict[str, Any]:
     return parse(values)
 
 
-def mask(text: str) -> str:
-    """Text that leaves the process, secrets masked (:data:`provision.commands.MASKER`)."""
+def mask(text: str, *, colour: bool = False) -> str:
+    """Text for the operator (terminal, debug log): host control characters shown as escapes
+    (:func:`provision.terminal.printable`; ``colour``: SGR colours of SGLang's logs kept) and secrets masked
+    (:data:`provision.commands.MASKER`), the last step before it leaves the process."""
     from ..commands import MASKER
+    from ..terminal import printable
 
-    return MASKER.mask(text)
+    return MASKER.mask(printable(text, colour=colour))
 
 
 def mask_obj(obj: Any) -> Any:

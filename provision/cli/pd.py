@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import EXIT_OK, InputError
+from ..terminal import clipped
 from .common import (
     Group,
     Seconds,
@@ -110,7 +111,7 @@ def status(**kw: Any) -> int:
     if kw["json_mode"]:
         click.echo(json.dumps(mask_obj({"procs": status.rows}), indent=2, default=str))
     else:
-        click.echo(table(status.rows))
+        click.echo(mask(table(status.rows)))
         for host, msg in status.errors.items():
             click.echo(mask(f"{host}: {msg}"), err=True)
     return status.exit_code
@@ -129,8 +130,8 @@ def logs(role: str, lines: int, **kw: Any) -> int:
     if kw["json_mode"]:
         click.echo(json.dumps(mask_obj({"logs": logs.entries}), indent=2))
     for entry in [] if kw["json_mode"] else logs.entries:
-        click.echo(f"==> {entry['host']} {entry['role']} ({entry['log']}) <==")
-        click.echo(mask("\n".join(entry["lines"])) or "(empty)")
+        click.echo(mask(f"==> {entry['host']} {entry['role']} ({entry['log']}) <=="))
+        click.echo(mask("\n".join(entry["lines"]), colour=True) or "(empty)")
     for host, msg in logs.errors.items():
         click.echo(mask(f"{host}: {msg}"), err=True)
     return logs.exit_code
@@ -176,7 +177,7 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, all_pairs: b
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     else:
         for r in verified.results:
-            click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
+            click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {clipped(str(r.msg))}"))
     return verified.exit_code
 
 

@@ -42,7 +42,7 @@ def read_target(inventory: Inventory, name: str, values: dict[str, Any], options
     from ..stack.wheelhouse import Target, WheelhouseError, target_of
 
     if values["wheelhouse_target"]:
-        return Target.of(dict(values["wheelhouse_target"]))
+        return Target.of(values["wheelhouse_target"])
     from ..facts import gather
     from ..modules.base import ModuleContext
     from ..stack.host import StackError
@@ -107,7 +107,7 @@ def wheelhouse(dest: str, find_links: tuple[str, ...], no_index: bool, **kw: Any
         unreachable = all(why.startswith("UNREACHABLE") for why in failed.values())
         click.echo(f"nothing downloaded: {len(failed)} of {len(planned)} hosts have no plan", err=True)
         return EXIT_UNREACHABLE if unreachable else EXIT_FAILED
-    echo = (lambda line: click.echo(line, err=True)) if kw["verbosity"] else None
+    echo = (lambda line: click.echo(mask(line), err=True)) if kw["verbosity"] else None
     try:
         manifest = build(plans, Path(dest), find_links=find_links, no_index=no_index, on_line=echo)
     except WheelhouseError as exc:
@@ -119,9 +119,9 @@ def wheelhouse(dest: str, find_links: tuple[str, ...], no_index: bool, **kw: Any
     for plan in plans:
         t = plan.target
         size = sum(manifest["files"][f]["size"] for f in plan.files)
-        click.echo(f"{plan.host}: Python {t.python} {t.machine} glibc {t.glibc}, torch {t.torch or 'none'}: "
-                   f"sglang {plan.release or '-'} ({plan.reason}); {len(plan.files)} wheels, {size / 1e6:.0f} MB"
-                   f"{'' if plan.deps else ', pins only (--no-deps)'}")  # fmt: skip
+        click.echo(mask(f"{plan.host}: Python {t.python} {t.machine} glibc {t.glibc}, torch {t.torch or 'none'}: "
+                        f"sglang {plan.release or '-'} ({plan.reason}); {len(plan.files)} wheels, {size / 1e6:.0f} MB"
+                        f"{'' if plan.deps else ', pins only (--no-deps)'}"))  # fmt: skip
     total = sum(v["size"] for v in manifest["files"].values())
     click.echo(
         f"{dest}: {len(manifest['files'])} wheels, {total / 1e6:.0f} MB, {manifest['groups']} download "

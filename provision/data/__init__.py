@@ -94,8 +94,10 @@ def _describe(path: Path) -> str:
         return joined.split(". ", 1)[0].rstrip(".")
     import yaml  # here: `provision --help` parses no YAML
 
+    from .. import yamlsafe
+
     try:
-        data = yaml.safe_load(text)
+        data = yamlsafe.load(text)
     except yaml.YAMLError:
         return ""
     if isinstance(data, list) and data and isinstance(data[0], dict):
@@ -107,8 +109,10 @@ def _describe(path: Path) -> str:
 def _defaults_text() -> dict[str, Any]:
     import yaml
 
+    from .. import yamlsafe
+
     try:
-        data = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))
+        data = yamlsafe.load(DEFAULTS_FILE.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(f"cannot read the shipped defaults: {exc}", file=str(DEFAULTS_FILE)) from None
     if not isinstance(data, dict):

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..commands import async_job
 from ..transport import CommandResult
+from ..transport.base import host_json
 from .base import Arg, Module, ModuleContext, ModuleResult, register
 
 ASYNC_DIR = "~/.provision/async"
@@ -94,7 +95,7 @@ def status(ctx: ModuleContext, jid: str) -> ModuleResult:
         return ModuleResult(failed=True, msg="could not find job",
                             data={"ansible_job_id": jid, "started": True, "finished": True})  # fmt: skip
     try:
-        record = json.loads(text)
+        record = host_json(text)
     except ValueError:
         record = None
     if not isinstance(record, dict):

@@ -32,6 +32,19 @@ def _names(value: Any, what: str) -> list[str]:
     return list(dict.fromkeys(str(i).strip() for i in items if str(i).strip()))
 
 
+def unsafe_name(name: str) -> str:
+    """Why an inventory name made at run time (often from host output) cannot be used, or "": a path separator
+    or ``..`` would make ``fetch`` write outside its ``dest``, a line break would add another name to the retry
+    file, a control character would reach the terminal."""
+    if "/" in name or "\\" in name:
+        return "has a path separator"
+    if name in (".", ".."):
+        return "is a relative directory name"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "has a line break or control character"
+    return ""
+
+
 @register
 class AddHost(Module):
     """``add_host: {name: HOST[:PORT], groups: [...], VAR: VALUE, ...}``: the other arguments are the host's
@@ -65,6 +78,9 @@ class AddHost(Module):
             host_vars.setdefault("ansible_port", int(found["port"]))
         if not name:
             return ModuleResult(failed=True, msg="add_host: name is empty")
+        bad = unsafe_name(name)
+        if bad:
+            return ModuleResult(failed=True, msg=f"add_host: the name {name[:80]!r} {bad}")
         groups = _names(args.get("groups"), "add_host: groups")
         return ModuleResult(data={"add_host": {"host_name": name, "groups": groups, "host_vars": host_vars}})
 

@@ -76,7 +76,11 @@ def fetch_dest(controller_dir: str, host: str, src: str, dest: str, flat: bool) 
             path = base
         root = os.path.normpath(base if base.endswith(os.sep) else os.path.dirname(base))
     else:
+        if not host or "/" in host or host in (".", "..") or "\0" in host:  # dest/<name> must stay in dest
+            raise ArgError(f"fetch: the inventory name {host[:80]!r} cannot be a directory under dest")
         root = os.path.normpath(os.path.join(base, host))
+        if os.path.dirname(root) != os.path.normpath(base):
+            raise ArgError(f"fetch: the inventory name {host[:80]!r} would leave dest {dest!r}")
         path = f"{root}/{src.lstrip('/')}"
     path = os.path.normpath(path)
     if path != root and not path.startswith(root.rstrip(os.sep) + os.sep):

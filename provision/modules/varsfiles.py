@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlsafe
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 INCLUDED = "ansible_facts"  # the key of the result that holds the variables (the task runner moves them)
@@ -51,11 +52,11 @@ def vars_dir(source: str, role_dir: str | None, task_file: str, playbook_dir: st
 def read_vars_file(path: Path) -> dict[str, Any]:
     """One vars file: a mapping (YAML or JSON); an empty file is no variables. ValueError says what is wrong."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = yamlsafe.read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read: {exc}") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yamlsafe.load(text)
     except (yaml.YAMLError, ValueError) as exc:
         raise ValueError(f"{path}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
     if data is None:

@@ -264,13 +264,53 @@ class PdStatus(Module):
         answer = helper(ctx, "status", {"procs": items})
         if not answer.get("ok"):
             return ModuleResult(failed=True, msg=f"pd_status: {answer.get('msg')}")
+        if not isinstance(answer.get("procs"), list):
+            return ModuleResult(failed=True, msg="pd_status: the host's answer is malformed (no list of processes)")
         rows = []
-        for proc, info in zip(plan.procs, answer["procs"], strict=False):
+        for proc, info in zip(plan.procs, [_typed_status(i) for i in answer["procs"]], strict=False):
             changed = bool(info.get("running")) and info.get("started_sha256") != info.get("script_sha256")
             rows.append({**info, "host": plan.host, "role": proc.role, "port": proc.port, "url": proc.url,
                          "script_changed": changed})  # fmt: skip
         up = sum(1 for r in rows if r.get("running"))
         return ModuleResult(msg=f"{up} of {len(rows)} running", data={"procs": rows})
+
+
+# the type each value of a process_ctl status answer must have (a host's answer is data: a value of another
+# type is dropped and the row says so, the table still prints)
+_STATUS_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "recorded": (bool,), "running": (bool,), "pid": (int,), "uptime": (int, float),
+    "started_at": (int, float, str), "script": (str,), "started_sha256": (str,), "script_sha256": (str,),
+    "log": (str,), "run_id": (str,), "orphans": (list,), "health": (int,), "restarts": (int,),
+    "crash_loop": (bool,), "supervisor": (str,),
+}  # fmt: skip
+
+
+def _typed_status(info: Any) -> dict[str, Any]:
+    """One process's status from the host, with only values of the expected types (bool is not an int here)."""
+    if not isinstance(info, dict):
+        return {"running": False, "error": "malformed answer from the host"}
+    out: dict[str, Any] = {}
+    bad = []
+    for key, value in info.items():
+        want = _STATUS_TYPES.get(key)
+        if want is None:
+            out[key] = value  # a key this table does not read: kept for --json as the host gave it
+            continue
+        if value is None or (isinstance(value, want) and not (isinstance(value, bool) and bool not in want)):
+            out[key] = value
+        else:
+            bad.append(key)
+    if bad:
+        out["error"] = f"malformed answer from the host ({', '.join(sorted(bad)[:5])})"
+    return out
+
+
+def _text_lines(item: Any) -> list[str]:
+    """A log's lines from the host: text only."""
+    lines = item.get("lines") if isinstance(item, dict) else None
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        return ["(malformed answer from the host)"]
+    return lines
 
 
 @register
@@ -288,5 +328,8 @@ class PdLogs(Module):
         answer = helper(ctx, "tail", {"procs": items, "lines": args["lines"]})
         if not answer.get("ok"):
             return ModuleResult(failed=True, msg=f"pd_logs: {answer.get('msg')}")
-        logs = [{**item, "host": plan.host, "role": p.role} for p, item in zip(procs, answer["procs"], strict=False)]
+        if not isinstance(answer.get("procs"), list):
+            return ModuleResult(failed=True, msg="pd_logs: the host's answer is malformed (no list of logs)")
+        logs = [{"name": p.name, "log": plan.log(p), "lines": _text_lines(item), "host": plan.host, "role": p.role}
+                for p, item in zip(procs, answer["procs"], strict=False)]  # fmt: skip
         return ModuleResult(msg=f"{len(logs)} logs", data={"logs": logs})

@@ -34,6 +34,14 @@ from .spec import SERVER_ROLES, Deployment, Proc, build
 EXIT_OK, EXIT_FAILED = 0, 2
 
 
+def request_count(value: object) -> int | None:
+    """A router's request counter as a host reported it: a finite, non-negative number, else None (unknown: a
+    ``/metrics`` counter of ``inf`` or ``nan`` made ``int()`` raise and ended the rollout)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
+
+
 @dataclass
 class Step:
     """One task's result on one host."""
@@ -290,13 +298,15 @@ class Rollout:
         return out
 
     def served(self) -> int | None:
+        """Requests the routers served (None: unknown, also when a router's counter is not a count)."""
         total = 0
         for router in self.d.routers:
             url = local_base(router, router.prometheus_port) + "/metrics"
             steps = self.run([router.host], [_step("router_metrics", {"metrics_url": url}, 10)]).get(router.host, [])
-            if not steps or not steps[0].ok or steps[0].data.get("requests") is None:
+            count = request_count(steps[0].data.get("requests")) if steps and steps[0].ok else None
+            if count is None:
                 return None
-            total += int(steps[0].data["requests"])
+            total += count
         return total
 
     def drain(self, batch: list[Proc], report: BatchReport) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..nixl.ucx import ucx_env
 from ..sglang.cpu_compat import CPU_DECODE_FLAGS, CPU_ROUTER_HEALTH_CHECK_TIMEOUT, cpu_env, cpu_server_flags
+from . import vartypes
 from .addr import address_of, is_ip, machine_of, url_host
 from .flags import PlanError, effective, flag_lines, words
 
@@ -334,6 +335,7 @@ def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | Non
         roles = roles_of(v)
         if not roles:
             continue
+        vartypes.check(host, v)  # before any value is turned into text and used on a host
         plan = _host_plan(host, v, homes.get(host))
         servers = [r for r in roles if r in SERVER_ROLES]
         if len(servers) > 1:

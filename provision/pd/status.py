@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +12,8 @@ COLUMNS = ("HOST", "ROLE", "STATE", "PID", "UPTIME", "HEALTH", "PORT", "SUPERVIS
 def uptime_text(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        return "?"
     s = int(seconds)
     if s < 60:
         return f"{s}s"
@@ -33,7 +36,7 @@ def state_text(row: Mapping[str, Any]) -> str:
     if row.get("state") == "backoff":
         return "restarting"
     if row.get("orphans"):
-        return f"dead ({len(row['orphans'])} left)"
+        return f"dead ({len(row['orphans']) if isinstance(row['orphans'], list) else '?'} left)"
     return "down"
 
 

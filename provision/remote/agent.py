@@ -228,10 +228,10 @@ def _exec(script, data, timeout):
                 _signal_group(pid, signal.SIGKILL)
         if killed is not None and status is not None and now >= killed[1] + 5:
             break  # killed at the deadline: a straggler holding our pipes is not waited for
-        if not open_fds:
-            if end is None:
+        if not open_fds:  # the pipes ended: only the exit status is missing (or was just reaped above)
+            if status is None and end is None:
                 status = os.waitpid(pid, 0)[1]
-            else:
+            elif status is None:
                 time.sleep(0.002)
             continue
         ready = select.select(open_fds, [], [], 0.05 if status is None or killed else 0.5)[0]

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..localfiles import replace_file
 from .releases import choose, public, requirements
 
 MANIFEST = "manifest.json"
@@ -39,6 +40,23 @@ class WheelhouseError(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ targets
+_FIELDS = {  # what a target's values may be (a glibc minor of at most 3 digits: pip gets one tag per minor)
+    "python": r"3\.\d{1,2}",
+    "machine": r"x86_64|aarch64|ppc64le|s390x|armv7l|i686",
+    "glibc": r"2\.\d{1,3}",
+    "torch": r"\d{1,3}(\.\d{1,4}){1,3}([a-z0-9.+_-]{0,40})?",
+    "cuda": r"\d{1,2}(\.\d{1,2}){0,2}",
+}
+_OPTIONAL = ("glibc", "torch", "cuda")
+_WHAT = {"python": "Python version 3.X", "machine": "machine wheels are built for", "glibc": "glibc version 2.N",
+         "torch": "torch version", "cuda": "CUDA version"}  # fmt: skip
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 @dataclass(frozen=True)
 class Target:
     """What decides which wheel files fit a host."""
@@ -49,14 +67,32 @@ class Target:
     torch: str | None = None  # the torch the host brings (None: none)
     cuda: str | None = None  # the highest CUDA the driver supports (facts), None: no GPU
 
+    def __post_init__(self) -> None:
+        """Every field is checked: a host reports its own versions (or a user declares them), and a huge glibc
+        minor, a python of the wrong type or a missing machine must fail that host alone, in one line."""
+        for name, pattern in _FIELDS.items():
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            if not isinstance(value, str) or not re.fullmatch(pattern, value):
+                raise WheelhouseError(f"{name} {_short(value)} is not a {_WHAT[name]}")
+
     @classmethod
-    def of(cls, data: dict[str, Any]) -> Target:
+    def of(cls, data: Any) -> Target:
+        """A declared ``wheelhouse_target`` (a mapping: python, machine, glibc, torch, cuda)."""
+        if not isinstance(data, dict):
+            raise WheelhouseError(
+                f"wheelhouse_target must be a mapping (python, machine, glibc, ...), not {_short(data)}"
+            )
         python = ".".join(str(data.get("python", "")).split(".")[:2])
         if not re.fullmatch(r"3\.\d+", python):
-            raise WheelhouseError(f"wheelhouse_target needs python: '3.X' (got {data.get('python')!r})")
-        glibc = data.get("glibc")
-        return cls(python, str(data.get("machine") or "x86_64"), str(glibc) if glibc else None,
-                   data.get("torch") or None, str(data["cuda"]) if data.get("cuda") else None)  # fmt: skip
+            raise WheelhouseError(f"wheelhouse_target needs python: '3.X' (got {_short(data.get('python'))})")
+        glibc, torch, cuda = data.get("glibc"), data.get("torch"), data.get("cuda")
+        try:
+            return cls(python, str(data.get("machine") or "x86_64"), str(glibc) if glibc else None,
+                       str(torch) if torch else None, str(cuda) if cuda else None)  # fmt: skip
+        except WheelhouseError as exc:
+            raise WheelhouseError(f"wheelhouse_target: {exc}") from None
 
     def platforms(self) -> list[str]:
         """pip's ``--platform`` tags this host accepts (pip matches each tag exactly)."""
@@ -181,6 +217,13 @@ def build(
 ) -> dict[str, Any]:  # fmt: skip
     """Download what every host needs (once per group) and write ``dest/manifest.json``; the manifest."""
     dest.mkdir(parents=True, exist_ok=True)
+    recorded = read_manifest(dest)["files"] if (dest / MANIFEST).exists() else {}
+    strays = sorted(p.name for p in dest.glob("*.whl") if p.name not in recorded)
+    if strays:  # pip would take such a file as already downloaded, and the manifest would vouch for it
+        raise WheelhouseError(
+            f"{dest} holds {len(strays)} wheel(s) its manifest does not record ({', '.join(strays[:3])}): remove "
+            "them, or use a directory only provision writes to"
+        )
     links = [str(Path(f).resolve()) if "://" not in f else f for f in find_links]
     groups: dict[str, list[HostPlan]] = {}
     for plan in plans:
@@ -209,9 +252,7 @@ def build(
             "requirements": plan.requirements, "files": plan.files, "lock": lock_of(plan.files),
         }  # fmt: skip
     manifest["groups"] = downloads
-    tmp = dest / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, dest / MANIFEST)
+    replace_file(dest / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")  # never through a link
     return manifest
 
 
@@ -228,10 +269,15 @@ def read_manifest(directory: Path | str) -> dict[str, Any]:
     return doc
 
 
-def target_of(state: dict[str, Any], torch: str | None, cuda: str | None) -> Target:
-    """A host's target from ``stack_state.py``'s answer (with ``base_packages``) and its facts' CUDA."""
-    base = state.get("base") or {}
-    return Target(".".join(state["python"]["version"].split(".")[:2]), state["machine"], base.get("glibc"), torch, cuda)
+def target_of(state: Any, torch: Any, cuda: Any) -> Target:
+    """A host's target from ``stack_state.py``'s answer (with ``base_packages``) and its facts' CUDA: what the
+    host reported, checked (:meth:`Target.__post_init__`) — WheelhouseError naming the value that is wrong."""
+    python = state.get("python") if isinstance(state, dict) else None
+    version = python.get("version") if isinstance(python, dict) else None
+    if not isinstance(version, str):
+        raise WheelhouseError(f"the host reported no Python version (got {_short(version)})")
+    base = state.get("base") if isinstance(state.get("base"), dict) else {}
+    return Target(".".join(version.split(".")[:2]), state.get("machine"), base.get("glibc"), torch, cuda)
 
 
 __all__ = ["MANIFEST", "HostPlan", "Target", "WheelhouseError", "build", "lock_of", "plan_host", "public",

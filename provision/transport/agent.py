@@ -12,6 +12,7 @@ If the agent cannot start or dies, callers fall back to a fresh process (:class:
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import json
 import threading
@@ -21,10 +22,12 @@ from typing import Any, Protocol
 
 from .. import remote
 from ..commands import HEARTBEAT, Command
-from ..errors import CommandTimeout
-from .base import CommandResult
+from ..errors import CommandTimeout, OutputTooLarge
+from .base import OUTPUT_MAX, CommandResult, host_json
 
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer.py"})
+HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
+FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
 # reads the agent's source unbuffered (nothing of the first request may be swallowed by a buffer), runs it
 BOOTSTRAP = """\
@@ -66,7 +69,7 @@ class PythonAgent:
         self._sent: set[str] = set()
         self._lock = threading.Lock()  # one call at a time
         self._send_lock = threading.Lock()  # a heartbeat never lands inside a request
-        self._buf = b""
+        self._buf = bytearray()
         self.dead = False
         source = remote.source("agent.py")
         try:
@@ -91,23 +94,43 @@ class PythonAgent:
         finally:
             self._send_lock.release()
 
+    def _fill(self, deadline: float | None) -> None:
+        """One more chunk into the buffer. The deadline is checked on EVERY chunk: a host that never stops
+        talking runs out of time like one that never answers."""
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError()
+        chunk = self._stream.recv(65536, deadline)
+        if not chunk:
+            raise AgentUnavailable("agent closed its stream")
+        self._buf += chunk  # a bytearray: appending is amortized O(1), reading a frame of N bytes is O(N)
+
     def _read(self, n: int, deadline: float | None) -> bytes:
         while len(self._buf) < n:
-            chunk = self._stream.recv(65536, deadline)
-            if not chunk:
-                raise AgentUnavailable("agent closed its stream")
-            self._buf += chunk
-        data, self._buf = self._buf[:n], self._buf[n:]
+            self._fill(deadline)
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
         return data
 
     def _read_line(self, deadline: float | None) -> bytes:
-        while b"\n" not in self._buf:
-            chunk = self._stream.recv(65536, deadline)
-            if not chunk:
-                raise AgentUnavailable("agent closed its stream")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+        while (end := self._buf.find(b"\n")) < 0:
+            if len(self._buf) > HEADER_MAX:
+                raise AgentUnavailable(f"the host sent a frame header longer than {HEADER_MAX} bytes")
+            self._fill(deadline)
+        if end > HEADER_MAX:
+            raise AgentUnavailable(f"the host sent a frame header longer than {HEADER_MAX} bytes")
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 1]
         return line
+
+    def _read_frame(self, deadline: float | None) -> bytes:
+        header = self._read_line(deadline)
+        if not header.isdigit():
+            raise AgentUnavailable("the host sent a malformed frame header")
+        size = int(header)
+        if size > FRAME_MAX:
+            self.close()  # the rest of the stream cannot be resynchronised
+            raise OutputTooLarge(self.host, size, FRAME_MAX)
+        return self._read(size, deadline)
 
     def call(self, script: str, args: list[str], stdin: bytes | None, timeout: float | None) -> CommandResult:
         """Run the shipped helper ``script`` in the agent (:class:`AgentUnavailable` when it is busy with another
@@ -146,6 +169,9 @@ class PythonAgent:
                                  "stdin": base64.b64encode(stdin or b"").decode(), "timeout": timeout})  # fmt: skip
                 self._sent.add(script)  # sent once per batch: the agent caches it for the later requests too
             answer, elapsed = self._exchange({"op": "batch", "requests": requests}, timeout * len(calls), "batch")
+            if len(answer["answers"]) != len(calls):
+                self.close()
+                raise AgentUnavailable("the agent's answer is malformed (not one answer per call)")
             results: list[CommandResult | None] = []
             for (script, _, _), one in zip(calls, answer["answers"], strict=True):
                 out, err = _decoded(one)
@@ -206,7 +232,7 @@ class PythonAgent:
         try:
             with self._send_lock:
                 self._stream.send(b"%d\n" % len(data) + data)
-            answer = json.loads(self._read(int(self._read_line(deadline)), deadline))
+            answer = _checked(host_json(self._read_frame(deadline)), request.get("op"))
         except TimeoutError:
             self.close()
             raise CommandTimeout(self.host, what, timeout or 0) from None
@@ -221,6 +247,28 @@ class PythonAgent:
         self.dead = True
         with contextlib.suppress(OSError):
             self._stream.close()
+
+
+def _checked(answer: Any, op: str | None) -> dict[str, Any]:
+    """An answer of the shape the agent gives (``rc`` an int, ``out``/``err`` base64 text; a batch's
+    ``answers`` each so), else ValueError: nothing of a malformed answer is used."""
+    parts = [answer]
+    if op == "batch":
+        inner = answer.get("answers") if isinstance(answer, dict) else None
+        if not isinstance(inner, list):
+            raise ValueError("the agent's answer is malformed (no list of answers)")
+        parts += inner
+    for part in parts:
+        if not isinstance(part, dict) or type(part.get("rc")) is not int:
+            raise ValueError("the agent's answer is malformed (not an object with an integer rc)")
+        for key in ("out", "err"):
+            if not isinstance(part.get(key), str):
+                raise ValueError(f"the agent's answer is malformed ({key} is not text)")
+            try:
+                base64.b64decode(part[key], validate=True)
+            except (ValueError, binascii.Error):
+                raise ValueError(f"the agent's answer is malformed ({key} is not base64)") from None
+    return answer
 
 
 def _decoded(answer: dict[str, Any]) -> tuple[bytes, bytes]:

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..commands import Command
-from ..errors import CommandTimeout, HostBusy
+from ..errors import CommandTimeout, HostBusy, OutputTooLarge
 
+OUTPUT_MAX = 64 << 20  # bytes of one command's output (stdout and stderr together) the controller keeps
+LINE_MAX = 64 << 10  # bytes of one progress line: a longer one is cut into pieces of this size
 TIMEOUT_RC = 124  # what the runner (and GNU timeout, its fallback) returns when it had to kill the command
 
 
@@ -54,6 +56,41 @@ class ConnectOptions:
         return min(max(self.keepalive or self.connect_timeout, 1.0), 10.0)
 
 
+HOST_JSON_DEPTH = 100  # nesting of a host's JSON answer: provision's helpers answer a few levels deep
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):  # 1e400 parses as inf
+        raise ValueError("a number that is not finite")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number a host may send")
+
+
+def host_json(text: str | bytes) -> Any:
+    """JSON a host sent (helper answers, agent answers, job records, stamps): ValueError unless it is plain JSON
+    with finite numbers only (``NaN``, ``Infinity`` and ``1e400`` are refused: they crash arithmetic far from
+    here, e.g. ``int(inf)``) nested at most :data:`HOST_JSON_DEPTH` levels (a deeper one would also overflow
+    the recursion of whoever walks it)."""
+    try:
+        value = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    stack = [(value, 0)]
+    while stack:  # walked without recursion, in time linear in the number of values
+        item, depth = stack.pop()
+        if depth > HOST_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {HOST_JSON_DEPTH} levels")
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return value
+
+
 @dataclass
 class CommandResult:
     rc: int
@@ -70,7 +107,7 @@ class CommandResult:
         """The last stdout line that parses as a JSON object: how the remote helper scripts answer."""
         for line in reversed(self.stdout.strip().splitlines()):
             try:
-                value = json.loads(line)
+                value = host_json(line)
             except ValueError:
                 continue
             if isinstance(value, dict):
@@ -183,7 +220,8 @@ def expand_home(path: str, home: str) -> str:
 
 
 class LineFeed:
-    """Cuts a byte stream into lines for a progress callback (partial lines wait for their end)."""
+    """Cuts a byte stream into lines for a progress callback (partial lines wait for their end, up to
+    :data:`LINE_MAX` bytes: a longer line is passed on in pieces, so an endless line costs no memory)."""
 
     def __init__(self, sink: Callable[[str], None] | None) -> None:
         self.sink = sink
@@ -194,9 +232,34 @@ class LineFeed:
             return
         self.buf += data
         *done, self.buf = self.buf.replace(b"\r", b"\n").split(b"\n")
+        while len(self.buf) > LINE_MAX:
+            done.append(self.buf[:LINE_MAX])
+            self.buf = self.buf[LINE_MAX:]
         for line in done:
             if line.strip():
                 self.sink(line.decode(errors="replace"))
+
+
+class Collected:
+    """A command's stdout and stderr as they arrive, at most :data:`OUTPUT_MAX` bytes together
+    (:class:`~provision.errors.OutputTooLarge` past it); chunks in lists, joined once: linear."""
+
+    def __init__(self, host: str, sink: Callable[[str], None] | None) -> None:
+        self.host = host
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.size = 0
+        self.lines = LineFeed(sink)
+
+    def add(self, chunk: bytes, *, stderr: bool = False) -> None:
+        self.size += len(chunk)
+        if self.size > OUTPUT_MAX:
+            raise OutputTooLarge(self.host, self.size, OUTPUT_MAX)
+        (self.err if stderr else self.out).append(chunk)
+        self.lines.feed(chunk)
+
+    def joined(self) -> tuple[bytes, bytes]:
+        return b"".join(self.out), b"".join(self.err)
 
 
 # ---------------------------------------------------------------------------------------------- run lock

@@ -24,14 +24,15 @@ import fabric
 import paramiko
 
 from ..commands import HEARTBEAT, Command
-from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, UnreachableError
+from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, OutputTooLarge, UnreachableError
+from . import known_hosts
 from .agent import AgentUnavailable, PythonAgent
 from .base import (
     COUNTERS,
     RUN_LOCKER,
+    Collected,
     CommandResult,
     ConnectOptions,
-    LineFeed,
     atomic_put,
     busy,
     expand_home,
@@ -40,18 +41,23 @@ from .base import (
     lock_name,
     temp_path_beside,
 )
+from .known_hosts import fingerprint
 
 # --------------------------------------------------------------------------------------------- host keys
 _known_hosts_lock = threading.Lock()
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
-    """Trust-on-first-use, as OpenSSH's ``StrictHostKeyChecking=accept-new``: save the key, under a lock."""
+    """Trust-on-first-use, as OpenSSH's ``StrictHostKeyChecking=accept-new``: save the key, under a lock; a
+    revoked key is refused all the same."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, revoked: set[bytes]) -> None:
         self.path = path
+        self.revoked = revoked
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.asbytes() in self.revoked:
+            raise _RevokedKey(hostname, key)
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         Path(self.path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with _known_hosts_lock, open(self.path, "a", encoding="ascii") as fh:
@@ -62,8 +68,11 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 class _RefusePolicy(paramiko.MissingHostKeyPolicy):
+    def __init__(self, revoked: set[bytes]) -> None:
+        self.revoked = revoked
+
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise _UnknownKey(hostname, key)
+        raise (_RevokedKey if key.asbytes() in self.revoked else _UnknownKey)(hostname, key)
 
 
 class _UnknownKey(Exception):
@@ -72,28 +81,8 @@ class _UnknownKey(Exception):
         self.key = key
 
 
-_parsed: dict[str, tuple[tuple[int, int], paramiko.HostKeys]] = {}
-_parsed_lock = threading.Lock()
-
-
-def _parsed_known_hosts(path: str) -> paramiko.HostKeys:
-    """A known_hosts file, parsed once per process while it is unchanged (size and mtime): each connection
-    then takes only its host's entries, instead of every connection parsing and scanning the whole file (with
-    one line per host, that was quadratic in the fleet's size)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return paramiko.HostKeys()
-    stamp = (st.st_mtime_ns, st.st_size)
-    with _parsed_lock:
-        cached = _parsed.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        keys = paramiko.HostKeys()
-        with contextlib.suppress(OSError):
-            keys.load(path)
-        _parsed[path] = (stamp, keys)
-        return keys
+class _RevokedKey(_UnknownKey):
+    """The host presented a key a ``@revoked`` line names."""
 
 
 def _known_hosts_files(conn: fabric.Connection, opts: ConnectOptions) -> list[str]:
@@ -149,8 +138,10 @@ def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
     return paramiko.SFTPFile(sftp, msg.get_binary(), "wb")
 
 
+LOCK_ANSWER_MAX = 8 << 10  # "locked", or "busy " and the holder's line (which the holder wrote: short)
 AGENT_EXEC_MAX = 4 << 20  # stdin data sent to a command through the agent; more goes on a channel of its own
 AGENT_READ_MAX = 8 << 20  # files read through the agent; larger ones through SFTP
+GET_MAX = 256 << 20  # bytes of one file read from a host into the controller's memory
 
 
 class _SftpFiles:
@@ -269,13 +260,19 @@ class SSHConnection:
         known.clear()
         port = int(conn.port or 22)
         name = conn.host if port == 22 else f"[{conn.host}]:{port}"  # how paramiko looks the server up
+        revoked: set[bytes] = set()
+        found: dict[str, paramiko.PKey] = {}
         for path in files:
-            for keytype, key in (_parsed_known_hosts(path).lookup(name) or {}).items():
-                known.add(name, keytype, key)  # a later file wins, as when the files are loaded in order
+            keys, bad = known_hosts.cached(path).for_host(name)
+            revoked |= bad
+            found.update(keys)  # a later file wins, as when the files are loaded in order
+        for keytype, key in found.items():
+            if key.asbytes() not in revoked:  # listed and revoked: revoked wins, as in OpenSSH
+                known.add(name, keytype, key)
         if self.opts.accept_new_host_keys:
-            client.set_missing_host_key_policy(_AcceptNewPolicy(files[len(self.opts.known_hosts) :][0]))
+            client.set_missing_host_key_policy(_AcceptNewPolicy(files[len(self.opts.known_hosts) :][0], revoked))
         else:
-            client.set_missing_host_key_policy(_RefusePolicy())
+            client.set_missing_host_key_policy(_RefusePolicy(revoked))
 
     def _open(self, conn: fabric.Connection) -> None:
         gateway = conn.gateway
@@ -306,21 +303,29 @@ class SSHConnection:
             target = f"{conn.user}@{conn.host}:{conn.port}"
             try:
                 self._open(conn)
+            except _RevokedKey as exc:
+                raise HostKeyChanged(
+                    self.name,
+                    f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is REVOKED in "
+                    "known_hosts: refusing to connect",
+                ) from None
             except _UnknownKey as exc:
                 raise HostKeyUnknown(
                     self.name,
-                    f"host key of {exc.hostname} ({exc.key.get_name()}) is not in known_hosts; "
+                    f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is not in known_hosts; "
                     "verify it, add it with ssh-keyscan, or rerun with --accept-new-host-keys",
                 ) from None
             except paramiko.BadHostKeyException as exc:
                 raise HostKeyChanged(
                     self.name,
                     f"HOST KEY FOR {exc.hostname} HAS CHANGED (got {exc.key.get_name()} "
-                    f"{exc.key.get_fingerprint().hex()}); refusing to connect — someone may be intercepting, "
+                    f"{fingerprint(exc.key)}); refusing to connect — someone may be intercepting, "
                     "or the host was reinstalled: remove the old key from known_hosts after checking",
                 ) from None
             except paramiko.AuthenticationException as exc:
                 raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
+            except UnicodeError:  # a host name the resolver cannot encode (an add_host name, say)
+                raise UnreachableError(self.name, f"cannot connect to {target}: not a valid host name") from None
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise UnreachableError(self.name, f"cannot connect to {target}: {connect_reason(exc)}") from None
             transport = conn.client.get_transport()
@@ -411,7 +416,7 @@ class SSHConnection:
         try:
             agent = self._start_agent(transport, interpreter)
             answer, home = agent.lock(lock_name(self.name), lock_holder())
-        except AgentUnavailable:
+        except (AgentUnavailable, OutputTooLarge):  # no agent: no python3 yet, or not an agent at all
             self._take_run_lock_alone(transport, interpreter)
             return
         if answer == "locked":
@@ -433,8 +438,13 @@ class SSHConnection:
             holder = Command.of(interpreter, "-c", RUN_LOCKER, lock_name(self.name), f"{self._heartbeat:g}")
             channel.exec_command(holder.direct())
             channel.sendall((lock_holder() + "\n").encode())
-            channel.settimeout(max(self.opts.channel_timeout, 30.0))
+            wait = max(self.opts.channel_timeout, 30.0)
+            channel.settimeout(wait)
+            deadline = time.monotonic() + wait
             while not answer.endswith(b"\n"):
+                if len(answer) > LOCK_ANSWER_MAX or time.monotonic() > deadline:
+                    channel.close()
+                    raise UnreachableError(self.name, "the host's answer to the run lock is not one (too long)")
                 chunk = channel.recv(4096)
                 if not chunk:
                     break
@@ -522,37 +532,37 @@ class SSHConnection:
         rc, out, err = answer
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
-    @staticmethod
     def _drain(
-        channel: paramiko.Channel, limit: float | None, on_output: Callable[[str], None] | None
+        self, channel: paramiko.Channel, limit: float | None, on_output: Callable[[str], None] | None
     ) -> tuple[bytes, bytes]:
-        out: list[bytes] = []
-        err: list[bytes] = []
-        lines = LineFeed(on_output)
+        """A command's output until it ends. The deadline is checked on every chunk (a host that never stops
+        writing times out like a silent one) and the output is capped (:class:`~.base.Collected`)."""
+        got = Collected(self.name, on_output)
         deadline = None if limit is None else time.monotonic() + limit
         while True:
             progressed = False
             while channel.recv_ready():
-                out.append(channel.recv(65536))
-                lines.feed(out[-1])
+                got.add(channel.recv(65536))
                 progressed = True
+                if deadline is not None and time.monotonic() > deadline:
+                    break
             while channel.recv_stderr_ready():
-                err.append(channel.recv_stderr(65536))
-                lines.feed(err[-1])
+                got.add(channel.recv_stderr(65536), stderr=True)
                 progressed = True
+                if deadline is not None and time.monotonic() > deadline:
+                    break
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if channel.exit_status_ready() and drained and (channel.eof_received or channel.closed):
                 transport = channel.get_transport()
                 if channel.exit_status == -1 and (transport is None or not transport.is_active()):
                     raise EOFError("the connection closed before the command ended")  # not the command's rc
                 break
-            if progressed:
-                continue
             if deadline is not None and time.monotonic() > deadline:
                 channel.close()
                 raise TimeoutError()
-            select.select([channel], [], [], 0.2)
-        return b"".join(out), b"".join(err)
+            if not progressed:
+                select.select([channel], [], [], 0.2)
+        return got.joined()
 
     # -- the persistent python helper
     def python_agent(self, interpreter: str) -> PythonAgent:
@@ -655,7 +665,13 @@ class SSHConnection:
         sftp: paramiko.SFTPClient | None = None
         try:
             with self._sftp_session() as sftp, sftp.open(path, "rb") as fh:
-                return fh.read()
+                chunks, size = [], 0
+                while chunk := fh.read(1 << 20):  # a link to /dev/zero never ends: read at most GET_MAX
+                    size += len(chunk)
+                    if size > GET_MAX:
+                        raise OutputTooLarge(self.name, size, GET_MAX, f"the file {path}")
+                    chunks.append(chunk)
+                return b"".join(chunks)
         except FileNotFoundError:
             return None
         except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -1,0 +1,175 @@
+"""known_hosts files read as OpenSSH reads them (``sshd(8)``, SSH_KNOWN_HOSTS FILE FORMAT).
+
+paramiko's own reader raises on a line it cannot decode (a ``@revoked`` or ``@cert-authority`` marker, a
+corrupted key), which made every connection an internal error. Here each line is
+``[marker] patterns keytype base64-key [comment]``:
+
+* patterns: comma-separated host names or ``[host]:port``, wildcards ``*`` and ``?``, ``!negated`` patterns (a
+  negated match excludes the host whatever else matches), and hashed names ``|1|salt|hmac-sha1``;
+* ``@revoked``: that key is refused for the hosts it matches, even when another line lists it, and even with
+  ``--accept-new-host-keys``; the host may still connect with a known key of another type;
+* ``@cert-authority``: a host CA. paramiko's client does not take host certificates, so such lines are
+  ignored: they never break the plain entries of the same file;
+* a malformed line (too few fields, an unknown marker, a key that does not decode) is skipped with one
+  warning naming ``file:line``, as OpenSSH does; a key type paramiko does not know is skipped silently.
+
+Parsed files are cached per process while unchanged (size and mtime), so a fleet of N hosts parses each file
+once, not N times.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import paramiko
+from paramiko.pkey import UnknownKeyType
+
+MARKERS = ("@revoked", "@cert-authority")
+
+
+def _stderr_warning(text: str) -> None:
+    sys.stderr.write(f"[WARNING]: {text}\n")
+
+
+WARN: Callable[[str], None] = _stderr_warning  # where "skipped a malformed line" goes
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's fingerprint of a key: ``SHA256:`` and the unpadded base64 of the SHA-256 of its blob."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class Entry:
+    marker: str  # "", "@revoked" or "@cert-authority"
+    patterns: tuple[str, ...]
+    keytype: str
+    key: paramiko.PKey
+    where: str  # file:line
+
+
+def _hashed_match(pattern: str, name: str) -> bool:
+    parts = pattern.split("|")  # "", "1", salt, hash
+    if len(parts) != 4 or parts[1] != "1":
+        return False
+    try:
+        salt, want = base64.b64decode(parts[2]), base64.b64decode(parts[3])
+    except (binascii.Error, ValueError):
+        return False
+    return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), want)
+
+
+def _glob(pattern: str, name: str) -> bool:
+    """OpenSSH's match_pattern: only ``*`` and ``?`` are special (``[`` is a plain character: ``[host]:port``)."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, re.DOTALL) is not None
+
+
+def matches(patterns: tuple[str, ...], name: str) -> bool:
+    """Whether a line's host patterns match ``name`` (``host`` or ``[host]:port``), as OpenSSH's
+    match_hostname: a negated pattern that matches excludes; else any positive match includes."""
+    name = name.lower()
+    found = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        hit = _hashed_match(body, name) if body.startswith("|") else _glob(body.lower(), name)
+        if hit and negated:
+            return False
+        found = found or hit
+    return found
+
+
+def parse_line(line: str, where: str) -> Entry | None:
+    """One line: an Entry, None for a blank line, a comment or an unknown key type; ValueError when
+    malformed."""
+    fields = line.split()
+    if not fields or fields[0].startswith("#"):
+        return None
+    marker = ""
+    if fields[0].startswith("@"):
+        marker = fields.pop(0)
+        if marker not in MARKERS:
+            raise ValueError(f"unknown marker {marker[:40]!r}")
+    if len(fields) < 3:
+        raise ValueError("expected host patterns, a key type and a key")
+    patterns, keytype, blob = fields[0], fields[1], fields[2]
+    try:
+        data = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("the key is not base64") from None
+    try:
+        key = paramiko.PKey.from_type_string(keytype, data)
+    except UnknownKeyType:
+        return None  # e.g. a security-key type paramiko does not take: not an error, and not usable here
+    except (paramiko.SSHException, ValueError, TypeError, IndexError, binascii.Error) as exc:
+        raise ValueError(f"the {keytype[:40]} key does not decode ({type(exc).__name__})") from None
+    return Entry(marker, tuple(p for p in patterns.split(",") if p), keytype, key, where)
+
+
+@dataclass
+class KnownHosts:
+    entries: list[Entry] = field(default_factory=list)
+
+    def for_host(self, name: str) -> tuple[dict[str, paramiko.PKey], set[bytes]]:
+        """The plain keys for ``name`` (key type -> key; a later line wins, as paramiko's loader) and the
+        blobs of its revoked keys."""
+        known: dict[str, paramiko.PKey] = {}
+        revoked: set[bytes] = set()
+        for entry in self.entries:
+            if entry.marker == "@cert-authority" or not matches(entry.patterns, name):
+                continue
+            if entry.marker == "@revoked":
+                revoked.add(entry.key.asbytes())
+            else:
+                known[entry.key.get_name()] = entry.key
+        return known, revoked
+
+
+def read(path: str) -> KnownHosts:
+    """A known_hosts file (none, or an unreadable one: no entries); malformed lines skipped with a warning."""
+    out = KnownHosts()
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().split(b"\n")
+    except OSError:
+        return out
+    for number, raw in enumerate(lines, 1):
+        where = f"{path}:{number}"
+        try:
+            entry = parse_line(raw.decode("utf-8"), where)
+        except (ValueError, UnicodeDecodeError) as exc:
+            WARN(f"{where}: malformed known_hosts line skipped: {exc}")
+            continue
+        if entry is not None:
+            out.entries.append(entry)
+    return out
+
+
+_parsed: dict[str, tuple[tuple[int, int], KnownHosts]] = {}
+_parsed_lock = threading.Lock()
+
+
+def cached(path: str) -> KnownHosts:
+    """:func:`read`, once per process while the file is unchanged (size and mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return KnownHosts()
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _parsed_lock:
+        hit = _parsed.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        parsed = read(path)
+        _parsed[path] = (stamp, parsed)
+        return parsed
