@@ -56,7 +56,8 @@ def test_every_default_has_its_type() -> None:
     from provision.pd.spec import DEFAULTS
 
     for name, value in DEFAULTS.items():
-        if value is not None and name in TYPES:
+        assert name in TYPES, f"{name} has no checked type"
+        if value is not None:
             assert TYPES[name][0](value), name
 
 
