@@ -2,7 +2,7 @@
 plan of the pairs and their requests, the verdict (failed pairs, disagreeing token ids, the server to blame, the
 tie), the table and its one line; and the host side run here as on a host against small HTTP servers that answer
 as SGLang's prefill and decode do (a streamed decode answer: the TTFT and the token ids; cumulative and
-incremental chunks), pairs in flight at once, bounded. The lab test (tests/integration/test_pd_pairs.py) runs
+incremental chunks), pairs in flight at once, bounded. The lab test (tests/integration/test_pd_rollout.py) runs
 it against real servers."""
 
 from __future__ import annotations
