@@ -854,12 +854,14 @@ def x_provision(text):
     return out
 
 
-def quoted(value):
-    """One word of a unit file: double-quoted, ``\\`` and ``"`` escaped, ``%`` (specifiers) and ``$`` (env
-    expansion in Exec lines) doubled. A newline cannot be written: refused."""
+def quoted(value, dollar=True):
+    """One word of a unit file: double-quoted, ``\\`` and ``"`` escaped, ``%`` (specifiers) doubled, and ``$``
+    doubled too where systemd expands env variables (an Exec line's arguments, not its command: ``dollar``). A
+    newline cannot be written: refused."""
     if "\n" in value or "\r" in value:
         raise ValueError("a newline cannot go into a unit file: %r" % value)
-    return '"%s"' % value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    text = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return '"%s"' % (text.replace("$", "$$") if dollar else text)
 
 
 def plain(path):
@@ -888,7 +890,7 @@ def render_unit(req, script, user):
         "Type=simple",
         "User=%s" % user,
         "WorkingDirectory=%s" % plain(os.path.dirname(script) or "/"),
-        "ExecStart=%s" % quoted(script),
+        "ExecStart=%s" % quoted(script, dollar=False),
         "ExecStopPost=/bin/sh -c %s sh %s %s %s" % (quoted(record), quoted(exits), quoted(req["name"]), quoted(log)),
         "StandardInput=null",
         "StandardOutput=append:%s" % plain(log),
@@ -923,7 +925,7 @@ def render_start(env, digest, run_id):
     lines = ["# Written by provision at its last start of this process: the env it runs on, resolved then.",
              "[X-Provision]", "ScriptSha256=%s" % digest, "RunId=%s" % (run_id or ""),
              "StartedAt=%d" % int(time.time()), "", "[Service]"]  # fmt: skip
-    lines += ["Environment=%s" % quoted("%s=%s" % (k, v)).replace("$$", "$") for k, v in sorted(env.items())]
+    lines += ["Environment=%s" % quoted("%s=%s" % (k, v), dollar=False) for k, v in sorted(env.items())]
     return "\n".join(lines) + "\n"
 
 
