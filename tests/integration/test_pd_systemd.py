@@ -214,6 +214,14 @@ def test_up_writes_enabled_units_and_converges(dep: Deployment) -> None:
     assert f'Environment="PROVISION_PD_VENV={home}/.provision/env-a"' in start.splitlines(), start
     assert "starting on venv=" + home + "/.provision/env-a" in dep.log("decode")
 
+    # pd_wait follows the units' MainPIDs; pd logs reads the log systemd appends to
+    wait = dep.workdir / "wait.yml"
+    wait.write_text("- hosts: decode:router\n  gather_facts: false\n  tasks:\n    - pd_wait: {timeout: 30}\n")
+    waited = dep.cli("run", str(wait), "-i", str(dep.inventory), "-v")
+    assert waited.code == 0 and "ready after" in waited.out, waited.out + waited.err
+    logs = dep.cli("pd", "logs", "-i", str(dep.inventory))
+    assert logs.code == 0 and f"fake {dep.host}-router starting" in logs.out, logs.out + logs.err
+
 
 def test_kill9_is_restarted_by_systemd_on_its_env(dep: Deployment) -> None:
     dep.up()
