@@ -55,7 +55,7 @@ class Load:
             sent = time.monotonic()
             try:
                 req = urllib.request.Request(f"{self.url}/generate", body, {"Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=60) as resp:
+                with urllib.request.urlopen(req, timeout=15) as resp:
                     ok = resp.status == 200 and bool(json.loads(resp.read()).get("text") is not None)
             except (OSError, ValueError):
                 ok = False
@@ -75,7 +75,9 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
     conn = {"ansible_host": h.address, "ansible_port": h.port, "ansible_user": h.user,
             "ansible_ssh_private_key_file": str(lab.client_key), "sglang_device": "cpu", "venv_path": VENV,
             "python": "/usr/bin/python3", "become_allowed": True, "pd_supervisor": "systemd", **POLICY}  # fmt: skip
-    ports = {n: {"server_port": free_port(), "bootstrap_port": free_port()} for n in (prefill, decode)}
+    # two inventory names on one home: each its own ports, tiny model and compat dir (made at the same time)
+    ports = {n: {"server_port": free_port(), "bootstrap_port": free_port(), "pd_tiny_model_dir": f"~/.provision/m-{n}",
+                 "pd_compat_dir": f"~/.provision/pd/compat-{n}"} for n in (prefill, decode)}  # fmt: skip
     router = free_port()
     groups = {
         "prefill": {"hosts": {prefill: {**conn, **ports[prefill], "router_port": router}}},
@@ -134,9 +136,14 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         subprocess.run([*argv, f"kill -9 {pid}"], check=True, timeout=60)
         killed = time.monotonic()
         deadline = killed + 400
+        healthy = None  # when pd status first shows the new decode up and healthy
         while time.monotonic() < deadline:
+            if healthy is None:
+                row = rows(deployment)[1]["decode"]
+                if row["running"] and row["pid"] != pid and row["health"] == 200:
+                    healthy = time.monotonic() - killed
             after = [r for r in load.results if r[0] > killed]
-            if any(ok for *_, ok in after) and after[-1][2] and sum(ok for *_, ok in after[-3:]) == 3:
+            if healthy is not None and after and sum(ok for *_, ok in after[-3:]) == 3:
                 break
             time.sleep(0.5)
         after = [r for r in load.results if r[1] > killed]
@@ -155,5 +162,6 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         load.thread.join(timeout=90)
     later = load.results[mark:]
     assert later and all(ok for *_, ok in later), later
-    print(f"\nsystemd: decode killed -9 under load → serving again after {recovery:.1f}s; {failed} requests failed "
-          f"meanwhile; {len(later)} requests after recovery all succeeded")  # fmt: skip
+    print(f"\nsystemd: decode killed -9 under load → healthy again after {healthy}s, serving again after "
+          f"{recovery:.1f}s; {failed} of {len(after)} requests failed meanwhile (15 s client timeout); "
+          f"{len(later)} requests in the 10 s after recovery all succeeded")  # fmt: skip
