@@ -1,4 +1,5 @@
-"""Supervise long-running processes on the host without systemd: status, start, stop, wait, tail.
+"""Supervise long-running processes on the host, without systemd or as systemd units: status, start, stop, wait,
+tail.
 
 Usage: ``python3 - ACTION`` with a JSON request on stdin; prints ONE JSON line; exit 0 when it could answer,
 2 on a bad request. Stdlib only (Python 3.6+). Each action is one round trip.
@@ -26,6 +27,13 @@ Actions (request keys):
   each URL until HTTP 200 (every ``interval`` s); fails at once when a process dies (``why: exited``), else
   on ``timeout``; a failure names the process and carries its log tail.
 * ``tail`` ``{"procs": [{"name", "piddir", "log"?}], "lines"}`` → the last lines of each log.
+* ``probe`` ``{"sudo": bool}`` → ``systemd`` (it runs the host), ``version``, ``uid``, ``sudo`` (``sudo -n`` works).
+* ``unit`` (root) ``{"name", "piddir", "script", "log", "env", "venv", "policy", "run_id", "restart_changed",
+  "force_restart", "check"}`` → the systemd unit's files brought to the request (``written``) and what systemd
+  must do: ``action`` none/started/restarted, ``state`` for service.py. ``unit_remove`` (root) removes them.
+
+A process that is a systemd unit (``provision-pd-NAME.service``, see the systemd section) is found by its unit
+file: ``status`` and ``wait`` read systemd, ``stop`` names the unit for the controller to stop and disable.
 """
 
 import contextlib
@@ -1030,7 +1038,10 @@ def unit_status(item):
     st = proc_stat(pid) if pid else None
     running = state.get("ActiveState") == "active" and st is not None and st[0] not in ("Z", "X")
     uptime = round(time.time() - (boot_time() + st[4] / float(CLK_TCK)), 1) if running and st else None
-    started = x_provision(read_text(files["start"]))
+    start_text = read_text(files["start"]) or ""
+    started = x_provision(start_text)
+    venv = next((line.split("PROVISION_PD_VENV=", 1)[1].rstrip('"') for line in start_text.splitlines()
+                 if line.startswith('Environment="PROVISION_PD_VENV=')), None)  # fmt: skip
     exits = tail_lines(os.path.join(os.path.expanduser(item["piddir"]), item["name"] + ".exits"), 10)
     last = exit_of(exits[-1]) if exits else None
     active, result = state.get("ActiveState"), state.get("Result")
@@ -1049,6 +1060,7 @@ def unit_status(item):
         "unit_state": "%s/%s" % (active, sub), "result": result, "enabled": state.get("UnitFileState"),
         "state": word, "restarts": int(state.get("NRestarts") or 0), "last_exit": last,
         "last_reason": exit_text(last) if last else None, "crash_looping": looping, "now": time.time(),
+        "venv": venv,
         "main_exit": {"code": CLD.get(state.get("ExecMainCode") or "", state.get("ExecMainCode")),
                       "status": state.get("ExecMainStatus")},
     }  # fmt: skip

@@ -235,7 +235,7 @@ def test_kill9_is_restarted_by_systemd_on_its_env(dep: Deployment) -> None:
     row = until("the decode restarted by systemd", back, timeout=30)
     took = time.monotonic() - killed
     assert 2.0 <= took < 15, took  # RestartSec=2s first
-    assert row["restarts"] == 1 and row["supervisor"] == "systemd"
+    assert row["restarts"] == 1 and row["supervisor"] == "systemd" and row["venv"] == f"{dep.home}/.provision/env-a"
     assert row["last_reason"] == "killed by SIGKILL", row
     log = dep.log("decode")
     assert log.count(f"starting on venv={dep.home}/.provision/env-a") == 2, log  # not env-b: only a new start moves
