@@ -1,8 +1,9 @@
 """Real CPU-mode SGLang servers under ``pd_supervisor: systemd``: a prefill (with the router) and a decode as two
 inventory names on the lab's real-systemd host (``Lab.systemd_host``; its user has passwordless sudo), brought up
-by ``provision pd up``; under a client's load the decode is killed with SIGKILL, systemd starts it again, and the
-deployment serves again through the router with no provision command. The recovery time (kill → a request
-succeeds again) and the requests that failed meanwhile are printed; the requests after recovery all succeed.
+by ``provision pd up`` (a rerun changes nothing); under a client's load the decode is killed with SIGKILL,
+systemd starts it again, and the deployment serves again through the router with no provision command. The
+recovery times (kill → healthy, kill → a request succeeds again) and the requests that failed meanwhile are
+printed; the requests after recovery all succeed.
 
 Two CPU servers (~10 GB): run under ``flock /tmp/provision-sglang.lock``. The unit files are real files of this
 machine (/etc/systemd/system): the fixture removes them whatever happens.
@@ -124,6 +125,13 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
     code, status = rows(deployment)
     assert code == 0, status
     assert {r["supervisor"] for r in status.values()} == {"systemd"}, status
+    assert {r["enabled"] for r in status.values()} == {"enabled"}, status
+    again = deployment["cli"]("pd", "up", "--json")
+    assert again.code == 0, (again.out + again.err)[-4000:]
+    assert {h: s["changed"] for h, s in json.loads(again.out)["stats"].items()} == dict.fromkeys(
+        json.loads(again.out)["stats"], 0
+    )
+    assert {role: r["pid"] for role, r in rows(deployment)[1].items()} == {role: r["pid"] for role, r in status.items()}
     load = Load(deployment["router"])
     load.thread.start()
     try:
