@@ -144,7 +144,7 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         subprocess.run([*argv, f"kill -9 {pid}"], check=True, timeout=60)
         killed = time.monotonic()
         deadline = killed + 400
-        healthy = None  # when pd status first shows the new decode up and healthy
+        healthy: float | None = None  # when pd status first shows the new decode up and healthy
         while time.monotonic() < deadline:
             if healthy is None:
                 row = rows(deployment)[1]["decode"]
@@ -170,6 +170,42 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         load.thread.join(timeout=90)
     later = load.results[mark:]
     assert later and all(ok for *_, ok in later), later
-    print(f"\nsystemd: decode killed -9 under load → healthy again after {healthy}s, serving again after "
+    print(f"\nsystemd: decode killed -9 under load → healthy again after {healthy:.1f}s, serving again after "
           f"{recovery:.1f}s; {failed} of {len(after)} requests failed meanwhile (15 s client timeout); "
           f"{len(later)} requests in the 10 s after recovery all succeeded")  # fmt: skip
+
+
+def generate(url: str) -> bool:
+    body = json.dumps({"text": "Hello", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).encode()
+    try:
+        req = urllib.request.Request(f"{url}/generate", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def test_the_host_restarted_serves_again_without_provision(deployment: dict[str, Any]) -> None:
+    """The host's systemd namespace killed and booted again (a power cut and a reboot): the three enabled units
+    start by themselves, the router serves again, ``pd verify`` passes, and ``pd up`` then changes nothing."""
+    deployment["lab"].reboot_systemd_host(deployment["host"])
+    booted = time.monotonic()
+    deadline = booted + 400
+    healthy = serving = None
+    while time.monotonic() < deadline and serving is None:
+        if healthy is None and rows(deployment)[0] == 0:
+            healthy = time.monotonic() - booted
+        if healthy is not None and generate(deployment["router"]):
+            serving = time.monotonic() - booted
+        time.sleep(1)
+    assert healthy is not None and serving is not None, rows(deployment)[1]
+    assert all(generate(deployment["router"]) for _ in range(5))
+    verify = deployment["cli"]("pd", "verify")
+    assert verify.code == 0, (verify.out + verify.err)[-3000:]
+    up = deployment["cli"]("pd", "up", "--json")
+    assert up.code == 0, (up.out + up.err)[-4000:]
+    assert set(json.loads(up.out)["stats"].values()) and all(
+        s["changed"] == 0 for s in json.loads(up.out)["stats"].values()
+    ), json.loads(up.out)["stats"]
+    print(f"\nsystemd: the host restarted → all healthy after {healthy:.1f}s, serving through the router after "
+          f"{serving:.1f}s, with no provision command; pd verify passes; pd up then changed nothing")  # fmt: skip
