@@ -20,6 +20,18 @@ _BIN = str(Path(sys.executable).parent)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
+
+@pytest.fixture(autouse=True)
+def _fresh_masker() -> Iterator[None]:
+    """Each test starts with the secrets registered before it (the masker is process-wide and in-process CLI
+    runs add to it: a fuzzed secret equal to 127.0.0.1 masked the address in a later test's message)."""
+    from provision.commands import MASKER
+
+    saved = (set(MASKER._secrets), set(MASKER._values), MASKER._pattern)
+    yield
+    MASKER._secrets, MASKER._values, MASKER._pattern = set(saved[0]), set(saved[1]), saved[2]
+
+
 # lab fixtures
 
 

@@ -23,7 +23,9 @@ is bound back in), the units that boot a machine (everything wanted by ``sysinit
 targets: tmpfiles, sysusers, utmp, udev, timesyncd, ...) are masked in its private ``/run``, and it starts only
 its own target, which wants nothing but the sshd. Without those masks a service with default dependencies pulls
 in ``sysinit.target``, whose ``systemd-tmpfiles-setup`` empties the real ``/tmp``. Unit files a test writes
-to ``/etc/systemd/system`` are real files of the machine: the test removes them.
+to ``/etc/systemd/system`` are real files of the machine: the test removes them. Its boot (the first, and each
+:meth:`reboot_systemd_host`) starts, besides the sshd, the ``provision-pd-*.service`` units enabled for
+``multi-user.target`` (what a reboot of a real host would start of provision's), nothing else of /etc's.
 
 :meth:`Lab.grant_sudo` gives one host's user passwordless sudo (a sudoers drop-in
 ``/etc/sudoers.d/provision-lab-<user>``, mode 0440, checked with ``visudo -cf``) until :meth:`Lab.revoke_sudo`
@@ -449,6 +451,18 @@ class Lab:
             h.systemd = False
             self.start_host(i)
 
+    def reboot_systemd_host(self, i: int) -> None:
+        """Inside :meth:`systemd_host`: host i's systemd namespace killed (its init SIGKILLed: every process in it
+        ends, as at a power cut) and booted again; of the enabled units, its target starts provision's PD units
+        (``provision-pd-*.service`` enabled for ``multi-user.target``) besides the sshd."""
+        h = self.hosts[i]
+        if not h.systemd:
+            raise LabError(f"{h.name} is not a systemd host (use Lab.systemd_host)")
+        self._kill_host(h)
+        self._spawn(h)
+        self._wait_listening(h)
+        self._write_state()
+
     def rotate_host_key(self, i: int) -> None:
         """Give host i a new host key and restart its sshd; known_hosts keeps the old key.
 
@@ -710,6 +724,12 @@ def _systemd_launcher(h: LabHost, base_dir: Path) -> str:
         '  [ -L "$u" ] || [ -e "$u" ] || continue; ln -sfn /dev/null "/run/systemd/system/${u##*/}"',
         "done",
         f"for u in {' '.join(BOOT_UNITS)}; do ln -sfn /dev/null /run/systemd/system/$u; done",
+        # the boot starts, of what is enabled for multi-user.target, provision's PD units only (the rest of /etc's
+        # multi-user.target.wants is the real machine's: postgresql, ssh, ...)
+        "mkdir -p /run/systemd/system/provision-lab.target.wants",
+        "for u in /etc/systemd/system/multi-user.target.wants/provision-pd-*.service; do",
+        '  [ -e "$u" ] || continue; ln -sfn "$u" /run/systemd/system/provision-lab.target.wants/',
+        "done",
         *(f"printf %s {shlex.quote(text)} > /run/systemd/system/{name}" for name, text in units.items()),
         f"hostname {shlex.quote(h.name)}",
         f"exec env container=provision-lab {SYSTEMD} --system --unit=provision-lab.target --log-target=console",

@@ -172,6 +172,12 @@ def _service_helper(ctx: ModuleContext, request: dict[str, Any]) -> ModuleResult
     return ModuleResult.from_answer(answer)
 
 
+def systemd_unit(ctx: ModuleContext, **request: Any) -> ModuleResult:
+    """ansible-core's ``systemd_service`` on the host (``service.py``) for a module that manages a unit of its
+    own (``name``, ``state``, ``enabled``, ``daemon_reload``, ...): the one place provision drives systemctl."""
+    return _service_helper(ctx, {"module": "systemd", **request})
+
+
 @register
 class Service(Module):
     name = "service"
@@ -239,4 +245,4 @@ class Systemd(SystemdService):
     name = "systemd"  # ansible.builtin.systemd: the same module under its older name
 
 
-__all__ = ["Pause", "Service", "Setup", "Systemd", "SystemdService", "Tempfile"]
+__all__ = ["Pause", "Service", "Setup", "Systemd", "SystemdService", "Tempfile", "systemd_unit"]

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import templating
 from ..commands import Command
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 from ..templating import Vars
 from . import HostPlan, PlanError, build, hosts_from_task_vars, pairs, validate_pd
 from .addr import url_host
 from .process import format_tail, helper, supervisor_request
-from .spec import Proc, health_url
+from .spec import Proc, health_url, resolve_supervisor
 
 
 def host_plan(ctx: ModuleContext) -> HostPlan | None:
@@ -98,9 +99,20 @@ class PdConfig(Module):
             return plan
         fact = plan.fact()
         fact["gpus"] = gpu_count(ctx) if plan.device == "cuda" and plan.server else None
+        fact["become"] = False
+        if plan.supervisor in ("auto", "systemd"):
+            may = templating.truthy(ctx.variables.get("become_allowed") or False)
+            probe = helper(ctx, "probe", {"sudo": may})
+            if not probe.get("ok"):
+                return ModuleResult(failed=True, msg=f"pd_config: {probe.get('msg')}")
+            try:
+                fact["supervisor"], fact["become"] = resolve_supervisor(ctx.host, plan.supervisor, probe)
+            except PlanError as exc:
+                return ModuleResult(failed=True, msg=str(exc))
+            fact["systemd_version"] = probe.get("version") or None
         parts = [f"{p.role} on {p.bind}:{p.port}" + (f" (bootstrap {p.bootstrap_port})" if p.bootstrap_port else "")
                  for p in plan.procs]  # fmt: skip
-        return ModuleResult(msg=f"{', '.join(parts)}; {plan.device}", data=fact)
+        return ModuleResult(msg=f"{', '.join(parts)}; {plan.device}; supervisor {fact['supervisor']}", data=fact)
 
 
 @register
@@ -258,7 +270,8 @@ class PdStatus(Module):
         plan = _plan_or_result(ctx)
         if isinstance(plan, ModuleResult):
             return plan
-        items = [{"name": p.name, "piddir": plan.pid_dir, "script": plan.script(p), "health": health_url(p),
+        items = [{"name": p.name, "piddir": plan.pid_dir, "script": plan.script(p), "log": plan.log(p),
+                  "health": health_url(p),
                   "health_timeout": args["health_timeout"], **supervisor_request(plan.supervisor)}
                  for p in plan.procs]  # fmt: skip
         answer = helper(ctx, "status", {"procs": items})

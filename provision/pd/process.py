@@ -22,6 +22,13 @@ restarts within ``interval`` seconds it stays down (a crash loop) until the next
 the default launch command runs; resolved at each start and handed to the script (``PROVISION_PD_VENV``), so a
 supervised restart stays on the env the process was started with.
 
+With ``supervisor: systemd`` the process is the unit ``provision-pd-NAME.service`` (in /etc/systemd/system;
+the task needs root or ``become``): the helper writes the unit and its drop-ins (the restart policy; at each
+start the env resolved then), then systemd is asked through ``systemd_service``'s host code (service.py):
+``daemon-reload`` when a file changed, enabled, started (restarted when the script changed). systemd restarts it
+on a crash (``Restart=on-failure`` after ``RestartSec``, growing where systemd has ``RestartSteps``) up to the
+start limit, and starts it at boot. ``state: stopped`` stops it, disables it and removes its files.
+
 Check mode asks the helper what it would do and changes nothing.
 """
 
@@ -33,16 +40,17 @@ from typing import Any
 
 from .. import remote
 from ..modules.base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from ..modules.system import systemd_unit
 
 HELPER = "process_ctl.py"
 DEFAULT_PIDFILE_DIR = "~/.provision/run"
 NAME_RE = re.compile(r"^[A-Za-z0-9_.@-]+$")
-SUPERVISORS = ("none", "provision")
+SUPERVISORS = ("none", "provision", "systemd")
 
 
 def supervisor_request(supervisor: str) -> dict[str, Any]:
     """What a start or status request carries for the supervisor: its name and, for provision's, its source."""
-    if supervisor != "provision":
+    if supervisor not in ("provision", "auto"):
         return {}
     return {"supervisor": "provision", "supervisor_source": remote.source(HELPER).decode("utf-8")}
 
@@ -114,6 +122,8 @@ class Process(Module):
             "venv": ctx.expand(args["venv"]) if args["venv"] else None,
             **supervisor_request(args["supervisor"]),
         }
+        if args["supervisor"] == "systemd":
+            return self.unit_start(ctx, request, args["stop_timeout"])
         answer = helper(ctx, "start", request, timeout=args["stop_timeout"] + 60)
         data = {"name": name, "pid": answer.get("pid"), "log": log, "action": answer.get("action")}
         if not answer.get("ok"):
@@ -129,6 +139,59 @@ class Process(Module):
         prefix = "would be " if ctx.check else ""
         return ModuleResult(changed=True, msg=f"{name} {prefix}{verb} (pid {answer.get('pid')})", data=data)
 
+    def unit_start(self, ctx: ModuleContext, request: dict[str, Any], stop_timeout: float) -> ModuleResult:
+        """The unit's files (the helper), then systemd: reload when they changed, enabled, started or restarted;
+        then, after a moment, the process must still run (else: the log tail)."""
+        name, log = request["name"], request["log"]
+        answer = helper(ctx, "unit", request)
+        data = {"name": name, "pid": answer.get("pid"), "log": log, "action": answer.get("action"),
+                "unit": answer.get("unit"), "supervisor": "systemd", "written": answer.get("written")}  # fmt: skip
+        if not answer.get("ok"):
+            return ModuleResult(failed=True, msg=f"process {name}: {answer.get('msg', 'failed')}", data=data)
+        unit = answer["unit"]
+        files = bool(answer.get("written"))
+        if ctx.check:
+            changed = files or answer["action"] != "none"
+            what = f"would be {answer['action']}" if answer["action"] != "none" else "is running"
+            return ModuleResult(changed=changed, msg=f"{name} ({unit}) {what}", data=data)
+        state = answer["state"] if answer["action"] != "none" else "started"
+        systemd = systemd_unit(ctx, name=unit, daemon_reload=files, enabled=True, state=state)
+        if systemd.failed:
+            return ModuleResult(failed=True, msg=f"process {name}: {unit}: {systemd.msg}", data=data)
+        changed = files or systemd.changed
+        settle = 1.0 if answer["action"] != "none" else 0.0
+        item = {"name": name, "piddir": request["piddir"], "script": request["script"], "log": log}
+        status = helper(ctx, "status", {"procs": [item], "settle": settle})
+        row = (status.get("procs") or [{}])[0]
+        data.update(pid=row.get("pid"), restarts=row.get("restarts"))
+        if not row.get("running"):
+            tail = helper(ctx, "tail", {"procs": [item], "lines": 20}).get("procs") or [{}]
+            msg = f"process {name}: {unit} is not running ({row.get('unit_state') or row.get('error')})"
+            if tail[0].get("lines"):
+                msg += f"\n  last lines of {log}:\n{format_tail(tail[0]['lines'])}"
+            return ModuleResult(failed=True, msg=msg, data=data)
+        if not changed:
+            note = " (its script changed; restart_on_change is off)" if answer.get("stale") else ""
+            return ModuleResult(msg=f"{name} is running as {unit} (pid {row.get('pid')}){note}", data=data)
+        verb = answer["action"] if answer["action"] != "none" else "reconfigured"
+        return ModuleResult(changed=True, msg=f"{name} {verb} as {unit} (pid {row.get('pid')})", data=data)
+
+    def unit_stop(self, ctx: ModuleContext, name: str, piddir: str, unit: str) -> ModuleResult:
+        """Stopped, disabled (nothing at boot), its files removed, systemd reloaded."""
+        systemd = systemd_unit(ctx, name=unit, state="stopped", enabled=False)
+        if systemd.failed:
+            return ModuleResult(failed=True, msg=f"process {name}: {unit}: {systemd.msg}", data={"unit": unit})
+        removed = helper(ctx, "unit_remove", {"name": name, "piddir": piddir, "check": ctx.check})
+        if not removed.get("ok"):
+            return ModuleResult(failed=True, msg=f"process {name}: {unit}: {removed.get('msg')}", data={"unit": unit})
+        if not ctx.check:
+            reload = systemd_unit(ctx, daemon_reload=True)
+            if reload.failed:
+                return ModuleResult(failed=True, msg=f"process {name}: daemon-reload: {reload.msg}")
+        prefix = "would be " if ctx.check else ""
+        return ModuleResult(changed=True, msg=f"{name} ({unit}) {prefix}stopped, disabled and removed",
+                            data={"name": name, "unit": unit, "action": "stopped"})  # fmt: skip
+
     def stop(self, ctx: ModuleContext, args: dict[str, Any], name: str, piddir: str) -> ModuleResult:
         request = {
             "name": name,
@@ -142,6 +205,8 @@ class Process(Module):
                 "seconds": answer.get("seconds")}  # fmt: skip
         if not answer.get("ok"):
             return ModuleResult(failed=True, msg=f"process {name}: {answer.get('msg', 'stop failed')}", data=data)
+        if answer.get("unit"):
+            return self.unit_stop(ctx, name, piddir, answer["unit"])
         if answer.get("action") == "stopped":
             prefix = "would be " if ctx.check else ""
             took = f" in {answer['seconds']}s" if answer.get("seconds") is not None else ""

@@ -330,7 +330,7 @@ class Rollout:
                                                 "mode": "0700"}},
             ]  # fmt: skip
         tasks += [
-            {"name": "restart", "process": _restart("server")},
+            {"name": "restart", "process": _restart("server"), "become": "{{ pd.become }}"},
             {"name": "health", "pd_wait": {"role": "server", "timeout": self.o.server_timeout,
                                            "interval": self.o.poll_interval}},
         ]  # fmt: skip
@@ -455,7 +455,7 @@ class Rollout:
             {"name": "pd", "pd_config": None, "register": "pd"},
             _step("files", {"op": "backup", **kept}, 60),
             {"name": "script", "template": {"src": "router.sh.j2", "dest": "{{ pd.router.script }}", "mode": "0700"}},
-            {"name": "restart", "process": _restart("router")},
+            {"name": "restart", "process": _restart("router"), "become": "{{ pd.become }}"},
             {"name": "ready", "pd_wait": {"role": "router", "timeout": self.o.router_timeout,
                                           "interval": self.o.poll_interval}},
             {"name": "verify", "pd_verify": {"timeout": self.o.verify_timeout, "stream": False}},

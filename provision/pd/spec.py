@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "pd_start_limit_interval": 900,
     "pd_stop_timeout": 20,
 }
-SUPERVISORS = ("auto", "provision", "none")
+SUPERVISORS = ("auto", "systemd", "provision", "none")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -129,7 +129,7 @@ class HostPlan:
     model_path: str
     tiny_model: bool  # CPU mode with the generated model: make it on the host
     env: dict[str, str] = field(default_factory=dict)
-    supervisor: str = "provision"  # provision | none (pd_supervisor resolved)
+    supervisor: str = "provision"  # pd_supervisor: auto | systemd | provision | none (auto: pd_config asks the host)
     restart: dict[str, float] = field(default_factory=dict)  # the supervisor's restart policy
     server: Proc | None = None
     router: Proc | None = None
@@ -204,16 +204,16 @@ def _home(path: str, home: str | None) -> str:
 def _command(
     variables: Mapping[str, Any], key: str, module: str, home: str | None, host: str
 ) -> tuple[list[str], str | None]:
-    """The process's command, and the venv it runs from when it is the default (``VENV/bin/python -m ...``)."""
+    """The process's command, and the venv it runs from when it runs ``VENV/bin/python`` (the default, which
+    the shipped defaults spell as ``{{ venv_path }}/bin/python -m ...``): the launch script pins that env."""
+    venv = _home(str(var(variables, "venv_path")).rstrip("/"), home)
     value = variables.get(key)
-    venv = None
     if value is None:
-        venv = _home(str(var(variables, "venv_path")).rstrip("/"), home)
         value = [f"{venv}/bin/python", "-m", module]
     cmd = [_home(w, home) for w in words(value, f"{host}: {key}")]
     if not cmd:
         raise PlanError(f"{host}: {key} is empty")
-    return cmd, venv
+    return cmd, venv if cmd[0] == f"{venv}/bin/python" else None
 
 
 def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, model: str) -> Proc:
@@ -378,11 +378,28 @@ def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:
 
 
 def supervisor_of(host: str, v: Mapping[str, Any]) -> str:
-    """pd_supervisor resolved: ``auto`` is provision's own supervisor (systemd units are not built yet)."""
+    """pd_supervisor, checked. ``auto`` stays so: only the host can say whether systemd runs it and the run may
+    be root there (``pd_config`` resolves it, :func:`resolve_supervisor`)."""
     value = var(v, "pd_supervisor")
     if value not in SUPERVISORS:
         raise PlanError(f"{host}: pd_supervisor={value!r} must be one of {', '.join(SUPERVISORS)}")
-    return "provision" if value == "auto" else str(value)
+    return str(value)
+
+
+def resolve_supervisor(host: str, wanted: str, probe: Mapping[str, Any]) -> tuple[str, bool]:
+    """(supervisor, become): ``auto`` is systemd where systemd runs the host and the run is root or may become
+    (``become_allowed`` and ``sudo -n`` works there), else provision's own; ``systemd`` where it cannot be is an
+    error naming what is missing. ``become``: the unit steps need sudo (systemd, not root)."""
+    root = probe.get("uid") == 0
+    can = bool(probe.get("systemd")) and (root or bool(probe.get("sudo")))
+    if wanted == "systemd" and not can:
+        why = "systemd does not run this host"
+        if probe.get("systemd"):
+            why = "the unit needs root: connect as root, or set become_allowed: true with passwordless sudo"
+        raise PlanError(f"{host}: pd_supervisor=systemd, but {why}")
+    if wanted == "auto":
+        wanted = "systemd" if can else "provision"
+    return wanted, wanted == "systemd" and not root
 
 
 def restart_policy(host: str, v: Mapping[str, Any]) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""Supervise long-running processes on the host without systemd: status, start, stop, wait, tail.
+"""Supervise long-running processes on the host, without systemd or as systemd units: status, start, stop, wait,
+tail.
 
 Usage: ``python3 - ACTION`` with a JSON request on stdin; prints ONE JSON line; exit 0 when it could answer,
 2 on a bad request. Stdlib only (Python 3.6+). Each action is one round trip.
@@ -26,6 +27,13 @@ Actions (request keys):
   each URL until HTTP 200 (every ``interval`` s); fails at once when a process dies (``why: exited``), else
   on ``timeout``; a failure names the process and carries its log tail.
 * ``tail`` ``{"procs": [{"name", "piddir", "log"?}], "lines"}`` → the last lines of each log.
+* ``probe`` ``{"sudo": bool}`` → ``systemd`` (it runs the host), ``version``, ``uid``, ``sudo`` (``sudo -n`` works).
+* ``unit`` (root) ``{"name", "piddir", "script", "log", "env", "venv", "policy", "run_id", "restart_changed",
+  "force_restart", "check"}`` → the systemd unit's files brought to the request (``written``) and what systemd
+  must do: ``action`` none/started/restarted, ``state`` for service.py. ``unit_remove`` (root) removes them.
+
+A process that is a systemd unit (``provision-pd-NAME.service``, see the systemd section) is found by its unit
+file: ``status`` and ``wait`` read systemd, ``stop`` names the unit for the controller to stop and disable.
 """
 
 import contextlib
@@ -216,7 +224,19 @@ def kill_session(record, timeout):
 def action_status(req):
     out = []
     revived = {}
+    if req.get("settle"):
+        time.sleep(float(req["settle"]))
     for item in req["procs"]:
+        if has_unit(item):
+            try:
+                info = unit_status(item)
+            except OSError as exc:
+                info = {"name": item["name"], "running": False, "supervisor": "systemd", "error": str(exc)}
+            info["health"] = None
+            if info["running"] and item.get("health"):
+                info["health"] = http_status(item["health"], float(item.get("health_timeout", 2)))[0]
+            out.append(info)
+            continue
         want = read_json(want_path(item))
         if want is not None and item.get("supervisor_source") and item["piddir"] not in revived:
             # a supervisor that died is started again (it adopts the processes it finds)
@@ -236,6 +256,12 @@ def action_start(req):
     current = sha256(script)
     if current is None:
         return {"ok": False, "msg": "script %s does not exist or is not readable" % script}
+    if has_unit(req):
+        return {
+            "ok": False,
+            "msg": "%s runs as the systemd unit %s: stop it with `provision pd down` (as root or "
+            "with become) first, or keep pd_supervisor: systemd" % (req["name"], unit_of(req["name"])),
+        }
     if req.get("supervisor") == "provision":
         return supervised_start(req, script, current)
     record = load(req)
@@ -310,6 +336,19 @@ def launch(req, script, digest, action):
 
 
 def action_stop(req):
+    """Stop what runs under provision (or nothing); a systemd unit of that name is named in the answer
+    (``unit``) for the controller to stop, disable and remove."""
+    answer = stop_record(req)
+    if has_unit(req):
+        started = x_provision(read_text(unit_files(req["name"], req.get("unit_dir"))["start"]))
+        if req.get("run_id") and started.get("RunId") != req["run_id"]:
+            answer["unit_skipped"] = "started by another run"
+        else:
+            answer["unit"] = unit_of(req["name"])
+    return answer
+
+
+def stop_record(req):
     record = load(req)
     want = read_json(want_path(req))
     if record is None and want is None:
@@ -353,8 +392,13 @@ def action_wait(req):
     probes = 0
     while True:
         for name, item in list(pending.items()):
-            record = load(item)
-            if record is None or not alive(record):
+            if has_unit(item):  # systemd's: its MainPID, whichever it is now
+                live, pid = unit_alive(item)
+                record = {"pid": pid, "log": item.get("log")}
+            else:
+                record = load(item)
+                live = record is not None and alive(record)
+            if not live:
                 return failure(req, item, record, "exited", started, last.get(name, (None, "")), ready)
             probes += 1
             last[name] = http_status(item["url"], min(5.0, max(0.5, deadline - time.monotonic())))
@@ -365,7 +409,8 @@ def action_wait(req):
             return {"ok": True, "elapsed": round(time.monotonic() - started, 3), "probes": probes, "ready": ready}
         if time.monotonic() >= deadline:
             name, item = next(iter(pending.items()))
-            return failure(req, item, load(item), "timeout", started, last.get(name, (None, "")), ready)
+            record = {"log": item.get("log")} if has_unit(item) else load(item)
+            return failure(req, item, record, "timeout", started, last.get(name, (None, "")), ready)
         time.sleep(interval)
 
 
@@ -499,7 +544,7 @@ def exit_text(last):
         what = "exit code %s" % last["code"]
     else:
         what = "exited (code unknown)"
-    return "%s after %ss" % (what, last.get("uptime"))
+    return what if last.get("uptime") is None else "%s after %ss" % (what, last.get("uptime"))
 
 
 class Supervisor:
@@ -729,8 +774,354 @@ def supervised_stop(req, record, want):
             "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
 
 
+# --------------------------------------------------------------------------------------------- systemd
+# With ``"supervisor": "systemd"`` a process is the unit ``provision-pd-NAME.service`` in UNIT_DIR (root's part;
+# the controller runs those actions with become). ``unit`` writes it, atomically and never through a link:
+# the unit (``User=`` the owner of the launch script, ``ExecStart=`` the script, output appended to the log,
+# ``Restart=on-failure``, ``KillMode=control-group``, ``WantedBy=multi-user.target``, an ``ExecStopPost=`` that
+# records each exit in PIDDIR/NAME.exits), ``NAME.service.d/policy.conf`` (the restart delay, growing with
+# ``RestartSteps``/``RestartMaxDelaySec`` on systemd >= 254, the start limit, the stop timeout) and, at each
+# start provision makes, ``NAME.service.d/start.conf`` (the env resolved then: ``PROVISION_PD_VENV``; and in
+# its ``[X-Provision]`` section, which systemd ignores, the script's sha256 and the run id). It answers what the
+# controller then asks of systemd through service.py (daemon-reload, enable, start or restart). ``status``,
+# ``wait`` and ``stop`` find a unit by its file; ``unit_remove`` (after the stop and disable) removes it.
+UNIT_DIR = "/etc/systemd/system"
+UNIT_PREFIX = "provision-pd-"
+SHOW = ("LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainCode", "ExecMainStatus",
+        "UnitFileState")  # fmt: skip
+STEPS_SINCE = 254  # RestartSteps= and RestartMaxDelaySec= (systemd 254)
+CLD = {"1": "exited", "2": "killed", "3": "dumped"}  # ExecMainCode: si_code of the main process's end
+
+
+def systemctl_path():
+    for directory in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]:
+        candidate = os.path.join(directory or ".", "systemctl")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def systemctl(*args):
+    """rc, stdout, stderr of ``systemctl ARGS``; without the system bus (no dbus: a non-root user cannot reach
+    systemd) it is asked through ``sudo -n`` (passwordless sudo is what lets provision use systemd)."""
+    path = systemctl_path()
+    if path is None:
+        return 127, "", "systemctl not found"
+    argv = [path] + list(args)
+    for attempt in (argv, ["sudo", "-n"] + argv):
+        try:
+            proc = subprocess.run(  # noqa: UP022 (capture_output is 3.7+; hosts may have 3.6)
+                attempt, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=dict(os.environ, LANG="C", LC_ALL="C"), timeout=60,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 127, "", str(exc)
+        err = proc.stderr.decode("utf-8", "replace")
+        if os.geteuid() == 0 or "Failed to connect to bus" not in err:
+            break
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), err
+
+
+def systemd_runs():
+    """Is the host run by systemd (PID 1, as sd_booted() asks), with systemctl there?"""
+    return os.path.isdir("/run/systemd/system") and systemctl_path() is not None
+
+
+def systemd_version():
+    rc, out, _ = systemctl("--version")
+    words = out.split()
+    try:
+        return int(words[1].split(".")[0]) if rc == 0 and words[:1] == ["systemd"] else 0
+    except (IndexError, ValueError):
+        return 0
+
+
+def unit_of(name):
+    return UNIT_PREFIX + name + ".service"
+
+
+def unit_files(name, unit_dir=None):
+    base = os.path.join(unit_dir or UNIT_DIR, unit_of(name))
+    return {"unit": base, "dir": base + ".d", "policy": base + ".d/policy.conf", "start": base + ".d/start.conf"}
+
+
+def has_unit(item):
+    return os.path.lexists(unit_files(item["name"], item.get("unit_dir"))["unit"])
+
+
+def show(unit):
+    rc, out, err = systemctl("show", unit, "-p", ",".join(SHOW))
+    if rc != 0:
+        raise OSError("systemctl show %s: %s" % (unit, (err or out).strip()))
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def read_text(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def x_provision(text):
+    """The ``[X-Provision]`` keys of start.conf (what provision started: the script's sha256, the run id)."""
+    out, inside = {}, False
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            inside = line == "[X-Provision]"
+        elif inside and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def quoted(value, dollar=True):
+    """One word of a unit file: double-quoted, ``\\`` and ``"`` escaped, ``%`` (specifiers) doubled, and ``$``
+    doubled too where systemd expands env variables (an Exec line's arguments, not its command: ``dollar``). A
+    newline cannot be written: refused."""
+    if "\n" in value or "\r" in value:
+        raise ValueError("a newline cannot go into a unit file: %r" % value)
+    text = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return '"%s"' % (text.replace("$", "$$") if dollar else text)
+
+
+def plain(path):
+    """A path as the rest of a unit file line (WorkingDirectory=, StandardOutput=append:): ``%`` doubled."""
+    if "\n" in path or "\r" in path:
+        raise ValueError("a newline cannot go into a unit file: %r" % path)
+    return path.replace("%", "%%")
+
+
+def render_unit(req, script, user):
+    """The unit: what runs, as whom, where its output goes, and how it is restarted and stopped."""
+    log = os.path.expanduser(req["log"])
+    exits = os.path.join(os.path.expanduser(req["piddir"]), req["name"] + ".exits")
+    # the exit as systemd reports it to ExecStopPost (systemd.exec(5)); quoted() doubles $ and %
+    record = ('echo "$(date +%s) $SERVICE_RESULT $EXIT_CODE $EXIT_STATUS" >> "$1"; '
+              'echo "=== $(date "+%Y-%m-%d %H:%M:%S"): systemd: $2 ended: $SERVICE_RESULT $EXIT_CODE '
+              '$EXIT_STATUS ===" >> "$3"')  # fmt: skip
+    lines = [
+        "# Written by provision (pd_supervisor: systemd): edits here are replaced by the next `provision pd up`.",
+        "[Unit]",
+        "Description=provision PD process %s" % req["name"].replace("%", "%%"),
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+        "User=%s" % user,
+        "WorkingDirectory=%s" % plain(os.path.dirname(script) or "/"),
+        "ExecStart=%s" % quoted(script, dollar=False),
+        "ExecStopPost=/bin/sh -c %s sh %s %s %s" % (quoted(record), quoted(exits), quoted(req["name"]), quoted(log)),
+        "StandardInput=null",
+        "StandardOutput=append:%s" % plain(log),
+        "StandardError=inherit",
+        "Restart=on-failure",
+        "KillMode=control-group",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_policy(policy, version):
+    """The restart policy: ``delay`` first, growing to ``max_delay`` (RestartSteps: as many doublings as it
+    takes) on systemd >= 254, fixed before; ``burst`` restarts within ``interval`` (the first start counts too,
+    hence burst + 1 starts), after which the unit stays failed (Result=start-limit-hit)."""
+    delay, top = float(policy["delay"]), float(policy["max_delay"])
+    service = ["RestartSec=%gs" % delay]
+    if version >= STEPS_SINCE and top > delay:
+        steps = 0
+        while delay * 2**steps < top:
+            steps += 1
+        service += ["RestartSteps=%d" % steps, "RestartMaxDelaySec=%gs" % top]
+    service.append("TimeoutStopSec=%gs" % float(policy["stop_timeout"]))
+    unit = ["StartLimitIntervalSec=%gs" % float(policy["interval"]), "StartLimitBurst=%d" % (int(policy["burst"]) + 1)]
+    head = "# Written by provision: the restart policy (pd_restart_delay, pd_start_limit_*, pd_stop_timeout).\n"
+    return head + "[Unit]\n" + "\n".join(unit) + "\n\n[Service]\n" + "\n".join(service) + "\n"
+
+
+def render_start(env, digest, run_id):
+    lines = ["# Written by provision at its last start of this process: the env it runs on, resolved then.",
+             "[X-Provision]", "ScriptSha256=%s" % digest, "RunId=%s" % (run_id or ""),
+             "StartedAt=%d" % int(time.time()), "", "[Service]"]  # fmt: skip
+    lines += ["Environment=%s" % quoted("%s=%s" % (k, v), dollar=False) for k, v in sorted(env.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_unit_file(path, text, mode=0o644):
+    """``path`` written atomically, root's and 0644; never through a link (a link there, a mask included, is
+    refused: whoever put it meant something)."""
+    if os.path.islink(path):
+        raise OSError("%s is a symbolic link (masked?): refusing to write through it" % path)
+    directory = os.path.dirname(path)
+    if os.path.islink(directory):
+        raise OSError("%s is a symbolic link: refusing to write through it" % directory)
+    if not os.path.isdir(directory):
+        os.mkdir(directory, 0o755)
+    write_atomic(path, text, mode)
+
+
+def action_probe(req):
+    """What supervisor this host allows: systemd (running it, version), root, passwordless sudo."""
+    runs = systemd_runs()
+    sudo = False
+    if req.get("sudo") and os.geteuid() != 0:
+        try:
+            sudo = subprocess.run(["sudo", "-n", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=30).returncode == 0  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            sudo = False
+    return {"ok": True, "systemd": runs, "version": systemd_version() if runs else 0, "uid": os.geteuid(),
+            "sudo": sudo}  # fmt: skip
+
+
+def action_unit(req):
+    """Bring the unit files to what the request says; answer what systemd must do (reload, start, restart)."""
+    if os.geteuid() != 0:
+        return {"ok": False, "msg": "the systemd unit of %s needs root (become)" % req["name"]}
+    if not systemd_runs():
+        return {"ok": False, "msg": "this host is not run by systemd (/run/systemd/system is missing)"}
+    script = os.path.expanduser(req["script"])
+    current = sha256(script)
+    if current is None:
+        return {"ok": False, "msg": "script %s does not exist or is not readable" % script}
+    if "@" in req["name"]:
+        return {"ok": False, "msg": "%s: a unit name cannot hold @ (systemd's template instances)" % req["name"]}
+    st = os.stat(script)
+    import pwd
+
+    user = pwd.getpwuid(st.st_uid).pw_name
+    files = unit_files(req["name"], req.get("unit_dir"))
+    unit = unit_of(req["name"])
+    old_unit = read_text(files["unit"])
+    if old_unit is not None and "\nUser=%s\n" % user not in old_unit:
+        return {"ok": False, "msg": "%s exists and runs as another user: not provision's unit for %s" % (unit, user)}
+    version = systemd_version()
+    policy = dict(DEFAULT_POLICY)
+    policy.update({k: v for k, v in (req.get("policy") or {}).items() if k in DEFAULT_POLICY})
+    texts = {"unit": render_unit(req, script, user), "policy": render_policy(policy, version)}
+    state = show(unit) if old_unit is not None else {}
+    started = x_provision(read_text(files["start"]))
+    running = state.get("ActiveState") in ("active", "activating", "reloading")
+    fresh = running and started.get("ScriptSha256") == current and old_unit == texts["unit"]
+    stale = running and not fresh
+    restart = bool(req.get("force_restart")) or (stale and req.get("restart_changed", True))
+    start = restart or not running
+    if start:
+        env = dict(req.get("env") or {})
+        if req.get("venv"):
+            env["PROVISION_PD_VENV"] = resolve_venv(req["venv"])
+        texts["start"] = render_start(env, current, req.get("run_id"))
+    changed = [key for key, text in texts.items() if read_text(files[key]) != text]
+    answer = {"ok": True, "unit": unit, "user": user, "version": version, "written": changed, "reload": bool(changed),
+              "state": "restarted" if restart and running else "started", "action": "none",
+              "pid": int(state.get("MainPID") or 0) or None, "sha256": current}  # fmt: skip
+    if start:
+        answer["action"] = "restarted" if running else "started"
+    elif stale:
+        answer["stale"] = True
+    if req.get("check"):
+        return answer
+    migrate = dict(req, timeout=req.get("stop_timeout", 20))
+    if load(req) is not None or read_json(want_path(req)) is not None:
+        stop_record(dict(migrate, run_id=None))  # it ran without systemd: that one stops
+    if start:
+        log = os.path.expanduser(req["log"])
+        if not os.path.exists(log):  # the user's file (systemd would create it as root's)
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            os.fchown(fd, st.st_uid, st.st_gid)
+            os.close(fd)
+        if state.get("ActiveState") == "failed":  # a crash loop (start limit) ends with a start provision makes
+            systemctl("reset-failed", unit)
+    private = set(req.get("env") or {}) - {"PROVISION_PD_VENV"}  # the task's own env may hold secrets
+    for key in changed:
+        write_unit_file(files[key], texts[key], 0o600 if key == "start" and private else 0o644)
+    return answer
+
+
+def unit_status(item):
+    """A systemd process's row: the same fields as provision's supervisor gives (``supervisor``, ``state``,
+    ``pid``, ``uptime``, ``restarts``, ``last_exit``/``last_reason``, ``crash_looping``)."""
+    files = unit_files(item["name"], item.get("unit_dir"))
+    unit = unit_of(item["name"])
+    state = show(unit)
+    pid = int(state.get("MainPID") or 0) or None
+    st = proc_stat(pid) if pid else None
+    running = state.get("ActiveState") == "active" and st is not None and st[0] not in ("Z", "X")
+    uptime = round(time.time() - (boot_time() + st[4] / float(CLK_TCK)), 1) if running and st else None
+    start_text = read_text(files["start"]) or ""
+    started = x_provision(start_text)
+    venv = next((line.split("PROVISION_PD_VENV=", 1)[1].rstrip('"') for line in start_text.splitlines()
+                 if line.startswith('Environment="PROVISION_PD_VENV=')), None)  # fmt: skip
+    exits = tail_lines(os.path.join(os.path.expanduser(item["piddir"]), item["name"] + ".exits"), 10)
+    last = exit_of(exits[-1]) if exits else None
+    active, result = state.get("ActiveState"), state.get("Result")
+    sub = state.get("SubState")
+    # with Restart=on-failure a unit ends up failed only when systemd gave up restarting it: the start limit
+    # (Result=start-limit-hit on a start job; after an automatic restart systemd 252 keeps the crash's result)
+    looping = active == "failed"
+    word = {"active": "running", "activating": "backoff" if sub == "auto-restart" else "starting",
+            "failed": "failed" if looping else "dead"}.get(active or "", "stopped")  # fmt: skip
+    return {
+        "name": item["name"], "recorded": True, "running": running, "pid": pid if running else None,
+        "uptime": uptime, "started_at": float(started["StartedAt"]) if started.get("StartedAt") else None,
+        "script": item.get("script"), "started_sha256": started.get("ScriptSha256"),
+        "script_sha256": sha256(item.get("script") or ""), "log": item.get("log"),
+        "run_id": started.get("RunId") or None, "orphans": [], "supervisor": "systemd", "unit": unit,
+        "unit_state": "%s/%s" % (active, sub), "result": result, "enabled": state.get("UnitFileState"),
+        "state": word, "restarts": int(state.get("NRestarts") or 0), "last_exit": last,
+        "last_reason": exit_text(last) if last else None, "crash_looping": looping, "now": time.time(),
+        "venv": venv,
+        "main_exit": {"code": CLD.get(state.get("ExecMainCode") or "", state.get("ExecMainCode")),
+                      "status": state.get("ExecMainStatus")},
+    }  # fmt: skip
+
+
+def exit_of(line):
+    """A line of NAME.exits (``TIME SERVICE_RESULT EXIT_CODE EXIT_STATUS``) as provision's ``last_exit``."""
+    words = (line.split() + ["", "", "", ""])[:4]
+    try:
+        at = float(words[0])
+    except ValueError:
+        return None
+    code, sig = None, None
+    if words[2] == "exited" and words[3].lstrip("-").isdigit():
+        code = int(words[3])
+    elif words[2] in ("killed", "dumped"):
+        sig = "SIG" + words[3] if words[3] and not words[3].startswith("SIG") else words[3]
+    return {"at": at, "code": code, "signal": sig, "result": words[1], "uptime": None}
+
+
+def unit_alive(item):
+    """For ``wait``: (alive, pid): the unit is active with a live MainPID (a crash, even one systemd
+    restarts, is an exit while starting)."""
+    state = show(unit_of(item["name"]))
+    pid = int(state.get("MainPID") or 0) or None
+    return state.get("ActiveState") == "active" and pid is not None and proc_stat(pid) is not None, pid
+
+
+def action_unit_remove(req):
+    """The unit's files gone (after the controller stopped and disabled it); its failed state reset."""
+    files = unit_files(req["name"], req.get("unit_dir"))
+    found = os.path.lexists(files["unit"])
+    if req.get("check") or not found:
+        return {"ok": True, "removed": found}
+    systemctl("reset-failed", unit_of(req["name"]))
+    for key in ("start", "policy", "unit"):
+        with contextlib.suppress(OSError):
+            os.unlink(files[key])
+    with contextlib.suppress(OSError):
+        os.rmdir(files["dir"])
+    return {"ok": True, "removed": True}
+
+
 ACTIONS = {"status": action_status, "start": action_start, "stop": action_stop, "wait": action_wait,
-           "tail": action_tail}  # fmt: skip
+           "tail": action_tail, "probe": action_probe, "unit": action_unit,
+           "unit_remove": action_unit_remove}  # fmt: skip
 
 
 def main(argv):

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from provision import templating
 from provision.pd import build
 
@@ -99,17 +101,22 @@ def test_router_and_decode_scripts(tmp_path: Path) -> None:
     assert "HF_TOKEN" not in router  # the router needs no token
 
 
-def test_the_default_command_runs_the_env_resolved_at_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shipped", [False, True])
+def test_the_default_command_runs_the_env_resolved_at_start(tmp_path: Path, shipped: bool) -> None:
     """VENV/bin/python through the link, unless provision resolved the env at start (PROVISION_PD_VENV): a
-    supervised restart after install.yml switched the link stays on the env the server was started with."""
+    supervised restart after install.yml switched the link stays on the env the server was started with. The
+    command unset, or as the shipped defaults give it (``{{ venv_path }}/bin/python -m sglang.launch_server``,
+    rendered: what every playbook run sees)."""
     for name in ("A", "B"):
         python = tmp_path / "venv.envs" / name / "bin" / "python"
         python.parent.mkdir(parents=True)
         python.write_text(f"#!/bin/sh\nprintf '%s\\0' {name} \"$@\"\n")
         python.chmod(0o700)
     (tmp_path / "venv").symlink_to(tmp_path / "venv.envs" / "B")
-    hosts = hosts_with(tmp_path, model_path="/m", venv_path=str(tmp_path / "venv"))
+    command = {"sglang_server_cmd": f"{tmp_path / 'venv'}/bin/python -m sglang.launch_server"} if shipped else {}
+    hosts = hosts_with(tmp_path, model_path="/m", venv_path=str(tmp_path / "venv"), **command)
     script = render("prefill.sh.j2", "p1", hosts, str(tmp_path))
+    assert 'exec "$venv/bin/python" -m sglang.launch_server' in script
     env_text = render("pd.env.j2", "p1", hosts, str(tmp_path))
     argv = run_script(tmp_path, script, env_text)
     assert argv[:3] == ["B", "-m", "sglang.launch_server"]  # no pin: the link's env
