@@ -25,14 +25,19 @@ PLAYBOOK = (
 )
 
 
-def _ansible_recap(tmp_path: Path) -> dict[str, dict[str, int]]:
+def _ansible_playbook(tmp_path: Path) -> str:
+    """ansible-playbook's output for tmp_path's pb.yml and inv.yml."""
     env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_RETRY_FILES_ENABLED": "False",
            "ANSIBLE_HOST_KEY_CHECKING": "False"}  # fmt: skip
     command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(tmp_path / "inv.yml"),
                str(tmp_path / "pb.yml")]  # fmt: skip
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
-    recap = proc.stdout[proc.stdout.index("PLAY RECAP") :]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False).stdout
+
+
+def _ansible_recap(tmp_path: Path) -> dict[str, dict[str, int]]:
+    stdout = _ansible_playbook(tmp_path)
+    recap = stdout[stdout.index("PLAY RECAP") :]
     out = {}
     for host, counts in re.findall(r"^(\w+)\s*:\s*(.*)$", recap, re.MULTILINE):
         out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
@@ -144,13 +149,7 @@ def test_no_log_may_be_a_template_rendered_per_host(tmp_path: Path) -> None:
 
 
 def _ansible_plays(tmp_path: Path) -> list[str]:
-    env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_RETRY_FILES_ENABLED": "False",
-           "ANSIBLE_HOST_KEY_CHECKING": "False"}  # fmt: skip
-    command = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(tmp_path / "inv.yml"),
-               str(tmp_path / "pb.yml")]  # fmt: skip
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
-    return re.findall(r"^PLAY \[(.*?)\]", proc.stdout, re.MULTILINE)
+    return re.findall(r"^PLAY \[(.*?)\]", _ansible_playbook(tmp_path), re.MULTILINE)
 
 
 def test_a_batch_that_all_fails_stops_the_run_with_one_banner_as_ansible(tmp_path: Path) -> None:
