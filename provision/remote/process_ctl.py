@@ -741,7 +741,8 @@ def supervised_start(req, script, current):
             if record.get("state") in ("backoff", "failed"):
                 last = record.get("last_exit") or {}
                 return {"ok": False, "action": action, "rc": last.get("code"), "pid": record.get("pid"),
-                        "msg": "%s %s at once" % (req["name"], exit_text(last) or "exited"),
+                        "msg": "%s exited at once (%s)" % (req["name"], "rc=%s" % last["code"]
+                                                      if last.get("code") is not None else exit_text(last)),
                         "log_tail": last.get("log_tail") or []}  # fmt: skip
             if alive(record) and time.time() - float(record.get("started_at") or 0) >= settle:
                 return {"ok": True, "action": action, "pid": record["pid"], "sha256": current}
