@@ -60,8 +60,8 @@ PLAYBOOK = """
       loop: "{{ pd.dirs }}"
     - name: two envs and the venv link (as install.yml leaves them)
       shell: >-
-        mkdir -p ~/.provision/env-a ~/.provision/env-b &&
-        { [ -L ~/.provision/venv ] || ln -s env-a ~/.provision/venv; }
+        mkdir -p ~/pd-systemd-test/env-a ~/pd-systemd-test/env-b &&
+        { [ -L ~/pd-systemd-test/venv ] || ln -s env-a ~/pd-systemd-test/venv; }
       changed_when: false
     - name: fake launch scripts
       copy:
@@ -77,7 +77,7 @@ PLAYBOOK = """
         pidfile_dir: "{{ pd.pid_dir }}"
         supervisor: "{{ pd.supervisor }}"
         restart: "{{ pd.restart }}"
-        venv: ~/.provision/venv  # (pd.server.venv is null while defaults.yml sets sglang_server_cmd)
+        venv: ~/pd-systemd-test/venv  # a link of this test's own: the lab host's ~/.provision/venv may be a real one
         stop_timeout: "{{ pd.restart.stop_timeout }}"
       become: "{{ pd.become }}"
       loop: "{{ pd.procs }}"
@@ -211,8 +211,8 @@ def test_up_writes_enabled_units_and_converges(dep: Deployment) -> None:
         assert row["pid"] and row["uptime"] is not None and row["crash_looping"] is False
     drop = dep.unit("decode").with_name(dep.unit("decode").name + ".d")
     start = (drop / "start.conf").read_text()
-    assert f'Environment="PROVISION_PD_VENV={home}/.provision/env-a"' in start.splitlines(), start
-    assert "starting on venv=" + home + "/.provision/env-a" in dep.log("decode")
+    assert f'Environment="PROVISION_PD_VENV={home}/pd-systemd-test/env-a"' in start.splitlines(), start
+    assert "starting on venv=" + home + "/pd-systemd-test/env-a" in dep.log("decode")
 
     # pd_wait follows the units' MainPIDs; pd logs reads the log systemd appends to
     wait = dep.workdir / "wait.yml"
@@ -225,7 +225,7 @@ def test_up_writes_enabled_units_and_converges(dep: Deployment) -> None:
 
 def test_kill9_is_restarted_by_systemd_on_its_env(dep: Deployment) -> None:
     dep.up()
-    dep.lab.run_as(HOST, ["ln", "-sfn", "env-b", ".provision/venv"])  # install.yml switched the link meanwhile
+    dep.lab.run_as(HOST, ["ln", "-sfn", "env-b", "pd-systemd-test/venv"])  # install.yml switched the link meanwhile
     old, killed = kill9(dep, "decode")
 
     def back() -> dict[str, Any] | None:
@@ -235,12 +235,16 @@ def test_kill9_is_restarted_by_systemd_on_its_env(dep: Deployment) -> None:
     row = until("the decode restarted by systemd", back, timeout=30)
     took = time.monotonic() - killed
     assert 2.0 <= took < 15, took  # RestartSec=2s first
-    assert row["restarts"] == 1 and row["supervisor"] == "systemd" and row["venv"] == f"{dep.home}/.provision/env-a"
+    assert (
+        row["restarts"] == 1 and row["supervisor"] == "systemd" and row["venv"] == f"{dep.home}/pd-systemd-test/env-a"
+    )
     assert row["last_reason"] == "killed by SIGKILL", row
     log = dep.log("decode")
-    assert log.count(f"starting on venv={dep.home}/.provision/env-a") == 2, log  # not env-b: only a new start moves
+    assert log.count(f"starting on venv={dep.home}/pd-systemd-test/env-a") == 2, (
+        log
+    )  # not env-b: only a new start moves
     assert "systemd: " + f"{dep.host}-decode ended: signal killed KILL" in log, log[-2000:]
-    dep.lab.run_as(HOST, ["ln", "-sfn", "env-a", ".provision/venv"])
+    dep.lab.run_as(HOST, ["ln", "-sfn", "env-a", "pd-systemd-test/venv"])
 
 
 def delays(dep: Deployment, kills: int) -> list[float]:
