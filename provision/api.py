@@ -738,7 +738,8 @@ def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> list[dict[str
 
 
 def pd_status(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> PdStatus:
-    """Each PD process: state, pid, uptime, health, port (like ``provision pd status``); read-only."""
+    """Each PD process: state, pid, uptime, health, port, supervisor, restarts (like ``provision pd status``).
+    Read-only, but for one repair: a host's supervisor that died is started again (it adopts what runs)."""
     fleet = _fleet(hosts, opts.get("extra_vars"))
     extra = run_options(fleet, opts).extra_vars
     rows = _expected_rows(fleet.inventory, extra)
