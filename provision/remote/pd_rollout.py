@@ -44,6 +44,7 @@ import json
 import os
 import random
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -369,23 +370,47 @@ def keep_venv(req, op):
         real = os.path.realpath(venv)
         old = [d for d in loaded if d != real]
         if old:
-            with open(prev, "w") as f:
-                f.write(old[0])
+            replace(prev, lambda fh: fh.write(old[0].encode("utf-8")), 0o600)
             return venv
     elif op == "restore" and os.path.exists(prev):
         with open(prev) as f:
             target = f.read().strip()
         if os.path.isdir(target):
-            tmp = venv.rstrip("/") + ".rollout-link"
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            os.symlink(target, tmp)
+            tmp = "%s.tmp-%d-%s" % (venv.rstrip("/"), os.getpid(), os.urandom(4).hex())
+            os.symlink(target, tmp)  # a new name: symlink() never follows nor replaces what is there
             os.replace(tmp, venv)
             return venv
     elif op == "discard" and os.path.exists(prev):
         os.unlink(prev)
         return venv
     return None
+
+
+def replace(path, fill, mode):
+    """A new file beside ``path`` (a random name opened with O_EXCL: never an existing file or a planted link,
+    private from creation), filled by ``fill(fh)``, given ``mode`` and renamed over ``path``: whatever was at
+    ``path``, a link included, is replaced, never written through. Removed on any failure."""
+    tmp = "%s.tmp-%d-%s" % (path, os.getpid(), os.urandom(4).hex())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fill(fh)
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def copy_over(src, dest):
+    """``dest`` replaced by a copy of ``src`` (its mode and times, as shutil.copy2), through :func:`replace`."""
+    st = os.stat(src)
+    with open(src, "rb") as source:
+        replace(dest, lambda fh: shutil.copyfileobj(source, fh), stat.S_IMODE(st.st_mode))
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def files(req):
@@ -396,12 +421,10 @@ def files(req):
     for path in (os.path.expanduser(p) for p in req["paths"]):
         prev = path + PREV
         if op == "backup" and os.path.exists(path):
-            shutil.copy2(path, prev)
+            copy_over(path, prev)
             done.append(path)
         elif op == "restore" and os.path.exists(prev):
-            tmp = path + ".rollout-tmp"
-            shutil.copy2(prev, tmp)
-            os.replace(tmp, path)
+            copy_over(prev, path)
             done.append(path)
         elif op == "discard" and os.path.exists(prev):
             os.unlink(prev)

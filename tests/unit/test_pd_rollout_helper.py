@@ -92,6 +92,28 @@ def test_a_switched_venv_is_seen_kept_and_put_back(server: dict[str, Any]) -> No
     assert sorted(p.name for p in root.iterdir() if "rollout" in p.name) == []
 
 
+def test_kept_and_restored_files_never_go_through_a_planted_link(tmp_path: Path) -> None:
+    """Another user of the host plants links at the names the rollout writes (PATH.rollout-prev, and the old
+    fixed temp name PATH.rollout-tmp): a backup and a restore replace the file, never write through a link."""
+    script = tmp_path / "s.sh"
+    script.write_text("old")
+    script.chmod(0o700)
+    victims = {name: tmp_path / f"victim-{name}" for name in ("prev", "tmp")}
+    for name, victim in victims.items():
+        victim.write_text("root's file")
+        (tmp_path / f"s.sh.rollout-{name}").symlink_to(victim)
+    files = {"paths": [str(script)]}
+    assert helper("files", {**files, "op": "backup"})["done"] == [str(script)]
+    prev = tmp_path / "s.sh.rollout-prev"
+    assert not prev.is_symlink() and prev.read_text() == "old" and prev.stat().st_mode & 0o777 == 0o700
+    script.write_text("new")
+    assert helper("files", {**files, "op": "restore"})["done"] == [str(script)]
+    assert script.read_text() == "old" and not script.is_symlink() and script.stat().st_mode & 0o777 == 0o700
+    assert all(v.read_text() == "root's file" for v in victims.values())
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if ".tmp-" in p.name)
+    assert leftovers == []
+
+
 def test_no_running_server_is_no_stack_change(tmp_path: Path) -> None:
     answer = helper("stack", {"python": str(tmp_path / "venv/bin/python"), "pidfile": str(tmp_path / "none.json")})
     assert answer["ok"] and answer["changed"] is False and answer["loaded"] is None
