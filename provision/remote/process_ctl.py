@@ -106,10 +106,15 @@ def paths(req):
 
 
 def load(req):
+    return read_json(paths(req)[0])
+
+
+def read_json(path):
+    """The JSON object in ``path``, or None (missing, unreadable, not an object)."""
     try:
-        with open(paths(req)[0]) as fh:
-            record = json.load(fh)
-        return record if isinstance(record, dict) else None
+        with open(path) as fh:
+            value = json.load(fh)
+        return value if isinstance(value, dict) else None
     except (OSError, ValueError):
         return None
 
@@ -183,8 +188,8 @@ def supervision(req, record, want):
     """A process's supervisor, state and restarts, for ``status``."""
     record = record or {}
     if want is None and record.get("supervisor") != "provision":
-        return {"supervisor": "none" if record else None, "state": "running" if alive(record or {"pid": None})
-                else ("stopped" if not record else "dead"), "restarts": 0}  # fmt: skip
+        state = "running" if alive(record) else ("dead" if record else "stopped")
+        return {"supervisor": "none" if record else None, "state": state, "restarts": 0}
     sup = supervisor_record(req["piddir"])
     state = record.get("state") or "starting"
     if state == "running" and not alive(record):
@@ -467,15 +472,6 @@ def want_path(req):
     return os.path.join(os.path.expanduser(req["piddir"]), req["name"] + ".want.json")
 
 
-def read_json(path):
-    try:
-        with open(path) as fh:
-            value = json.load(fh)
-        return value if isinstance(value, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def supervisor_files(piddir):
     base = os.path.join(os.path.expanduser(piddir), SUPERVISOR)
     return {"script": base + ".py", "record": base + ".json", "log": base + ".log", "lock": base + ".lock"}
@@ -574,6 +570,13 @@ class Supervisor:
             return
         self.exits[pid] = (rc, None) if rc >= 0 else (None, signal_name(-rc))
 
+    def end(self, record, timeout):
+        """Stop a process on purpose (a new generation, or no longer wanted): its session ended, and its exit,
+        which is no crash, collected and dropped."""
+        kill_session(record, timeout)
+        self.collect(record.get("pid"))
+        self.exits.pop(record.get("pid"), None)
+
     def wants(self):
         out = {}
         for entry in os.listdir(self.piddir):
@@ -613,14 +616,14 @@ class Supervisor:
         now = time.time()
         if want is None:  # no longer wanted: stop it and forget it
             if record is not None and record.get("supervisor") == "provision":
-                kill_session(record, float((record.get("policy") or {}).get("stop_timeout", 20)))
+                self.end(record, float((record.get("policy") or {}).get("stop_timeout", 20)))
                 forget(req)
             return
         policy = policy_of(want)
         live = record is not None and alive(record)
         if record is None or record.get("generation") != want.get("generation"):
             if record is not None:
-                kill_session(record, policy["stop_timeout"])  # the previous generation, or its orphans
+                self.end(record, policy["stop_timeout"])  # the previous generation, or its orphans
             self.start(want, None, "started")
             return
         if live:
