@@ -294,7 +294,8 @@ _STATUS_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "recorded": (bool,), "running": (bool,), "pid": (int,), "uptime": (int, float),
     "started_at": (int, float, str), "script": (str,), "started_sha256": (str,), "script_sha256": (str,),
     "log": (str,), "run_id": (str,), "orphans": (list,), "health": (int,), "restarts": (int,),
-    "crash_loop": (bool,), "supervisor": (str,),
+    "crash_looping": (bool,), "supervisor": (str,), "state": (str,), "last_reason": (str,), "last_exit": (dict,),
+    "now": (int, float),
 }  # fmt: skip
 
 

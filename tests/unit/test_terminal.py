@@ -126,7 +126,8 @@ def test_pd_printers_under_a_pty_show_host_text_escaped(tmp_path: Path, command:
 FAKE_PYTHON = """#!/bin/sh
 # a host whose python answers every helper with values of the wrong types
 cat > /dev/null &
-echo '{"ok": true, "procs": [1, {"running": "yes", "pid": [], "uptime": "soon", "orphans": 3, "lines": [1]},
+echo '{"ok": true, "procs": [1, {"running": "yes", "pid": [], "uptime": "soon", "orphans": 3, "lines": [1],
+ "supervisor": "provision", "restarts": 2, "last_reason": "x", "last_exit": [1], "now": "later"},
  {"running": true, "pid": 5, "uptime": -3, "health": "x", "lines": "x"}]}' | tr -d '\\n'
 echo
 """
