@@ -45,9 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-import yaml
-
-from . import templating, yamlsafe
+from . import templating, yamlfile, yamlsafe
 from .commands import MASKER
 from .data import defaults, find_playbook, playbook_path, shipped_playbooks
 from .errors import (
@@ -233,17 +231,12 @@ def _extra_vars_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InputError(f"-e @file: not UTF-8 text (byte {exc.start})", file=str(path)) from None
     try:
-        data = yamlsafe.load(text)
-    except RecursionError:
-        raise InputError("-e @file: nested too deeply", file=str(path)) from None
-    except yaml.YAMLError as exc:
-        # str(exc) quotes the offending line: only the problem and its position are shown
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        column = f", column {mark.column + 1}" if mark else ""
-        raise InputError(
-            f"-e @file: invalid YAML{column}: {problem}", file=str(path), line=mark.line + 1 if mark else None
-        ) from None
+        data = yamlfile.plain(yamlfile.loads(text, str(path)))  # THE YAML reader: !unsafe, duplicate keys refused
+    except yamlfile.YAMLFileError as exc:
+        if exc.kind == "depth":
+            raise InputError("-e @file: nested too deeply", file=str(path)) from None
+        column = f", column {exc.column}" if exc.column else ""
+        raise InputError(f"-e @file: invalid YAML{column}: {exc.problem}", file=str(path), line=exc.line) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

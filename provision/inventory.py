@@ -52,16 +52,13 @@ import re
 import shlex
 import string
 import warnings
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from provision import yamlsafe
+from provision import yamlfile, yamlsafe
 from provision.errors import InventoryError, did_you_mean
-from provision.templating import Unsafe
 
 __all__ = ["Group", "Host", "Inventory", "expand_hosts"]
 
@@ -95,59 +92,8 @@ class Group:
     parents: list[str]
 
 
-class _LineDict(dict[Any, Any]):
-    """A YAML mapping that remembers its line and the line of each key (for error messages)."""
-
-    line: int = 0
-    key_lines: dict[str, int]
-
-
-class _Loader(yamlsafe.FastSafeLoader):
-    """libyaml's parser when PyYAML has it (about 10x faster on big inventories), Python's otherwise; bounded
-    (aliases expand to at most ``yamlsafe.NODES_MAX`` nodes)."""
-
-
-def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineDict]:
-    data = _LineDict()
-    data.line = node.start_mark.line + 1
-    data.key_lines = {}
-    yield data
-    data.update(loader.construct_mapping(node))
-    data.key_lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
-
-
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-
-
-def _unsafe(value: Any) -> Any:
-    if isinstance(value, str):
-        return Unsafe(value)
-    if isinstance(value, dict):
-        return {k: _unsafe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unsafe(v) for v in value]
-    return value
-
-
-def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
-    """``!unsafe``: text that is never rendered as a template (as in playbooks: templating.Unsafe)."""
-    if isinstance(node, yaml.ScalarNode):
-        return Unsafe(loader.construct_scalar(node))
-    if isinstance(node, yaml.SequenceNode):
-        return _unsafe(loader.construct_sequence(node, deep=True))
-    return _unsafe(loader.construct_mapping(node, deep=True))
-
-
-_Loader.add_constructor("!unsafe", _construct_unsafe)
-
-
-def _plain(value: Any) -> Any:
-    """Deep copy of a parsed YAML value with every _LineDict turned into a plain dict."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+_LineDict = yamlfile.LineDict  # THE YAML reader's mappings: their line and each key's line
+_plain = yamlfile.plain
 
 
 def _read(path: Path) -> str:
@@ -175,19 +121,14 @@ def nesting_too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 def _load_yaml(path: Path, text: str) -> Any:
+    """An inventory or a group/host vars file through THE YAML reader (:mod:`provision.yamlfile`)."""
     try:
-        data = yaml.load(text, Loader=_Loader)
-        if nesting_too_deep(data):
-            raise InventoryError(f"invalid YAML: nested deeper than {MAX_DEPTH} levels", file=str(path))
-        return data
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        raise InventoryError(f"invalid YAML: {exc.problem or exc.context}", file=str(path), line=line) from exc
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"invalid YAML: {exc}", file=str(path)) from exc
-    except RecursionError:
-        raise InventoryError("invalid YAML: nested too deeply", file=str(path)) from None
+        data = yamlfile.loads(text, str(path))
+    except yamlfile.YAMLFileError as exc:
+        raise InventoryError(f"invalid YAML: {exc.problem}", file=str(path), line=exc.line) from exc
+    if nesting_too_deep(data):
+        raise InventoryError(f"invalid YAML: nested deeper than {MAX_DEPTH} levels", file=str(path))
+    return data
 
 
 def _fail(msg: str, where: Where) -> InventoryError:

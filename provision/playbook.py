@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from . import lookups, templating, yamlsafe
+from . import lookups, templating, yamlfile
 from .catalog import MODULES, lookup, nearest
 from .data import playbooks_dir, roles_dir
 from .errors import PlaybookError, TemplateError, did_you_mean
@@ -46,96 +44,19 @@ TASK_KEYS = {
 ACTION_KEYS = ("action", "local_action")  # `action: MODULE ARGS` / `local_action:` (delegate_to: localhost)
 
 
-class LineDict(dict[str, Any]):
-    """A mapping loaded from YAML that remembers where it came from."""
-
-    file: str = ""
-    line: int = 0
-
-
-class _Loader(yamlsafe.SafeLoader):
-    """Bounded (aliases expand to at most ``yamlsafe.NODES_MAX`` nodes), with line numbers and tags."""
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
-    loader.flatten_mapping(node)
-    result = LineDict()
-    result.file = loader.name
-    result.line = node.start_mark.line + 1
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in result:
-            raise PlaybookError(f"duplicate key {key!r}", file=loader.name, line=key_node.start_mark.line + 1)
-        result[key] = loader.construct_object(value_node, deep=True)
-    return result
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _unsafe(value: Any) -> Any:
-    if isinstance(value, str):
-        return templating.Unsafe(value)
-    if isinstance(value, dict):
-        out = LineDict({k: _unsafe(v) for k, v in value.items()})
-        out.file, out.line = getattr(value, "file", ""), getattr(value, "line", 0)
-        return out
-    if isinstance(value, list):
-        return [_unsafe(v) for v in value]
-    return value
-
-
-def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
-    """``!unsafe``: the value (every string inside it) is data, never rendered as a template."""
-    if isinstance(node, yaml.ScalarNode):
-        return templating.Unsafe(loader.construct_scalar(node))
-    if isinstance(node, yaml.SequenceNode):
-        return _unsafe(loader.construct_sequence(node, deep=True))
-    if isinstance(node, yaml.MappingNode):
-        return _unsafe(_construct_mapping(loader, node))
-    raise PlaybookError(
-        "!unsafe: expected a scalar, a list or a mapping", file=loader.name, line=node.start_mark.line + 1
-    )
-
-
-def _construct_vault(loader: _Loader, node: yaml.Node) -> Any:
-    """``!vault``: kept as a marker (never decrypted, never shown); the planner refuses a play holding one."""
-    return templating.Vaulted(loader.name, node.start_mark.line + 1)
-
-
-_Loader.add_constructor("!unsafe", _construct_unsafe)
-_Loader.add_constructor("!vault", _construct_vault)
+LineDict = yamlfile.LineDict  # a mapping loaded from YAML that remembers where it came from
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Load YAML keeping line numbers on mappings; syntax errors become PlaybookError with file:line."""
-    path = str(path)
+    """A playbook, task, handler, role or vars file through THE YAML reader (:mod:`provision.yamlfile`: line
+    numbers, ``!unsafe``, ``!vault``, duplicate keys refused); its errors become PlaybookError with file:line."""
     try:
-        text = yamlsafe.read_text(path)
-    except OSError as exc:
-        raise PlaybookError(f"cannot read: {exc.strerror}", file=path) from None
-    except UnicodeDecodeError as exc:
-        bad_line = text_line_of(Path(path).read_bytes(), exc.start)
-        raise PlaybookError(f"not UTF-8 text (byte {exc.object[exc.start]:#04x})", file=path, line=bad_line) from None
-    loader = _Loader(text)
-    loader.name = path
-    try:
-        return loader.get_single_data()
-    except yamlsafe.YAMLTooLarge as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        raise PlaybookError(f"YAML refused: {exc.problem}", file=path, line=line) from None
-    except yaml.MarkedYAMLError as exc:
-        # an unclosed bracket is reported at the end of the stream: the context mark says where it opened
-        mark = exc.context_mark or exc.problem_mark
-        line = mark.line + 1 if mark else None
-        what = f"{exc.context}, {exc.problem}" if exc.context else str(exc.problem)
-        raise PlaybookError(f"YAML syntax error: {what}", file=path, line=line) from None
-    except yaml.YAMLError as exc:
-        raise PlaybookError(f"YAML error: {exc}", file=path) from None
-    except RecursionError:
-        raise PlaybookError("YAML nested too deeply", file=path) from None
-    finally:
-        loader.dispose()
+        return yamlfile.read(path)
+    except yamlfile.YAMLFileError as exc:
+        problem = f"YAML syntax error: {exc.problem}" if exc.kind == "syntax" else exc.problem
+        if exc.kind == "depth":
+            problem = "YAML nested too deeply"
+        raise PlaybookError(problem, file=exc.file, line=exc.line) from None
 
 
 def text_line_of(data: bytes, offset: int) -> int:

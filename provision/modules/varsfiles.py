@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .. import yamlsafe
+from .. import yamlfile, yamlsafe
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 INCLUDED = "ansible_facts"  # the key of the result that holds the variables (the task runner moves them)
@@ -56,8 +54,12 @@ def read_vars_file(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: cannot read: {exc}") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yamlsafe.load(text)
-    except (yaml.YAMLError, ValueError) as exc:
+        # YAML through THE reader (provision.yamlfile: !unsafe, !vault, duplicate keys refused), as vars_files
+        data = json.loads(text) if path.suffix == ".json" else yamlfile.plain(yamlfile.loads(text, str(path)))
+    except yamlfile.YAMLFileError as exc:
+        where = f" (line {exc.line})" if exc.line else ""
+        raise ValueError(f"{path}: not valid YAML/JSON: {exc.problem}{where}") from None
+    except ValueError as exc:
         raise ValueError(f"{path}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
     if data is None:
         return {}
