@@ -25,7 +25,8 @@ its own target, which wants nothing but the sshd. Without those masks a service 
 in ``sysinit.target``, whose ``systemd-tmpfiles-setup`` empties the real ``/tmp``. Unit files a test writes
 to ``/etc/systemd/system`` are real files of the machine: the test removes them. Its boot (the first, and each
 :meth:`reboot_systemd_host`) starts, besides the sshd, the ``provision-pd-*.service`` units enabled for
-``multi-user.target`` (what a reboot of a real host would start of provision's), nothing else of /etc's.
+``multi-user.target`` whose ``User=`` is that host's user (what a reboot of a real host would start of provision's),
+nothing else of /etc's.
 
 :meth:`Lab.grant_sudo` gives one host's user passwordless sudo (a sudoers drop-in
 ``/etc/sudoers.d/provision-lab-<user>``, mode 0440, checked with ``visudo -cf``) until :meth:`Lab.revoke_sudo`
@@ -724,11 +725,13 @@ def _systemd_launcher(h: LabHost, base_dir: Path) -> str:
         '  [ -L "$u" ] || [ -e "$u" ] || continue; ln -sfn /dev/null "/run/systemd/system/${u##*/}"',
         "done",
         f"for u in {' '.join(BOOT_UNITS)}; do ln -sfn /dev/null /run/systemd/system/$u; done",
-        # the boot starts, of what is enabled for multi-user.target, provision's PD units only (the rest of /etc's
-        # multi-user.target.wants is the real machine's: postgresql, ssh, ...)
+        # the boot starts, of what is enabled for multi-user.target, provision's PD units of THIS host's user only
+        # (the rest of /etc's multi-user.target.wants is the real machine's: postgresql, ssh, ...; and another
+        # lab's host, in a parallel test session, may have enabled its own there)
         "mkdir -p /run/systemd/system/provision-lab.target.wants",
         "for u in /etc/systemd/system/multi-user.target.wants/provision-pd-*.service; do",
-        '  [ -e "$u" ] || continue; ln -sfn "$u" /run/systemd/system/provision-lab.target.wants/',
+        f'  [ -e "$u" ] && grep -qsx {shlex.quote("User=" + h.user)} "$u" || continue',
+        '  ln -sfn "$u" /run/systemd/system/provision-lab.target.wants/',
         "done",
         *(f"printf %s {shlex.quote(text)} > /run/systemd/system/{name}" for name, text in units.items()),
         f"hostname {shlex.quote(h.name)}",
