@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 
+import hostlib
+
 
 def _info(name):
     try:
@@ -231,17 +233,11 @@ def _make_home(home, uid, gid):
         shutil.copytree("/etc/skel", home, symlinks=True)
     else:
         os.makedirs(home)
-    os.chmod(home, 0o755 & ~_umask())
+    os.chmod(home, 0o755 & ~hostlib.umask())
     for root, dirs, files in os.walk(home):
         os.lchown(root, uid, gid)
         for entry in dirs + files:
             os.lchown(os.path.join(root, entry), uid, gid)
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def do_user(req):

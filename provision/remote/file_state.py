@@ -30,6 +30,8 @@ import sys
 import time
 import uuid
 
+import hostlib
+
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "link"}
 
 
@@ -52,17 +54,11 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def stat_one(path, req):
     path = os.path.expanduser(path)
     parent = os.path.dirname(path.rstrip("/")) or "."
     out = {"path": path, "exists": False, "type": None, "ftype": None, "parent": os.path.isdir(parent)}
-    out["umask"] = _umask()  # what a new file's mode starts from (a symbolic mode such as u+x applies to it)
+    out["umask"] = hostlib.umask()  # what a new file's mode starts from (a symbolic mode such as u+x applies to it)
     if req.get("glob"):
         out["exists"] = bool(glob.glob(path))
         return out
@@ -179,7 +175,7 @@ def _copy(src, path):
 
     _replace(path, fill, finish)
     if creating:
-        os.chmod(path, 0o666 & ~_umask())
+        os.chmod(path, 0o666 & ~hostlib.umask())
 
 
 def write(req):

@@ -21,6 +21,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import hostlib
+
 
 def _digest(path, algorithm):
     h = hashlib.new(algorithm)
@@ -168,7 +170,7 @@ def _main(req):
             final = (
                 mode
                 if mode is not None
-                else (stat.S_IMODE(os.stat(dest).st_mode) if os.path.exists(dest) else 0o666 & ~_umask())
+                else (stat.S_IMODE(os.stat(dest).st_mode) if os.path.exists(dest) else 0o666 & ~hostlib.umask())
             )
             os.chmod(tmp, final)
             os.rename(tmp, dest)
@@ -225,12 +227,6 @@ def _gr(gid):
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return None
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 if __name__ == "__main__":

@@ -12,11 +12,9 @@ import os
 import subprocess
 import sys
 
+from hostlib import Failed
+
 TIMEOUT = 1800  # one git command (a large clone); the controller's own task timeout bounds the whole
-
-
-class Failed(Exception):
-    pass
 
 
 class Git:

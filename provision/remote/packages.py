@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from hostlib import Failed
+
 TIMEOUT = 1800
 STAMP = "/var/lib/apt/periodic/update-success-stamp"
 LISTS = "/var/lib/apt/lists"
@@ -35,12 +37,6 @@ INSTALLING = ("Installing", "Installing dependencies", "Installing weak dependen
 REPLACING = ("Upgrading", "Downgrading")
 CHECK_MSG = "Check mode: No changes made, but would have if not in check mode"
 REMOVING = ("Removing", "Removing dependent packages", "Removing unused dependencies")
-
-
-class Failed(Exception):
-    def __init__(self, msg, **data):
-        super().__init__(msg)
-        self.data = dict(data, msg=msg)
 
 
 def run(argv, check=True):
@@ -358,7 +354,7 @@ def main():
         req = chosen(req)
         answer = dnf_apply(req) if req.get("manager") == "dnf" else apt_apply(req)
     except Failed as exc:
-        answer = dict(exc.data, failed=True)
+        answer = dict(exc.data, msg=exc.msg, failed=True)
     print(json.dumps(answer))
     return 0
 

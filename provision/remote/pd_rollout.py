@@ -1,9 +1,10 @@
 """The host side of ``provision pd rollout``: router worker control, drain, a pinned PD generation, and the
 previous launch files kept for a rollback.
 
-Usage: ``python3 - ACTION`` with a JSON request on stdin; prints ONE JSON line ``{"ok": bool, ...}`` (``msg``
-when not ok); exits 0 when it could answer, 2 on a bad request. Stdlib only (Python 3.6+). Every network wait
-is bounded by the request's ``timeout``.
+Usage: ``python3 - ACTION`` with a JSON request on stdin: the host library's envelope (``hostlib.serve``: ONE
+JSON line ``{"ok": bool, ...}``, ``msg`` when not ok; exit 0 when ok, 1 when not, a bad request included).
+Stdlib only (Python 3.6+). Every network wait is bounded by the request's ``timeout``. Every file it writes
+goes through ``hostlib.atomic_write`` (a new O_EXCL name, renamed over the target: never through a link).
 
 Router actions talk to the SGLang router's worker API (sglang-router 0.3.x: ``GET /workers`` lists
 ``{"workers": [{"id", "url", "worker_type", "is_healthy", "load", ...}]}``; ``POST /workers`` with
@@ -43,8 +44,6 @@ Server actions:
 import json
 import os
 import random
-import shutil
-import stat
 import sys
 import threading
 import time
@@ -52,26 +51,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import hostlib
+
 PREV = ".rollout-prev"
 REQUEST_COUNTERS = ("smg_router_requests_total", "sgl_router_requests_total", "smg_http_requests_total")
 
 
-def http(method, url, body=None, timeout=10.0):
-    """(status or None, parsed JSON or text or None, error)."""
-    data = None if body is None else json.dumps(body).encode("utf-8")
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw, status = resp.read(), resp.getcode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, None, exc.read().decode("utf-8", "replace")[:1000]
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, None, str(getattr(exc, "reason", exc))
-    text = raw.decode("utf-8", "replace")
-    try:
-        return status, json.loads(text), ""
-    except ValueError:
-        return status, text, ""
+http = hostlib.http_json  # (status or None, parsed JSON or text or None, error)
 
 
 def reply_text(status, err):
@@ -370,47 +356,18 @@ def keep_venv(req, op):
         real = os.path.realpath(venv)
         old = [d for d in loaded if d != real]
         if old:
-            replace(prev, lambda fh: fh.write(old[0].encode("utf-8")), 0o600)
+            hostlib.atomic_write(prev, old[0].encode("utf-8"), 0o600)
             return venv
     elif op == "restore" and os.path.exists(prev):
         with open(prev) as f:
             target = f.read().strip()
         if os.path.isdir(target):
-            tmp = "%s.tmp-%d-%s" % (venv.rstrip("/"), os.getpid(), os.urandom(4).hex())
-            os.symlink(target, tmp)  # a new name: symlink() never follows nor replaces what is there
-            os.replace(tmp, venv)
+            hostlib.swap_link(venv.rstrip("/"), target)
             return venv
     elif op == "discard" and os.path.exists(prev):
         os.unlink(prev)
         return venv
     return None
-
-
-def replace(path, fill, mode):
-    """A new file beside ``path`` (a random name opened with O_EXCL: never an existing file or a planted link,
-    private from creation), filled by ``fill(fh)``, given ``mode`` and renamed over ``path``: whatever was at
-    ``path``, a link included, is replaced, never written through. Removed on any failure."""
-    tmp = "%s.tmp-%d-%s" % (path, os.getpid(), os.urandom(4).hex())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fill(fh)
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def copy_over(src, dest):
-    """``dest`` replaced by a copy of ``src`` (its mode and times, as shutil.copy2), through :func:`replace`."""
-    st = os.stat(src)
-    with open(src, "rb") as source:
-        replace(dest, lambda fh: shutil.copyfileobj(source, fh), stat.S_IMODE(st.st_mode))
-    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def files(req):
@@ -421,10 +378,10 @@ def files(req):
     for path in (os.path.expanduser(p) for p in req["paths"]):
         prev = path + PREV
         if op == "backup" and os.path.exists(path):
-            copy_over(path, prev)
+            hostlib.copy_over(path, prev)
             done.append(path)
         elif op == "restore" and os.path.exists(prev):
-            copy_over(prev, path)
+            hostlib.copy_over(prev, path)
             done.append(path)
         elif op == "discard" and os.path.exists(prev):
             os.unlink(prev)
@@ -445,21 +402,5 @@ ACTIONS = {
 }
 
 
-def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ACTIONS:
-        print(json.dumps({"ok": False, "msg": "usage: pd_rollout.py %s" % "|".join(sorted(ACTIONS))}))
-        return 2
-    try:
-        req = json.loads(sys.stdin.read() or "{}")
-        answer = ACTIONS[sys.argv[1]](req)
-    except (KeyError, TypeError, ValueError) as exc:
-        print(json.dumps({"ok": False, "msg": "bad request: %s" % exc}))
-        return 2
-    except (RuntimeError, OSError) as exc:
-        answer = {"ok": False, "msg": str(exc)}
-    print(json.dumps(answer))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -39,6 +39,8 @@ import subprocess
 import sys
 import time
 
+from hostlib import Failed
+
 TIMEOUT = 600  # one service command; the task's own timeout bounds the whole script too
 PATHS = ("/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin")
 SYSTEMD_CANARIES = ("/run/systemd/system/", "/dev/.run/systemd/", "/dev/.systemd/")
@@ -48,12 +50,6 @@ PROC_1_NAMES = {"procd": "openwrt_init", "runit-init": "runit", "svscan": "svc",
 # `systemctl is-enabled` answers that mean "a unit systemd knows" (man systemctl, systemd 244)
 ENABLED_STATES = ("enabled", "enabled-runtime", "linked", "linked-runtime", "masked", "masked-runtime", "static",
                   "indirect", "disabled", "generated", "transient")  # fmt: skip
-
-
-class Failed(Exception):
-    def __init__(self, msg, **data):
-        super().__init__(msg)
-        self.data = dict(data, msg=msg)
 
 
 class Done(Exception):
@@ -440,7 +436,7 @@ def main():
     except Done as done:
         answer = done.answer
     except Failed as exc:
-        answer = dict(exc.data, failed=True)
+        answer = dict(exc.data, msg=exc.msg, failed=True)
     print(json.dumps(answer))
     return 0
 

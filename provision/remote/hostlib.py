@@ -1,0 +1,258 @@
+"""The host library: what every shipped script would otherwise write for itself. Stdlib only, Python 3.6+.
+
+A shipped script imports it by its plain name (``import hostlib``): run from this directory that is this file;
+sent to a host, the controller ships it WITH the script whichever way the script travels (a fresh ``python3 -``,
+the persistent agent, a copied file): :func:`provision.remote.source` bundles the libraries a script imports in
+front of it (each becomes a module of ``sys.modules`` before the script runs; the script keeps its own line
+numbers). One module both imported and shipped, as mitogen's; Ansible's module_utils bundling is the model of
+the shipping.
+
+What is here, once:
+
+* :func:`serve`, THE request/answer envelope: the action is the first argument, the request a JSON object on
+  stdin; ONE JSON object is printed on the last stdout line, ``{"ok": true, ...}`` or ``{"ok": false,
+  "failed": true, "msg": ...}``; the exit code follows the answer: 0 when ``ok``, 1 when not. A bad request
+  (unknown action, stdin not a JSON object, a missing or mistyped field) is an answer like any failure
+  (``msg`` starts with ``bad request:``).
+* :class:`Failed`: raise it anywhere under :func:`serve` to answer a failure (``msg`` and any fields).
+* :func:`run`: a command's (rc, stdout, stderr) as text, bounded by a timeout, never through a shell.
+* :func:`atomic_write`, THE way a file is written on a host: a new file beside the target (a random name opened
+  with ``O_EXCL|O_NOFOLLOW``: never an existing file, never a planted link), created with its final mode from
+  the first byte (the umask does not narrow it: ``fchmod``), filled, ``fsync``-ed, renamed over the target
+  (whatever was there, a link included, is replaced, never written through), the directory ``fsync``-ed.
+  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way.
+* :func:`digest` (a file's hash, streamed), :func:`umask` (the process's umask, read without changing it),
+  :func:`http_json` (one bounded HTTP request with a JSON body and answer), :func:`pump` (a child's stdout and
+  stderr read together, bounded in time and size).
+"""
+
+import errno
+import hashlib
+import json
+import os
+import select
+import shutil
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+BAD_REQUEST = "bad request: "
+CHUNK = 1 << 20
+
+
+class Failed(Exception):
+    """A failure to answer: ``msg`` and any fields of the answer (``Failed("no such user", name=n)``)."""
+
+    def __init__(self, msg, **data):
+        super().__init__(msg)
+        self.msg = msg
+        self.data = data
+
+    def answer(self):
+        out = dict(self.data)
+        out.update(ok=False, failed=True, msg=self.msg)
+        return out
+
+
+def failure(msg, **data):
+    """The failure answer ``{"ok": false, "failed": true, "msg": msg, ...}``."""
+    return Failed(msg, **data).answer()
+
+
+def answer_of(actions, argv, text):
+    """The answer of one request: ``argv[0]`` names the action, ``text`` is its JSON request object."""
+    if not argv or argv[0] not in actions:
+        return failure(BAD_REQUEST + "usage: ACTION with a JSON request on stdin; ACTION is one of %s"
+                       % ", ".join(sorted(actions)))  # fmt: skip
+    try:
+        request = json.loads(text or "{}")
+    except ValueError as exc:
+        return failure(BAD_REQUEST + "the request is not JSON (%s)" % exc)
+    if not isinstance(request, dict):
+        return failure(BAD_REQUEST + "the request is a JSON %s, not an object" % type(request).__name__)
+    try:
+        answer = actions[argv[0]](request)
+    except Failed as exc:
+        return exc.answer()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = "missing field %s" % exc if isinstance(exc, KeyError) else str(exc)
+        return failure(BAD_REQUEST + what)
+    except (OSError, RuntimeError) as exc:
+        return failure(str(exc))
+    if not isinstance(answer, dict):
+        return failure("%s answered a %s, not an object" % (argv[0], type(answer).__name__))
+    answer.setdefault("ok", True)
+    if not answer["ok"]:
+        answer.setdefault("failed", True)
+        answer.setdefault("msg", "%s failed" % argv[0])
+    return answer
+
+
+def serve(actions, argv=None, stdin=None):
+    """THE envelope of a shipped script: ``sys.exit(hostlib.serve({"name": handler, ...}))``. Reads the request
+    (``stdin`` text, default the process's stdin), prints the answer as ONE JSON line, returns the exit code
+    (0 when ok, 1 when not)."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = sys.stdin.buffer.read().decode("utf-8", "replace") if stdin is None else stdin
+    answer = answer_of(actions, argv, text)
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    return 0 if answer.get("ok") else 1
+
+
+def run(argv, timeout=None, stdin=None, env=None, cwd=None):
+    """(rc, stdout, stderr) of ``argv`` as text (UTF-8, undecodable bytes replaced); rc 127 and the reason when
+    it cannot start, 124 when it ran past ``timeout`` seconds (it is killed). Never a shell."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, cwd=cwd,
+        )  # fmt: skip
+    except OSError as exc:
+        return 127, "", str(exc)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return 124, out.decode("utf-8", "replace"), err.decode("utf-8", "replace") + "\ntimed out"
+    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def pump(proc, deadline=None, limit=64 << 20):
+    """A started child's (stdout, stderr) bytes, read together until both end (select: neither pipe fills while
+    the other is read), at most ``limit`` bytes each (the rest is read and dropped); stops reading at
+    ``deadline`` (``time.monotonic()``) and returns what came."""
+    streams = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}  # type: dict[int, list[bytes]]
+    sizes = dict.fromkeys(streams, 0)
+    open_fds = list(streams)
+    while open_fds:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if wait == 0.0:
+            break
+        ready, _, _ = select.select(open_fds, [], [], wait)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.remove(fd)
+            elif sizes[fd] < limit:
+                streams[fd].append(chunk[: limit - sizes[fd]])
+                sizes[fd] += len(chunk)
+    return b"".join(streams[proc.stdout.fileno()]), b"".join(streams[proc.stderr.fileno()])
+
+
+def umask():
+    """The process's umask (``os.umask`` sets one to read it: it is put back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def temp_beside(path):
+    """A name beside ``path`` that does not exist yet (random: nobody can plant a link there in advance)."""
+    return "%s.tmp-%d-%s" % (path, os.getpid(), os.urandom(6).hex())
+
+
+def atomic_write(path, data=None, mode=0o644, fill=None, sync=True, owner=None):
+    """``path`` replaced by a new file holding ``data`` (bytes) or what ``fill(fh)`` writes, with ``mode`` from
+    its creation on (``O_EXCL|O_NOFOLLOW`` on a random name beside ``path``, ``fchmod`` so that the umask does
+    not narrow it), ``owner`` ``(uid, gid)`` when given, ``fsync``-ed with its directory when ``sync``, renamed
+    over ``path``. Whatever was at ``path`` (a file, a link) is replaced, never written through; the temp file is
+    removed on any failure."""
+    tmp = temp_beside(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, mode & 0o7777)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode & 0o7777)
+            if owner is not None:
+                os.fchown(fh.fileno(), owner[0], owner[1])
+                os.fchmod(fh.fileno(), mode & 0o7777)  # chown clears set-id bits
+            if fill is not None:
+                fill(fh)
+            elif data is not None:
+                fh.write(data)
+            fh.flush()
+            if sync:
+                os.fsync(fh.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if sync:
+        _fsync_dir(os.path.dirname(path))
+
+
+def copy_over(src, dest, sync=True):
+    """``dest`` replaced by a copy of ``src`` (its mode and times, as ``shutil.copy2``) through
+    :func:`atomic_write`: a link at ``dest`` is replaced, never followed."""
+    st = os.stat(src)
+    with open(src, "rb") as source:
+        atomic_write(dest, mode=stat.S_IMODE(st.st_mode), fill=lambda fh: shutil.copyfileobj(source, fh, CHUNK),
+                     sync=sync)  # fmt: skip
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
+def swap_link(link, target):
+    """``link`` made a symlink to ``target`` in one step: a new link under a random name renamed over it
+    (``symlink`` never follows nor replaces what is there; the rename replaces a file or link at ``link``, a
+    directory is refused)."""
+    tmp = temp_beside(link)
+    os.symlink(target, tmp)
+    try:
+        if os.path.isdir(link) and not os.path.islink(link):
+            raise OSError(errno.EISDIR, "is a directory, not a link", link)
+        os.rename(tmp, link)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def digest(path, algorithm="sha256"):
+    """The hex digest of the file ``path`` (read in chunks: any size)."""
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def http_json(method, url, body=None, timeout=10.0, limit=16 << 20):
+    """One HTTP request (a JSON ``body`` when given), bounded by ``timeout`` seconds and ``limit`` bytes of
+    answer: ``(status or None, parsed JSON or text or None, error text)``; never raises for the network."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw, status = resp.read(limit), resp.getcode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, None, exc.read(1000).decode("utf-8", "replace")[:1000]
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, None, str(getattr(exc, "reason", exc))
+    text = raw.decode("utf-8", "replace")
+    try:
+        return status, json.loads(text), ""
+    except ValueError:
+        return status, text, ""

@@ -1,0 +1,312 @@
+"""The host library (provision/remote/hostlib.py) and how it travels.
+
+- THE atomic write: never through a planted link (at the target, or at any name a planter could guess), the
+  final mode from creation whatever the umask, nothing left behind on failure; the link swap; the envelope.
+- Shipping: a script that imports the library runs the same through every way of travel (``python3 -`` with
+  the source on stdin, the bootstrap with request data after the source, the persistent agent, a copied file
+  run from a directory without the library), with the host's Python; a bad request gets the same failure
+  answer through each.
+- The guard: no shipped script defines its own ``Failed``, umask reader, atomic write or envelope, except the
+  scripts listed in PORT_LATER with what they still define (a listed thing that is gone fails too: the list
+  shrinks, it never lies).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provision import remote
+from provision.commands import Command
+from provision.modules.base import _BOOTSTRAP
+from provision.transport.local import LocalConnection
+
+sys.path.insert(0, str(remote.REMOTE_DIR))
+import hostlib
+
+HOST_PYTHON = "/usr/bin/python3"  # what a host has: not this venv's
+SCRIPTS = sorted(p.name for p in remote.REMOTE_DIR.glob("*.py") if p.name not in ("__init__.py", "hostlib.py"))
+SERVED = [name for name in SCRIPTS if "hostlib.serve(" in remote.path(name).read_text()]
+
+# what each not-yet-ported script still defines for itself (issue 24: ported one by one onto hostlib)
+PORT_LATER: dict[str, set[str]] = {
+    "accounts.py": {"envelope"},
+    "agent.py": {"envelope"},
+    "ansible_facts.py": {"envelope"},
+    "file_state.py": {"atomic write", "envelope"},
+    "get_url.py": {"atomic write", "envelope"},
+    "git_repo.py": {"envelope"},
+    "http_request.py": {"envelope"},
+    "info.py": {"envelope"},
+    "make_tiny_model.py": {"atomic write", "envelope"},
+    "nixl_probe.py": {"envelope"},
+    "nixl_transfer.py": {"atomic write", "envelope"},
+    "packages.py": {"envelope"},
+    "pd_verify.py": {"envelope"},
+    "pip_state.py": {"envelope"},
+    "process_ctl.py": {"atomic write", "envelope"},
+    "run_script.py": {"envelope"},
+    "service.py": {"envelope"},
+    "sglang_args_check.py": {"envelope"},
+    "stack_fs.py": {"atomic write", "envelope"},
+    "stack_state.py": {"envelope"},
+    "transfer.py": {"atomic write", "envelope"},
+    "wait_for.py": {"envelope"},
+}
+
+
+# ---- the atomic write, the link swap ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask_077() -> Iterator[None]:
+    old = os.umask(0o077)
+    yield
+    os.umask(old)
+
+
+def test_atomic_write_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path, umask_077: None) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    target = tmp_path / "launch.sh"
+    target.symlink_to(victim)
+    hostlib.atomic_write(str(target), b"new", 0o755)
+    assert victim.read_text() == "precious"
+    assert not target.is_symlink() and target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755  # the final mode, not narrowed by the umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["launch.sh", "victim"]  # no temp file left
+
+
+def test_atomic_write_creates_its_temp_file_under_a_name_nobody_could_plant(tmp_path: Path) -> None:
+    """Whatever names a planter prepared beside the target (the old fixed ``.rollout-tmp``, ``.tmp``), the
+    write goes to a fresh O_EXCL name: the planted links are left alone, their targets untouched."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    target = tmp_path / "s.sh"
+    for planted in ("s.sh.tmp", "s.sh.rollout-tmp", "s.sh.new", f"s.sh.tmp-{os.getpid()}"):
+        (tmp_path / planted).symlink_to(victim)
+    hostlib.atomic_write(str(target), b"x", 0o600)
+    assert victim.read_text() == "precious" and target.read_bytes() == b"x"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_text("old")
+
+    def boom(fh: object) -> None:
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        hostlib.atomic_write(str(target), fill=boom)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_copy_over_keeps_mode_and_times_and_replaces_a_link(tmp_path: Path) -> None:
+    src, victim, dest = tmp_path / "src", tmp_path / "victim", tmp_path / "dest"
+    src.write_text("content")
+    src.chmod(0o700)
+    os.utime(src, (1_000_000, 1_000_000))
+    victim.write_text("precious")
+    dest.symlink_to(victim)
+    hostlib.copy_over(str(src), str(dest))
+    assert victim.read_text() == "precious" and not dest.is_symlink() and dest.read_text() == "content"
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o700 and dest.stat().st_mtime == 1_000_000
+
+
+def test_swap_link_replaces_a_link_in_one_step_and_refuses_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    link = tmp_path / "venv"
+    link.symlink_to(tmp_path / "A")
+    hostlib.swap_link(str(link), str(tmp_path / "B"))
+    assert os.readlink(link) == str(tmp_path / "B")
+    (tmp_path / "real").mkdir()
+    with pytest.raises(OSError):
+        hostlib.swap_link(str(tmp_path / "real"), str(tmp_path / "B"))
+    assert (tmp_path / "real").is_dir() and not (tmp_path / "real").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A", "B", "real", "venv"]
+
+
+def test_digest_and_umask(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"abc")
+    assert hostlib.digest(str(tmp_path / "f")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    old = os.umask(0o027)
+    try:
+        assert hostlib.umask() == 0o027 and hostlib.umask() == 0o027  # read, not changed
+    finally:
+        os.umask(old)
+
+
+# ---- the envelope --------------------------------------------------------------------------------------
+
+BAD_REQUESTS = {
+    "unknown action": (["no-such-action"], "{}"),
+    "not JSON": (["probe"], "{"),
+    "not an object": (["probe"], "[1, 2]"),
+    "a missing field": (["probe"], "{}"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_the_envelope_answers_a_bad_request_as_a_failure(case: str) -> None:
+    argv, text = BAD_REQUESTS[case]
+    answer = hostlib.answer_of({"probe": lambda req: {"seen": req["needed"]}}, argv, text)
+    assert answer["ok"] is False and answer["failed"] is True and answer["msg"].startswith("bad request: ")
+
+
+def test_the_envelope_answers_ok_failed_and_raised_failures() -> None:
+    def fails(req: dict[str, object]) -> dict[str, object]:
+        raise hostlib.Failed("no such thing", name="x")
+
+    actions = {"good": lambda req: {"n": 1}, "refused": lambda req: {"ok": False}, "fails": fails}
+    assert hostlib.answer_of(actions, ["good"], "") == {"n": 1, "ok": True}
+    assert hostlib.answer_of(actions, ["refused"], "{}") == {"ok": False, "failed": True, "msg": "refused failed"}
+    assert hostlib.answer_of(actions, ["fails"], "{}") == {"name": "x", "ok": False, "failed": True,
+                                                           "msg": "no such thing"}  # fmt: skip
+
+
+# ---- shipping: every way of travel -----------------------------------------------------------------------
+
+
+def _last_json(out: bytes) -> dict[str, object]:
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+def _fresh_process(script: str, argv: list[str], request: bytes) -> tuple[int, dict[str, object]]:
+    """The source on stdin, the request after it (ModuleContext.run_script with stdin: the bootstrap)."""
+    source = remote.source(script)
+    cmd = Command.of(HOST_PYTHON, "-c", _BOOTSTRAP, *argv)
+    result = LocalConnection("fresh").run(cmd, stdin=b"%d\n" % len(source) + source + request, timeout=60)
+    return result.rc, _last_json(result.stdout.encode() if isinstance(result.stdout, str) else result.stdout)
+
+
+def _stdin_source(script: str, argv: list[str], request: bytes) -> tuple[int, dict[str, object]]:
+    """``python3 - ARGS``, the source on stdin (ModuleContext.run_script without data: the request is empty)."""
+    assert request == b"{}"
+    result = LocalConnection("stdin").run(Command.of(HOST_PYTHON, "-", *argv), stdin=remote.source(script), timeout=60)
+    return result.rc, _last_json(result.stdout.encode() if isinstance(result.stdout, str) else result.stdout)
+
+
+def _agent(script: str, argv: list[str], request: bytes) -> tuple[int, dict[str, object]]:
+    conn = LocalConnection("agent")
+    try:
+        result = conn.python_agent(HOST_PYTHON).call(script, argv, request, 60)
+    finally:
+        conn.close()
+    out = result.stdout.encode() if isinstance(result.stdout, str) else result.stdout
+    return result.rc, _last_json(out)
+
+
+def _copied_file(script: str, argv: list[str], request: bytes, tmp: Path) -> tuple[int, dict[str, object]]:
+    """The source copied to a file in a directory without the library (as a kept helper is), then run."""
+    copy = tmp / "copied" / script
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(remote.source(script))
+    proc = subprocess.run([HOST_PYTHON, str(copy), *argv], input=request, capture_output=True, timeout=60,
+                          cwd=tmp)  # fmt: skip
+    return proc.returncode, _last_json(proc.stdout)
+
+
+WAYS = ("fresh process", "source on stdin", "agent", "copied file")
+BAD = {"unknown action": (["no-such-action"], b"{}"), "not an object": (None, b"[1]"), "not JSON": (None, b"{")}
+
+
+@pytest.mark.parametrize("script", SERVED)
+@pytest.mark.parametrize("bad", list(BAD))
+def test_a_bad_request_gets_the_same_failure_answer_through_every_way_of_travel(
+    script: str, bad: str, tmp_path: Path
+) -> None:
+    argv, request = BAD[bad]
+    if argv is None:  # a real action of the script
+        argv = [sorted(ast.literal_eval(_actions_literal(script)))[0]]
+    answers = {
+        "fresh process": _fresh_process(script, argv, request),
+        "source on stdin": _stdin_source(script, argv, b"{}") if request == b"{}" else None,
+        "agent": _agent(script, argv, request),
+        "copied file": _copied_file(script, argv, request, tmp_path),
+    }
+    assert set(answers) == set(WAYS)
+    answers = {way: answer for way, answer in answers.items() if answer is not None}  # (no request data there)
+    first = answers["fresh process"]
+    assert first[0] == 1 and first[1]["ok"] is False and first[1]["failed"] is True, answers
+    assert str(first[1]["msg"]).startswith("bad request: "), answers
+    assert all(answer == first for answer in answers.values()), answers
+
+
+def _actions_literal(script: str) -> str:
+    """The names of the script's ACTIONS table, as a Python literal of a set (read from its source)."""
+    tree = ast.parse(remote.path(script).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ACTIONS" for t in node.targets):
+            assert isinstance(node.value, ast.Dict)
+            return repr({k.value for k in node.value.keys if isinstance(k, ast.Constant)})
+    raise AssertionError(f"{script} has no ACTIONS table")
+
+
+def test_a_script_that_imports_the_library_travels_with_it_and_keeps_its_line_numbers(tmp_path: Path) -> None:
+    assert remote.libraries_of(remote.path("pd_rollout.py").read_text()) == ["hostlib"]
+    assert "def atomic_write" in remote.source("pd_rollout.py").decode()  # the library is inside
+    program = "import sys\nimport hostlib\n\nsys.exit(sys._getframe().f_lineno + (hostlib.umask() & 0))\n"
+    (tmp_path / "t.py").write_text(remote.bundle("t.py", program))
+    proc = subprocess.run([HOST_PYTHON, str(tmp_path / "t.py")], capture_output=True, timeout=30, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr  # line 4 of the script, as written
+    plain = remote.path("ansible_facts.py").read_bytes()
+    assert remote.source("ansible_facts.py") == plain  # a script without the library travels as it is
+
+
+# ---- the guard ---------------------------------------------------------------------------------------------
+
+
+def _defines(script: str) -> set[str]:
+    """What ``script`` writes for itself that the library has: Failed, a umask reader, an atomic write (O_EXCL or
+    a temp name renamed over a target), its own envelope (a main() printing a JSON answer)."""
+    text = remote.path(script).read_text()
+    tree = ast.parse(text)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Failed":
+            found.add("Failed")
+        if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "umask":
+            found.add("umask")
+        if isinstance(node, ast.Attribute) and (
+            node.attr == "O_EXCL"
+            or (node.attr in ("rename", "replace") and isinstance(node.value, ast.Name) and node.value.id == "os")
+        ):
+            found.add("atomic write")  # an O_EXCL temp file, or a file renamed over another: the write's parts
+        entry = (isinstance(node, ast.FunctionDef) and node.name == "main") or (
+            isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+        )
+        if entry and "json.dumps" in ast.unparse(node):
+            found.add("envelope")  # its entry point prints a JSON answer itself
+    return found
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_no_shipped_script_writes_what_the_host_library_has(script: str) -> None:
+    found = _defines(script)
+    allowed = PORT_LATER.get(script, set())
+    assert found <= allowed, f"{script} defines {sorted(found - allowed)} itself: use hostlib instead"
+    assert allowed <= found, f"{script} no longer defines {sorted(allowed - found)}: drop it from PORT_LATER"
+
+
+def test_the_library_itself_runs_on_the_hosts_python() -> None:
+    proc = subprocess.run([HOST_PYTHON, str(remote.path("hostlib.py"))], capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    source = remote.path("hostlib.py").read_text()
+    ast.parse(source, feature_version=(3, 6))  # no syntax newer than the oldest host Python
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
