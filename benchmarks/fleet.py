@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from lab import Lab  # noqa: E402
+from tests.support.lab import Lab  # noqa: E402
 
 PLAYBOOK = """\
 - hosts: all

@@ -5,7 +5,7 @@ lab host and on four at once, with uv and with pip, next to the bare installer d
 
 Default: the NIXL-only stack of the lab tests (numpy, nixl-cu13 + nixl with --no-deps: ~0.3 GB). ``--full``:
 the pinned SGLang stack (sglang, sglang-router, nixl-cu13 + nixl: ~11 GB; with pip that takes many minutes).
-Needs root: it starts a lab of real sshd hosts (tests/lab.py), one Unix user each.
+Needs root: it starts a lab of real sshd hosts (tests/support/lab.py), one Unix user each.
 
 Caches, so that each comparison is fair: uv uses one cache shared by every lab user (warmed once before the
 measurements, as a lab's shared cache would be); pip uses each user's own cache, warmed on every host by the
@@ -28,12 +28,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from lab import Lab  # noqa: E402
-
-from tests.helpers import run_cli  # noqa: E402
 from tests.integration.test_install import CACHE_ROOT, shared_dir, stack_inventory  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
+from tests.support.lab import Lab  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 VENV_TASK = "Venv with the pinned stack"

@@ -20,15 +20,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from lab import Lab  # noqa: E402
 
 from provision.executor import Executor, RunOptions  # noqa: E402
 from provision.inventory import Inventory  # noqa: E402
 from provision.playbook import load_playbook  # noqa: E402
 from provision.report import Reporter  # noqa: E402
 from provision.transport import COUNTERS, ConnectOptions  # noqa: E402
+from tests.support.lab import Lab  # noqa: E402
 
 PLAYBOOK = """\
 - hosts: all

@@ -32,7 +32,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from provision.cli.common import parse_extra_vars  # noqa: E402
 from provision.cli.pd import inventory_pd_vars  # noqa: E402
@@ -107,9 +106,8 @@ def run_playbook(name: str, inventory: Inventory, extra: dict[str, Any], verbose
 
 
 def lab_inventory(work: Path) -> tuple[Any, Path]:
-    from lab import Lab
-
     from tests.integration.test_install import shared_dir
+    from tests.support.lab import Lab
 
     lab = Lab(2, work / "lab").start()
     common = {

@@ -6,7 +6,7 @@ file lost on every host (only it is sent).
     python benchmarks/wheelhouse_sync.py [--hosts 1,4]
 
 The wheels: the NIXL-only set of the lab tests (nixl-cu13, nixl, numpy for the lab's Python; ~76 MB),
-from the cached wheel directory (no index). Needs root: it starts a lab of real sshd hosts (tests/lab.py).
+from the cached wheel directory (no index). Needs root: it starts a lab of real sshd hosts (tests/support/lab.py).
 Prints seconds and bytes; asserts nothing.
 """
 
@@ -25,10 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from lab import Lab  # noqa: E402
-
-from tests.helpers import run_cli  # noqa: E402
 from tests.integration.test_install import CACHE_ROOT, stack_inventory  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
+from tests.support.lab import Lab  # noqa: E402
 
 WHEELS = CACHE_ROOT / "wheels-nixl-1.5.1"  # tests/integration/test_install.py's wheel_dir fixture fills it
 

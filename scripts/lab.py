@@ -1,4 +1,4 @@
-"""Run the test lab by hand: N real sshd hosts on loopback (see tests/lab.py). Needs root.
+"""Run the test lab by hand: N real sshd hosts on loopback (see tests/support/lab.py). Needs root.
 
 Usage:
     python scripts/lab.py up -n 4 --dir .lab     # prints the inventory path, stays up until Ctrl-C
@@ -13,9 +13,9 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab import Lab, LabError
+from tests.support.lab import Lab, LabError
 
 
 def up(n: int, base_dir: Path, prefix: str) -> int:

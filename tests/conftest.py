@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # `from lab import Lab` in tests
+from tests.support.lab import Lab
 
-from lab import Lab
-
-# the session's full SGLang venv on lab host 0 (tests/stack_support.py)
-from tests.stack_support import sglang_stack  # noqa: F401
+# the session's full SGLang venv on lab host 0 (tests/support/stack.py)
+from tests.support.stack import sglang_stack  # noqa: F401
 
 # the tools the suite runs by name (ansible-playbook, ansible, provision) are those beside this interpreter: a
 # venv's, also when the venv is not activated (`.venv/bin/python -m pytest`)
@@ -90,7 +88,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.compat)
             group = COMPAT_GROUP
         elif _uses_ansible_reference(item):
-            item.add_marker(pytest.mark.compat)  # a differential test against ansible-core (tests/ansible_ref.py)
+            item.add_marker(
+                pytest.mark.compat
+            )  # a differential test against ansible-core (tests/support/ansible_ref.py)
         elif path.name in PACKAGE_DB_FILES:
             group = COMPAT_GROUP
         if {"lab", "own_lab", "lab_env", "sglang_stack"} & set(getattr(item, "fixturenames", ())):

@@ -187,7 +187,7 @@ class Harness:
     def provision_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env["PROVISION_SSH_CONFIG"] = str(self.lab.ssh_config_path)
+        env.update(self.lab.ssh_env())
         env.pop("PROVISION_PLAYBOOKS", None)
         return env
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.compat.harness import Harness, Outcome, all_cases
-from tests.lab import Lab
+from tests.support.lab import Lab
 
 pytestmark = pytest.mark.lab
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from provision import api
-from tests.helpers import run_cli
 from tests.integration.test_install import LAB_VARS, clean, shared_dir, stack_inventory
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -137,7 +137,7 @@ def test_docs_show_every_example_as_it_is_run() -> None:
 def test_example_provision_a_fresh_host_from_a_script(lab: Any, lab_env: None, tmp_path: Path) -> None:
     clean(lab, 3)
     inv = stack_inventory(lab, tmp_path / "inv", [3], uv_cache_dir=str(shared_dir("uv")), **LAB_VARS)
-    env = child_env(PROVISION_SSH_CONFIG=str(lab.ssh_config_path))
+    env = child_env(**lab.ssh_env())
     argv = [sys.executable, str(EXAMPLES / "provision_host.py"), str(inv), "lab3"]
     first = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -152,7 +152,7 @@ def test_example_provision_a_fresh_host_from_a_script(lab: Any, lab_env: None, t
 
 def test_example_rollout_with_a_progress_bar(lab: Any, lab_env: None, tmp_path: Path) -> None:
     inv = stack_inventory(lab, tmp_path / "inv", [2, 3], uv_cache_dir=str(shared_dir("uv")), **LAB_VARS)
-    env = child_env(PROVISION_SSH_CONFIG=str(lab.ssh_config_path))
+    env = child_env(**lab.ssh_env())
     argv = [sys.executable, str(EXAMPLES / "rollout_progress.py"), str(inv)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import lab_ssh_config, run_cli
+from tests.support.cli import lab_ssh_config, run_cli
 
 pytestmark = pytest.mark.lab
 

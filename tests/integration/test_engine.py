@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CliResult, run_cli
+from tests.support.cli import CliResult, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "playbooks" / "examples" / "base.yml"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, named, run_cli
+from tests.support.cli import CliResult, named, run_cli
 
 pytestmark = pytest.mark.lab
 
@@ -91,13 +91,8 @@ def uv_as(lab: Any, i: int, *argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def lab_env(lab: Any) -> Iterator[Any]:
     """Point provision at the lab's ssh_config (its UserKnownHostsFile holds the lab's host keys)."""
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    yield lab
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
+    with lab.pointed_at():
+        yield lab
 
 
 @pytest.fixture(scope="module")

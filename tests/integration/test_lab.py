@@ -17,7 +17,8 @@ from pathlib import Path
 import paramiko
 import pytest
 import yaml
-from lab import MAX_HOSTS, Lab, LabError, LabHost, _endpoint
+
+from tests.support.lab import MAX_HOSTS, Lab, LabError, LabHost, _endpoint
 
 pytestmark = pytest.mark.lab
 

@@ -1,6 +1,6 @@
 """The NIXL helpers and modules against the REAL wheels (nixl-cu13 1.5.1, no mocks), on this machine.
 
-The venv comes from ``tests/nixl_env.py`` (built once, cached). Both "hosts" are LocalConnections: the
+The venv comes from ``tests/support/nixl_env.py`` (built once, cached). Both "hosts" are LocalConnections: the
 target and the initiator are two processes here, exchanging metadata through files, as over SSH.
 """
 
@@ -20,13 +20,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nixl_env import nixl_python
-
 from provision import remote
 from provision.modules.base import ModuleContext, ModuleResult
 from provision.nixl.modules import NixlSmoke, NixlTransfer
 from provision.nixl.ucx import parse_proto_info
 from provision.transport import LocalConnection
+from tests.support.nixl_env import nixl_python
 
 MiB = 1024 * 1024
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import CliResult, run_cli
+from tests.support.cli import CliResult, run_cli
 
 
 @pytest.fixture
@@ -25,17 +25,13 @@ def own(lab: Any, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     inventory = lab.write_inventory(
         fleet / "gpu.yml", extra_host_vars={"lab0": cpu, "lab1": cpu}, groups={"prefill": ["lab0"], "decode": ["lab1"]}
     )
-    old_cwd, old_cfg = Path.cwd(), os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    old_cwd = Path.cwd()
     os.chdir(empty)
     try:
-        yield inventory, empty
+        with lab.pointed_at():
+            yield inventory, empty
     finally:
         os.chdir(old_cwd)
-        if old_cfg is None:
-            os.environ.pop("PROVISION_SSH_CONFIG", None)
-        else:
-            os.environ["PROVISION_SSH_CONFIG"] = old_cfg
 
 
 def cli(*argv: str) -> CliResult:

@@ -15,7 +15,7 @@ import pytest
 
 from provision.remote import __file__ as remote_init
 from provision.sglang import cpu_compat
-from tests.stack_support import SglangStack
+from tests.support.stack import SglangStack
 
 pytestmark = pytest.mark.lab
 

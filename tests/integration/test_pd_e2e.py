@@ -27,8 +27,8 @@ import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from tests.helpers import Client, CliResult, lab_ssh_config, named, run_cli_in
-from tests.stack_support import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
+from tests.support.cli import Client, CliResult, lab_ssh_config, named, run_cli_in
+from tests.support.stack import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
     SglangStack,
     install_sglang_stack,

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import Client, CliResult, lab_ssh_config, run_cli_in
-from tests.stack_support import VENV, SglangStack, install_sglang_stack
+from tests.support.cli import Client, CliResult, lab_ssh_config, run_cli_in
+from tests.support.stack import VENV, SglangStack, install_sglang_stack
 
 pytestmark = pytest.mark.lab
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import lab_ssh_config, run_cli_in
+from tests.support.cli import lab_ssh_config, run_cli_in
 
 pytestmark = pytest.mark.lab
 

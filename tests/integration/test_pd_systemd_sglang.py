@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import lab_ssh_config, run_cli_in
-from tests.stack_support import VENV, SglangStack
+from tests.support.cli import lab_ssh_config, run_cli_in
+from tests.support.stack import VENV, SglangStack
 
 pytestmark = pytest.mark.lab
 

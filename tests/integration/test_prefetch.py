@@ -17,7 +17,7 @@ from provision.inventory import Inventory
 from provision.playbook import load_playbook
 from provision.results import Status, TaskResult
 from provision.transport import ConnectOptions
-from tests.helpers import Collect
+from tests.support.cli import Collect
 
 N_FILES = 12  # probe-able tasks in the converged segment
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_install import provision, task_result, versions
-from tests.stack_support import SglangStack
+from tests.support.stack import SglangStack
 
 pytestmark = pytest.mark.lab
 
@@ -32,7 +32,7 @@ def test_full_stack_installs_and_sglang_starts(lab: Any, sglang_stack: SglangSta
 def test_full_stack_rerun_is_ok_without_resolving(
     lab: Any, sglang_stack: SglangStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PROVISION_SSH_CONFIG", str(lab.ssh_config_path))
+    monkeypatch.setenv(*next(iter(lab.ssh_env().items())))
     result, report = provision("install.yml", sglang_stack.inventory, cwd=tmp_path)
     assert result.code == 0, result.err
     assert report["stats"][sglang_stack.name]["changed"] == 0

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import Lab
 
 from provision.commands import Command
 from provision.errors import HostKeyChanged
 from provision.transport import ConnectOptions
 from provision.transport.ssh import SSHConnection
+from tests.support.lab import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -73,7 +73,7 @@ def run_bounded(lab: Lab, tmp_path: Path, text: str, *extra: str, limit: float =
     playbook = tmp_path / "pb.yml"
     playbook.write_text(text)
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[0, 1])
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **lab.ssh_env()}
     argv = [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), "--json", *extra]
     started = time.monotonic()
     proc = subprocess.Popen(

@@ -29,7 +29,7 @@ def payloads(marker: Path) -> list[str]:
 
 @pytest.fixture
 def one(lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("PROVISION_SSH_CONFIG", str(lab.ssh_config_path))
+    monkeypatch.setenv(*next(iter(lab.ssh_env().items())))
     return lab.write_inventory(tmp_path / "inv.yml", names=[0])
 
 

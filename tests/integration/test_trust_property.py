@@ -104,7 +104,7 @@ def setup(lab, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
 @example(values=[p for p in PIECES if "\n" not in p][:12])
 def test_hostile_values_from_a_host_arrive_verbatim_and_run_nothing(lab, setup, values, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     inv, tmp, home = setup
-    monkeypatch.setenv("PROVISION_SSH_CONFIG", str(lab.ssh_config_path))
+    monkeypatch.setenv(*next(iter(lab.ssh_env().items())))
     shutil.rmtree(f"{home}/property", ignore_errors=True)
     lab.run_as(1, ["sh", "-c", 'cat > "$HOME/values.json"'], input=json.dumps(values))
     first = run("run", tmp / "pb.yml", "-i", inv, "--json")
@@ -144,7 +144,7 @@ def test_nul_and_non_utf8_from_a_host_fail_cleanly_or_arrive_replaced(lab, setup
     """A host's output that is not UTF-8 is decoded with replacement characters; a NUL it sends cannot travel
     in argv, the environment, shell text or a path: each such task fails with one line and runs nothing."""
     inv, _, home = setup
-    monkeypatch.setenv("PROVISION_SSH_CONFIG", str(lab.ssh_config_path))
+    monkeypatch.setenv(*next(iter(lab.ssh_env().items())))
     lab.run_as(1, ["sh", "-c", "printf 'a\\000b{{ 7 * 191 }}\\377\\376z' > \"$HOME/raw.bin\""])
     pb = tmp_path / "nul.yml"
     pb.write_text(

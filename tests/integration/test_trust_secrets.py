@@ -16,7 +16,7 @@ import yaml
 from provision.cli import common
 from provision.commands import MASK, masked_forms
 from provision.modules.base import REGISTRY, Arg, Module, ModuleContext, ModuleResult, register
-from tests.helpers import CliResult, run_cli
+from tests.support.cli import CliResult, run_cli
 
 LOCAL = {"ansible_connection": "local"}
 
@@ -254,15 +254,10 @@ def test_retry_file_and_debug_log_never_follow_planted_links(tmp_path: Path, deb
 # ------------------------------------------------------------------------------------------ a real lab host
 @pytest.fixture
 def lab_inv(lab, tmp_path: Path) -> Iterator[Path]:  # type: ignore[no-untyped-def]
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    yield lab.write_inventory(
-        tmp_path / "inv.yml", names=[0], extra_host_vars={lab.hosts[0].name: {"db_password": "{{ vault_db }}"}}
-    )
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
+    with lab.pointed_at():
+        yield lab.write_inventory(
+            tmp_path / "inv.yml", names=[0], extra_host_vars={lab.hosts[0].name: {"db_password": "{{ vault_db }}"}}
+        )
 
 
 def test_secret_with_quotes_backslash_unicode_through_ssh(lab, lab_inv: Path, tmp_path: Path, debug_log: Path) -> None:  # type: ignore[no-untyped-def]

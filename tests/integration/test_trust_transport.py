@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import Lab
 
 from provision.commands import Command
 from provision.errors import CommandTimeout, HostError
 from provision.transport import ConnectOptions, LocalConnection
 from provision.transport.ssh import SSHConnection
+from tests.support.lab import Lab
 
 pytestmark = pytest.mark.lab
 
@@ -241,7 +241,7 @@ def start_cli(lab: Lab, tmp_path: Path, pidfile: str, *extra: str, text: str = S
     playbook = tmp_path / "sleep.yml"
     playbook.write_text(text.format(pidfile=pidfile))
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **lab.ssh_env()}
     return subprocess.Popen(
         [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), *extra],
         cwd=tmp_path,
@@ -305,41 +305,37 @@ TOUCH_PLAYBOOK = """
 
 
 def test_a_second_run_on_a_busy_host_is_refused_until_the_first_one_is_gone(lab: Lab, tmp_path: Path) -> None:
-    from tests.helpers import run_cli
+    from tests.support.cli import run_cli
 
     lab.run_as(0, ["rm", "-f", "lock.pid", "lock-rerun-ran"])
     first = start_cli(lab, tmp_path, "lock.pid")
     playbook = tmp_path / "touch.yml"
     playbook.write_text(TOUCH_PLAYBOOK)
     inv = lab.write_inventory(tmp_path / "inv2.yml", names=[0])
-    old, cwd = os.environ.get("PROVISION_SSH_CONFIG"), Path.cwd()
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    cwd = Path.cwd()
     os.chdir(tmp_path)  # the retry file
     try:
-        pid = read_pid(lab, 0, "lock.pid", 30)
-        second = run_cli(["run", str(playbook), "-i", str(inv)])
-        assert second.code == 4, second.err
-        shown = second.out + second.err
-        assert "host is busy" in shown and f"provision pid {first.pid} on " in shown, shown
-        assert lab.run_as(0, ["test", "-e", "lock-rerun-ran"]).returncode != 0  # nothing of it ran
-        first.kill()  # an interrupted run: the rerun must not overlap with what it left running
-        first.communicate(timeout=15)
-        rerun = None
-        for _ in range(50):
-            rerun = run_cli(["run", str(playbook), "-i", str(inv)])
-            if rerun.code != 4:
-                break
-            time.sleep(0.2)
-        assert rerun is not None and rerun.code == 0, rerun
-        assert not alive(pid)
+        with lab.pointed_at():
+            pid = read_pid(lab, 0, "lock.pid", 30)
+            second = run_cli(["run", str(playbook), "-i", str(inv)])
+            assert second.code == 4, second.err
+            shown = second.out + second.err
+            assert "host is busy" in shown and f"provision pid {first.pid} on " in shown, shown
+            assert lab.run_as(0, ["test", "-e", "lock-rerun-ran"]).returncode != 0  # nothing of it ran
+            first.kill()  # an interrupted run: the rerun must not overlap with what it left running
+            first.communicate(timeout=15)
+            rerun = None
+            for _ in range(50):
+                rerun = run_cli(["run", str(playbook), "-i", str(inv)])
+                if rerun.code != 4:
+                    break
+                time.sleep(0.2)
+            assert rerun is not None and rerun.code == 0, rerun
+            assert not alive(pid)
     finally:
         first.kill()
         first.communicate()
         os.chdir(cwd)
-        if old is None:
-            os.environ.pop("PROVISION_SSH_CONFIG", None)
-        else:
-            os.environ["PROVISION_SSH_CONFIG"] = old
 
 
 LOCK_SCRIPT = """
@@ -420,7 +416,7 @@ def test_a_frozen_host_is_unreachable_within_three_keepalive_intervals(lab: Lab,
     playbook = tmp_path / "freeze.yml"
     playbook.write_text(FREEZE_PLAYBOOK)
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[0, 1])
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PROVISION_SSH_CONFIG": str(lab.ssh_config_path)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **lab.ssh_env()}
     argv = [sys.executable, "-m", "provision", "run", str(playbook), "-i", str(inv), "--json"]
     argv += ["--connect-timeout", "2", "-T", "120"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -695,7 +691,7 @@ def test_a_refused_write_fails_the_task_and_ignore_errors_keeps_the_host(
 ) -> None:
     import json
 
-    from tests.helpers import run_cli
+    from tests.support.cli import run_cli
 
     lab.run_as(0, ["rm", "-f", "after-denied"])
     playbook = tmp_path / "denied.yml"

@@ -138,7 +138,7 @@ def test_the_wheel_runs_smoke_and_pd_status_on_lab_hosts_from_an_empty_directory
     runs on the session's stack venv (lab host 0, named twice: one inventory host per server)."""
     _, _, _, provision = install_wheel(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROVISION_PLAYBOOKS")}
-    env["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
+    env.update(lab.ssh_env())
     empty, fleet = tmp_path / "empty", tmp_path / "fleet"
     empty.mkdir()
     fleet.mkdir()

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_cli
 from tests.integration.test_install import (  # noqa: F401  (fixtures)
     LAB_VARS,
     clean,
@@ -21,6 +20,7 @@ from tests.integration.test_install import (  # noqa: F401  (fixtures)
     versions,
     wheel_dir,
 )
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.lab
 SYNC = "Wheel directory synced to the host (offline install)"

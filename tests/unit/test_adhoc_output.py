@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CliResult, run_cli_in
+from tests.support.cli import CliResult, run_cli_in
 
 INVENTORY = "all:\n  hosts:\n    one: {ansible_connection: local}\n"
 

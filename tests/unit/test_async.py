@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 from tests.unit.test_bad_input import assert_one_line, inv, provision, task  # noqa: F401 (inv: a fixture)
 
 ASYNC_CASES = {

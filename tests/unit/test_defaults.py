@@ -15,7 +15,7 @@ import yaml
 
 from provision import data
 from provision.pd.spec import DEFAULTS as PD_DEFAULTS
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 SHIPPED = data.defaults()
 

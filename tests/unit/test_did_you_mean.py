@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from provision.errors import did_you_mean
-from tests.helpers import CliResult, run_cli, run_cli_in
+from tests.support.cli import CliResult, run_cli, run_cli_in
 
 INVENTORY = "all:\n  hosts:\n    one: {ansible_connection: local}\n"
 

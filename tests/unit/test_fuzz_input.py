@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import run_cli_in
+from tests.support.cli import run_cli_in
 
 PD_VARS = ("pd_dir", "pd_pid_dir", "venv_path", "model_path", "ucx_tls", "ucx_net_devices", "server_port",
            "bootstrap_port", "router_port", "tp", "dp", "base_gpu_id", "page_size", "sglang_extra_args",

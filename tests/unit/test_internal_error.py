@@ -15,7 +15,7 @@ import pytest
 from provision import api
 from provision.cli import common
 from provision.modules import REGISTRY, Arg, Module, ModuleContext, ModuleResult
-from tests.helpers import CliResult, run_cli
+from tests.support.cli import CliResult, run_cli
 
 INVENTORY = "all:\n  vars:\n    ansible_connection: local\n  hosts:\n    one:\n    two:\n"
 PLAYBOOK = """\

@@ -82,7 +82,7 @@ def test_vvv_shows_paramikos_log_on_stderr(tmp_path: Path, closing_port: int) ->
 def test_the_handler_is_removed_when_the_command_ends() -> None:
     import logging
 
-    from tests.helpers import run_cli
+    from tests.support.cli import run_cli
 
     logger = logging.getLogger("paramiko")
     before = (list(logger.handlers), logger.propagate)

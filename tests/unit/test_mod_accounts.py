@@ -12,11 +12,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ansible_ref import ansible_results
-
 from provision.catalog import lookup
 from provision.modules.base import ModuleContext
 from provision.transport import LocalConnection
+from tests.support.ansible_ref import ansible_results
 
 
 def _free_gids(n: int) -> list[int]:

@@ -4,32 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import jinja2
 import pytest
 
-from provision.errors import TemplateError
 from provision.modules import builtin  # noqa: F401  (registers the modules)
-from provision.modules.base import ArgError, ModuleContext, ModuleResult, lookup
-from provision.transport import LocalConnection
+from provision.modules.base import ArgError, ModuleContext, ModuleResult
+from provision.testing import module_context, prepare_args
 
 
 def make_ctx(variables: dict[str, Any]) -> ModuleContext:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-
-    def evaluate(expr: str) -> Any:
-        try:
-            return env.compile_expression(expr, undefined_to_none=False)(**variables)
-        except jinja2.UndefinedError as exc:
-            raise TemplateError(str(exc)) from None
-
-    return ModuleContext(host="local", conn=LocalConnection("local"), variables=variables, evaluate=evaluate)
+    """The context the task runner builds (provision.testing: provision's own evaluator, layered Vars)."""
+    return module_context("local", variables)
 
 
 def run(ctx: ModuleContext, name: str, raw: Any) -> ModuleResult:
-    cls = lookup(name)
-    assert cls is not None and cls.controller_only
-    args = cls.validate_static(cls.normalize(raw), lambda v: False)
-    return cls().run(ctx, cls.coerce(args))
+    cls, args = prepare_args(name, raw, ctx.variables)
+    assert cls.controller_only
+    result: ModuleResult = cls().run(ctx, args)
+    return result
 
 
 def test_debug_msg_and_var() -> None:

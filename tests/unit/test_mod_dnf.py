@@ -15,11 +15,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ansible_ref import ansible_results
-
 from provision.catalog import lookup
 from provision.modules.base import ModuleContext
 from provision.transport import LocalConnection
+from tests.support.ansible_ref import ansible_results
 
 SPEC = Path(__file__).parents[1] / "compat" / "cases" / "become_dnf" / "files" / "provision-dnf.spec"
 PACKAGES = (("provision-dnf-a", "1.0"), ("provision-dnf-a", "2.0"), ("provision-dnf-b", "1.0"))

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_ref import ansible_results
 
 from provision.catalog import lookup
 from provision.modules.base import ModuleContext
 from provision.transport import LocalConnection
+from tests.support.ansible_ref import ansible_results
 
 VOLATILE = {"atime", "invocation", "failed", "changed", "delta", "start", "end", "msg", "skipped"}
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_ref import ansible_results
 
 from provision.catalog import lookup
 from provision.modules.base import ModuleContext
 from provision.transport import LocalConnection
+from tests.support.ansible_ref import ansible_results
 
 SECTIONS = "v=0\n[s]\nv=1\n[t]\nv=3\n"
 # (module, args, initial content or None)

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_ref import ansible_results
 
 from provision.catalog import lookup
 from provision.modules.base import ArgError, ModuleContext, ModuleResult
 from provision.modules.transfer import fetch_dest
 from provision.transport import LocalConnection
+from tests.support.ansible_ref import ansible_results
 
 
 def _run(module: str, raw: Any, *, check: bool = False, controller_dir: str = ".", host: str = "h") -> ModuleResult:

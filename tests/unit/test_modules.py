@@ -8,43 +8,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 
-from provision.errors import ModuleError, TemplateError
+from provision.errors import ModuleError
 from provision.modules import commands_mod, files  # noqa: F401  (registers the modules)
-from provision.modules.base import ModuleContext, ModuleResult, lookup
-from provision.transport import LocalConnection
+from provision.modules.base import ModuleContext, ModuleResult
+from provision.testing import module_context, prepare_args
 
 HOSTILE = "a'b\"c $(touch {m}) ; rm -rf x `touch {m}` \n"
 
 
 def make_ctx(tmp_path: Path, variables: dict[str, Any] | None = None, **kw: Any) -> ModuleContext:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    """The context the task runner builds (provision.testing: provision's own renderer, layered Vars)."""
     # the real interpreter: a pyenv shim costs 0.4 s a start
     values = {"ansible_python_interpreter": sys.executable, **(variables or {})}
-
-    def render(text: str) -> str:
-        try:
-            return env.from_string(text).render(values)
-        except jinja2.UndefinedError as exc:
-            raise TemplateError(str(exc)) from None
-
-    def evaluate(expr: str) -> Any:
-        return env.compile_expression(expr, undefined_to_none=False)(**values)
-
     kw.setdefault("controller_dir", str(tmp_path))
-    return ModuleContext(
-        host="local", conn=LocalConnection("local"), variables=values, render=render, evaluate=evaluate, **kw
-    )
+    return module_context("local", values, **kw)
 
 
 def run(ctx: ModuleContext, name: str, raw: Any) -> ModuleResult:
-    """What the executor does: normalize, static validation, coercion, run."""
-    cls = lookup(name)
-    assert cls is not None
-    args = cls.validate_static(cls.normalize(raw), lambda v: False)
-    return cls().run(ctx, cls.coerce(args))
+    """What the executor does: normalize, static validation, rendering, coercion, run."""
+    cls, args = prepare_args(name, raw, ctx.variables)
+    result: ModuleResult = cls().run(ctx, args)
+    return result
 
 
 def mode_of(path: Path) -> int:

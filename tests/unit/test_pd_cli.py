@@ -10,7 +10,7 @@ import pytest
 from provision.cli import cli
 from provision.cli.pd import pd
 from provision.pd.status import all_up, table, uptime_text
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 if "pd" not in cli.commands:  # provision/cli/app.py registers it
     cli.add_command(pd)

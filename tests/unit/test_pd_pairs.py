@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from provision.pd import build, pairs
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 from tests.unit.test_pd_cli import inventory
 from tests.unit.test_pd_rollout_helper import helper
 from tests.unit.test_pd_rollout_plan import hosts

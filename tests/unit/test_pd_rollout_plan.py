@@ -16,7 +16,7 @@ from provision.errors import InputError
 from provision.pd import build
 from provision.pd.rollout import RolloutOptions, ServerChange, Step, batch_size, plan_batches, render, rollout
 from provision.pd.rollout_modules import ACTIONS
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 from tests.unit.test_pd_cli import inventory
 
 if "pd" not in cli.commands:  # provision/cli/app.py registers it

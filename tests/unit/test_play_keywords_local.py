@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 INVENTORY = (
     "all:\n  hosts:\n    one: {ansible_connection: local}\n"

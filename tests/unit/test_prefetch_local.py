@@ -10,7 +10,7 @@ from provision.inventory import Inventory
 from provision.playbook import load_playbook
 from provision.prefetch import probeable, segment
 from provision.results import Status
-from tests.helpers import Collect
+from tests.support.cli import Collect
 
 
 def _run(tmp: Path, play: str, batch: bool) -> tuple[Executor, list[tuple[str, str, Status]]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 UNREACHABLE_INVENTORY = """\
 all:

@@ -21,7 +21,7 @@ from provision.modules.progress import Waiting
 from provision.stack import host as stack_host
 from provision.stack.modules import step
 from provision.transport import LocalConnection
-from tests.helpers import run_cli_in
+from tests.support.cli import run_cli_in
 
 
 @pytest.fixture

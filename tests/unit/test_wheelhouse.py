@@ -17,7 +17,7 @@ import yaml
 
 from provision.stack.releases import BY_VERSION
 from provision.stack.wheelhouse import Target, lock_of
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 from tests.unit.test_stack import PY, ctx_for, run
 
 H200 = {"python": "3.12", "machine": "x86_64", "glibc": "2.39", "torch": "2.11.0+cu130", "cuda": "13.0"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from provision import remote
 from provision.pd.modules import answer_text
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 
 def _closed_port() -> int:

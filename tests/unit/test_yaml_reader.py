@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from provision import yamlfile
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 LOCAL = "ansible_connection: local"
 

@@ -46,16 +46,9 @@ def named(shown: str, name: str) -> bool:
 @contextlib.contextmanager
 def lab_ssh_config(lab: Any) -> Iterator[None]:
     """``PROVISION_SSH_CONFIG`` set to the lab's ssh config for the block (the in-process CLI reads it), then
-    put back as it was."""
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    try:
+    put back as it was (:meth:`tests.support.lab.Lab.pointed_at`)."""
+    with lab.pointed_at():
         yield
-    finally:
-        if old is None:
-            os.environ.pop("PROVISION_SSH_CONFIG", None)
-        else:
-            os.environ["PROVISION_SSH_CONFIG"] = old
 
 
 def run_cli_in(workdir: Path, argv: list[str]) -> CliResult:

@@ -58,6 +58,7 @@ from typing import IO, Any
 import yaml
 
 SSHD = "/usr/sbin/sshd"
+SSH_CONFIG_VAR = "PROVISION_SSH_CONFIG"  # where provision reads its ssh_config from (set by Lab.pointed_at)
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
 PORT = 2222
 PER_PORT = 240  # addresses 127.0.X.10..249 on one port
@@ -282,6 +283,25 @@ class Lab:
     @property
     def ssh_config_path(self) -> Path:
         return self.base_dir / "ssh_config"
+
+    def ssh_env(self) -> dict[str, str]:
+        """THE variable that points provision at this lab's ssh_config (whose UserKnownHostsFile holds the lab's
+        host keys), for a child process's environment: ``{**os.environ, **lab.ssh_env()}``."""
+        return {SSH_CONFIG_VAR: str(self.ssh_config_path)}
+
+    @contextlib.contextmanager
+    def pointed_at(self) -> Iterator[Lab]:
+        """This process's provision pointed at the lab (:meth:`ssh_env` in ``os.environ``) for the block, then
+        put back as it was: the one way the in-process CLI and API are sent to a lab."""
+        old = os.environ.get(SSH_CONFIG_VAR)
+        os.environ[SSH_CONFIG_VAR] = str(self.ssh_config_path)
+        try:
+            yield self
+        finally:
+            if old is None:
+                os.environ.pop(SSH_CONFIG_VAR, None)
+            else:
+                os.environ[SSH_CONFIG_VAR] = old
 
     @property
     def client_key(self) -> Path:

@@ -7,7 +7,6 @@ seconds from the shared warm one). The install tests and the PD tests use the sa
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,16 +33,9 @@ class SglangStack:
 def install_sglang_stack(lab: Any, hosts: list[int], directory: Path) -> tuple[Path, dict[str, Any], float]:
     """install.yml with the full stack on ``hosts``; (inventory, JSON report, seconds). Fails the test on error."""
     inv = stack_inventory(lab, directory, hosts, uv_cache_dir=str(shared_dir("uv")), **FULL_VARS)
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
     started = time.monotonic()
-    try:
+    with lab.pointed_at():
         result, report = provision("install.yml", inv, cwd=directory)
-    finally:
-        if old is None:
-            os.environ.pop("PROVISION_SSH_CONFIG", None)
-        else:
-            os.environ["PROVISION_SSH_CONFIG"] = old
     assert result.code == 0, result.err[-4000:]
     return inv, report, time.monotonic() - started
 
