@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.compat.harness import chunk_of
 from tests.support.lab import Lab
 
 # the session's full SGLang venv on lab host 0 (tests/support/stack.py)
@@ -42,12 +43,13 @@ SGLANG_FILES = frozenset(
      "test_pd_systemd_sglang.py"}
 )  # fmt: skip
 MACHINE_UNIT_FILES = frozenset({"test_pd_systemd.py", "test_lab.py"})
-# The compat harness runs every case in ONE module fixture (its own thread pool on its own lab), so all its
-# tests go to one worker; the unit tests that install packages into this machine's dpkg/rpm database join it
-# (compat's become_packages and become_dnf cases do the same: apt and dnf hold one lock per machine).
+# The compat harness runs its cases in chunks (tests/compat/harness.py chunk_of), each chunk on its own lab and
+# thread pool in the module fixture of the worker that runs its tests: one xdist group per chunk. Chunk 0 holds
+# the sudo cases (they change the machine: packages, accounts, units); the unit tests that install packages
+# into this machine's dpkg/rpm database join it (apt and dnf hold one lock per machine).
 PACKAGE_DB_FILES = frozenset({"test_mod_packages.py", "test_mod_dnf.py"})
 MACHINE_GROUP = "sglang-and-units"
-COMPAT_GROUP = "compat-and-package-db"
+COMPAT_GROUP = "compat-0"  # the compat chunk of the sudo cases (tests/compat/harness.py chunk_of)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,7 +88,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = MACHINE_GROUP
         if path.parent.name == "compat":
             item.add_marker(pytest.mark.compat)
-            group = COMPAT_GROUP
+            params = getattr(item, "callspec", None)
+            name = params.params.get("name") if params is not None else None
+            group = f"compat-{chunk_of(name)}" if isinstance(name, str) else COMPAT_GROUP
         elif _uses_ansible_reference(item):
             item.add_marker(
                 pytest.mark.compat

@@ -34,6 +34,7 @@ is inside a ``.git`` directory is not compared: git stores times and stat data t
 from __future__ import annotations
 
 import contextlib
+import functools
 import grp
 import json
 import os
@@ -43,6 +44,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -113,6 +115,25 @@ def all_cases() -> list[Case]:
     return [Case.load(p) for p in sorted(CASES_DIR.iterdir()) if (p / "playbook.yml").is_file()]
 
 
+# The cases run in CHUNKS, each on a lab and a thread pool of its own (tests/compat/test_compat.py); under
+# pytest-xdist each chunk is an xdist group (tests/conftest.py), so the chunks run at once on several workers.
+# Every ``sudo`` case (it changes the machine: packages, accounts, units) is in chunk 0, where the harness's
+# lock keeps them one at a time, with the unit tests that change this machine's package database.
+CHUNKS = max(1, int(os.environ.get("PROVISION_COMPAT_CHUNKS", "2")))
+
+
+@functools.cache
+def _chunks() -> dict[str, int]:
+    cases = all_cases()
+    others = [c.name for c in cases if not c.sudo]
+    return {**{c.name: 0 for c in cases if c.sudo}, **{name: i % CHUNKS for i, name in enumerate(others)}}
+
+
+def chunk_of(name: str) -> int:
+    """The chunk of the case ``name``: 0 for a ``sudo`` case, the others dealt round."""
+    return _chunks()[name]
+
+
 @dataclass
 class RunRecord:
     """One run of one tool: exit code, per-host stats, debug messages, diffed tasks, output tail."""
@@ -146,22 +167,25 @@ class Harness:
         self.ansible_home = work / "ansible-home"
         self.ansible_home.mkdir(parents=True, exist_ok=True)
         (work / "ansible.cfg").write_text("[defaults]\n")
+        # ssh's control sockets: a short path of their own (a Unix socket's path has at most 107 bytes; the
+        # work dir under pytest-xdist's base temp is longer than that with ssh's %C and its random suffix)
+        self.control = Path(tempfile.mkdtemp(prefix="cmp-cp-"))
 
     def close(self) -> None:
         """Stop ansible's ssh control masters (ControlPersist) before the lab deletes its users."""
-        control = self.work / "cp"
+        control = self.control
         if not control.is_dir():
             return
         for sock in control.iterdir():
             subprocess.run(
                 ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "lab"], capture_output=True, timeout=10, check=False
             )
+        shutil.rmtree(control, ignore_errors=True)
 
     # -------------------------------------------------------------------------------- environment
     def ansible_env(self, case_dir: Path) -> dict[str, str]:
         env = dict(os.environ)
-        control = self.work / "cp"
-        control.mkdir(exist_ok=True)
+        control = self.control
         env.update(
             ANSIBLE_CONFIG=str(self.work / "ansible.cfg"),
             ANSIBLE_HOME=str(self.ansible_home),

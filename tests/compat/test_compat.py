@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.compat.harness import Harness, Outcome, all_cases
+from tests.compat.harness import Harness, Outcome, all_cases, chunk_of
 from tests.support.lab import Lab
 
 pytestmark = pytest.mark.lab
@@ -29,13 +29,11 @@ def selected() -> list[str]:
     return names
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
-    """Run every selected case, WORKERS at a time, each worker on its own two lab hosts."""
-    base = tmp_path_factory.mktemp("compat")
-    chosen = [c for c in CASES if c.name in selected()]
+def run_chunk(chunk: int, base: Path) -> dict[str, Outcome]:
+    """Every selected case of ``chunk``, WORKERS at a time, each worker on its own two lab hosts."""
+    chosen = [c for c in CASES if c.name in selected() and chunk_of(c.name) == chunk]
     workers = max(1, min(WORKERS, len(chosen)))
-    with Lab(2 * workers, base / "lab", prefix="cmp") as lab:
+    with Lab(2 * workers, base / "lab", prefix=f"cmp{chunk}") as lab:
         harness = Harness(lab, base / "work")
         slots: queue.Queue[list[object]] = queue.Queue()
         for i in range(workers):
@@ -54,22 +52,41 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
                 results = {o.case: o for o in pool.map(one, chosen)}
         finally:
             harness.close()
-        elapsed = time.monotonic() - started
-        report = Path(os.environ.get("PROVISION_COMPAT_REPORT", base / "report.txt"))
-        lines = [f"{len(chosen)} cases, {workers} workers, {elapsed:.1f} s"]
-        for o in results.values():
-            lines.append(f"== {o.case} ({o.seconds:.1f} s)")
-            lines += [f"  DIFF {d}" for d in o.differences]
-            lines += [f"  ACCEPTED {d}" for d in o.accepted]
-            lines += [f"  UNUSED ACCEPT {m}" for m in o.unused_accepts]
-        report.write_text("\n".join(lines) + "\n")
-        print("\n".join(lines[:1]))
-        yield results
+    elapsed = time.monotonic() - started
+    default = base.parent / f"report-{chunk}.txt"
+    report = Path(os.environ.get("PROVISION_COMPAT_REPORT", default))
+    if "PROVISION_COMPAT_REPORT" in os.environ:
+        report = report.with_name(f"{report.stem}-{chunk}{report.suffix}")
+    lines = [f"chunk {chunk}: {len(chosen)} cases, {workers} workers, {elapsed:.1f} s"]
+    for o in results.values():
+        lines.append(f"== {o.case} ({o.seconds:.1f} s)")
+        lines += [f"  DIFF {d}" for d in o.differences]
+        lines += [f"  ACCEPTED {d}" for d in o.accepted]
+        lines += [f"  UNUSED ACCEPT {m}" for m in o.unused_accepts]
+    report.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:1]))
+    return results
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Outcome]]:
+    """A case's outcome: its chunk is run (all its cases) the first time one of them is asked for, so that a
+    pytest-xdist worker runs only the chunks whose tests it was given."""
+    base = tmp_path_factory.mktemp("compat")
+    done: dict[int, dict[str, Outcome]] = {}
+
+    def outcome(name: str) -> Outcome:
+        chunk = chunk_of(name)
+        if chunk not in done:
+            done[chunk] = run_chunk(chunk, base / f"chunk{chunk}")
+        return done[chunk][name]
+
+    yield outcome
 
 
 @pytest.mark.parametrize("name", selected())
-def test_case(name: str, outcomes: dict[str, Outcome]) -> None:
-    outcome = outcomes[name]
+def test_case(name: str, outcomes: Callable[[str], Outcome]) -> None:
+    outcome = outcomes(name)
     detail = "\n".join(outcome.differences)
     if outcome.differences:
         for tool, runs in outcome.records.items():
