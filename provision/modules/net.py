@@ -57,9 +57,12 @@ class WaitFor(Module):
         waited = what if args["port"] is not None or args["path"] else "the timeout to pass"
         try:
             with ctx.waiting(waited, None if probe_once else request["timeout"] + request["delay"]):
-                answer = ctx.call_helper("wait_for.py", json.dumps(request), timeout=budget, what="wait_for")
+                answer = ctx.call_helper("wait_for.py", "wait", stdin=json.dumps(request).encode(), timeout=budget,
+                                         what="wait_for", check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
+        if not answer.get("ok") and "elapsed" not in answer:  # the host library's failure answer (a bad request)
+            return ModuleResult(failed=True, msg=f"wait_for failed: {answer.get('msg')}", data=answer)
         data = {
             "state": args["state"],
             "elapsed": answer["elapsed"],

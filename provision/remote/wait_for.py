@@ -1,17 +1,20 @@
 """Wait on the host for a port or a file, polling here so that the whole wait is ONE round trip.
 
-Usage: ``python3 - JSON`` with ``host``, ``port``, ``path``, ``state`` (started, present, stopped, absent),
-``timeout``, ``delay``, ``sleep``, ``connect_timeout``, ``search_regex``. A ``timeout`` of 0 probes once.
-Prints ``{"ok": bool, "elapsed": seconds, "probes": n, "groups": [...], "groupdict": {...}}`` and exits 0;
-a bad request exits 2 with ``{"ok": false, "msg": ...}``. Stdlib only, Python 3.6+.
+Usage: ``python3 - wait`` with a JSON request on stdin (the host library's envelope, ``hostlib.serve``):
+``host``, ``port``, ``path``, ``state`` (started, present, stopped, absent), ``timeout``, ``delay``, ``sleep``,
+``connect_timeout``, ``search_regex``. A ``timeout`` of 0 probes once. Answers ``{"ok": bool, "elapsed":
+seconds, "probes": n, "groups": [...], "groupdict": {...}}``: ``ok`` false (``msg`` "timed out", exit 1) when
+the wait ended before the state was reached; a bad request is ``{"ok": false, "msg": "bad request: ..."}``.
+Stdlib only, Python 3.6+.
 """
 
-import json
 import os
 import re
 import socket
 import sys
 import time
+
+import hostlib
 
 
 def read_until(sock, regex, deadline):
@@ -61,13 +64,11 @@ def probe_path(req, regex):
     return found is not None, found
 
 
-def main(argv):
+def wait(req):
     try:
-        req = json.loads(argv[1])
         regex = re.compile(req["search_regex"], re.MULTILINE) if req.get("search_regex") else None
-    except (IndexError, ValueError, re.error) as exc:
-        print(json.dumps({"ok": False, "msg": f"bad request: {exc}"}))
-        return 2
+    except re.error as exc:
+        raise ValueError("search_regex: %s" % exc) from None
     want_up = req.get("state", "started") in ("started", "present")
     regex = regex if want_up else None  # stopped/absent: only existence matters
     started = time.monotonic()
@@ -89,11 +90,14 @@ def main(argv):
             break
         time.sleep(max(0.0, min(float(req.get("sleep", 1)), deadline - now)))
     result = {"ok": up == want_up, "elapsed": round(time.monotonic() - started, 3), "probes": probes}
+    if not result["ok"]:
+        result["msg"] = "timed out"
     if found is not None:
         result.update(groups=list(found.groups()), groupdict=found.groupdict(), match=found.group(0))
-    print(json.dumps(result))
-    return 0
+    return result
 
+
+ACTIONS = {"wait": wait}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

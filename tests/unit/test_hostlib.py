@@ -59,7 +59,6 @@ PORT_LATER: dict[str, set[str]] = {
     "stack_fs.py": {"atomic write", "envelope"},
     "stack_state.py": {"envelope"},
     "transfer.py": {"atomic write", "envelope"},
-    "wait_for.py": {"envelope"},
 }
 
 
