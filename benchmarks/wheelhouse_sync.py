@@ -23,7 +23,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from tests.integration.test_install import CACHE_ROOT, stack_inventory  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402

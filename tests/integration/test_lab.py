@@ -337,7 +337,7 @@ def test_parallel_labs_do_not_collide(tmp_path: Path) -> None:
 
 
 def test_failed_start_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lab as lab_module
+    from tests.support import lab as lab_module
 
     monkeypatch.setattr(lab_module, "SSHD", "/bin/false")
     lab = Lab(2, tmp_path / "broken")
@@ -351,8 +351,8 @@ def test_failed_start_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_cleanup_after_crash(tmp_path: Path, how: str) -> None:
     base = tmp_path / "crashed"
     code = (
-        f"import sys, os, signal; sys.path.insert(0, {str(REPO / 'tests')!r})\n"
-        "from pathlib import Path; from lab import Lab\n"
+        f"import sys, os, signal; sys.path.insert(0, {str(REPO)!r})\n"
+        "from pathlib import Path; from tests.support.lab import Lab\n"
         f"lab = Lab(2, Path({str(base)!r})).start(); lab.grant_sudo(1); print('up', flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"  # no atexit, no teardown
     )
