@@ -24,6 +24,8 @@ import site
 import sys
 import time
 
+import hostlib
+
 
 class Failure(Exception):
     pass
@@ -55,11 +57,7 @@ def switch(req):
         previous = moved
     elif os.path.lexists(venv):
         raise Failure(f"{venv} exists and is not a directory or a symlink: move it away")
-    tmp = f"{venv}.provision-link-{os.getpid()}"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(new, tmp)
-    os.rename(tmp, venv)  # rename(2) over a symlink is atomic: readers see the old or the new env
+    hostlib.swap_link(venv, new)  # rename(2) over a symlink is atomic: readers see the old or the new env
     removed = []
     keep = {os.path.normpath(new), os.path.normpath(previous or new)}
     for name in sorted(os.listdir(envs)):

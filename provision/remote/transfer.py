@@ -27,6 +27,8 @@ import tempfile
 import time
 import zipfile
 
+import hostlib
+
 
 def _sha1(data):
     return hashlib.sha1(data).hexdigest()
@@ -228,16 +230,8 @@ def _put(path, member, mode):
     if member.kind == "link":
         os.symlink(member.target, path)
         return
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".provision-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(member.read())
-        os.chmod(tmp, mode if mode is not None else member.mode)
-        os.rename(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    # THE atomic write (no fsync per member: an archive of many files; the old file or the new one, never half)
+    hostlib.atomic_write(path, member.read(), mode if mode is not None else member.mode, sync=False)
 
 
 def do_unarchive(req, stdin):

@@ -56,9 +56,9 @@ PORT_LATER: dict[str, set[str]] = {
     "run_script.py": {"envelope"},
     "service.py": {"envelope"},
     "sglang_args_check.py": {"envelope"},
-    "stack_fs.py": {"atomic write", "envelope"},
+    "stack_fs.py": {"atomic write", "envelope"},  # "atomic write": a hand-made venv dir moved aside (os.rename)
     "stack_state.py": {"envelope"},
-    "transfer.py": {"atomic write", "envelope"},
+    "transfer.py": {"envelope"},
 }
 
 
