@@ -106,13 +106,22 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
         with lab_ssh_config(lab), lab.systemd_host(i):
             try:
                 yield {"cli": cli, "lab": lab, "host": i, "router": f"http://{h.address}:{router}",
-                       "decode": f"{decode}-decode"}  # fmt: skip
+                       "names": names}  # fmt: skip
             finally:
                 cli("pd", "down")
                 remove_units()
     finally:
         remove_units()
         lab.revoke_sudo(i)
+
+
+def logs(dep: dict[str, Any], lines: int = 25) -> str:
+    """The last lines of each process's log (what a failed recovery shows)."""
+    out = []
+    for name in dep["names"]:
+        text = dep["lab"].run_as(dep["host"], ["tail", "-n", str(lines), f".provision/pd/logs/{name}.log"]).stdout
+        out.append(f"--- {name}.log\n{text}")
+    return "\n".join(out)
 
 
 def rows(dep: dict[str, Any]) -> tuple[int, dict[str, dict[str, Any]]]:
@@ -166,7 +175,10 @@ def test_kill9_under_load_comes_back_serving(deployment: dict[str, Any], role: s
             time.sleep(0.5)
         after = [r for r in load.results if r[1] > killed]
         first_ok = next((done for sent, done, ok in after if ok and sent > killed), None)
-        assert first_ok is not None, f"no request succeeded within 400 s of the kill: {after[-5:]}"
+        assert first_ok is not None, (
+            f"no request succeeded within 400 s of the kill (healthy after {healthy}s): {after[-5:]}\n"
+            f"{rows(deployment)}\n{logs(deployment)}"
+        )
         recovery = first_ok - killed
         failed = sum(1 for *_, ok in after if not ok)
         code, status = rows(deployment)
