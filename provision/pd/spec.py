@@ -12,6 +12,8 @@ templates render every word through ``quote``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -143,6 +145,12 @@ class HostPlan:
         return f"{self.dir}/{_safe(self.host)}.env"
 
     @property
+    def env_digest(self) -> str:
+        """sha256 of the env file's variables: the server scripts carry it, so a changed ``pd_env`` (or UCX/NIXL
+        setting) changes them and restarts those servers through their supervisor, as a changed flag does."""
+        return hashlib.sha256(json.dumps(sorted(self.env.items())).encode()).hexdigest()
+
+    @property
     def hf_token_file(self) -> str:
         return f"{self.dir}/{_safe(self.host)}.hf_token"
 
@@ -171,7 +179,8 @@ class HostPlan:
             "host": self.host, "device": self.device, "cpu": self.device == "cpu", "address": self.address,
             "python": self.python, "dir": self.dir, "log_dir": self.log_dir, "pid_dir": self.pid_dir,
             "compat_dir": self.compat_dir, "model_path": self.model_path, "tiny_model": self.tiny_model,
-            "env": dict(sorted(self.env.items())), "env_file": self.env_file, "hf_token_file": self.hf_token_file,
+            "env": dict(sorted(self.env.items())), "env_file": self.env_file,
+            "env_digest": self.env_digest, "hf_token_file": self.hf_token_file,
             "server": self.proc_fact(self.server) if self.server else None,
             "router": self.proc_fact(self.router) if self.router else None,
             "procs": [self.proc_fact(p) for p in self.procs],

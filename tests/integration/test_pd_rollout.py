@@ -6,8 +6,9 @@ The tests run in order and share the deployment (four CPU servers: about 10 GB o
 up → a rollout of a changed server flag and a changed ``pd_env`` (zero failed client requests, each server
 restarted once with the new command line and env, every batch verified, the router untouched) → a rollout
 whose new launch command cannot start (the canary rolls back, the others keep their pids, zero client
-failures, exit 2) → a rollout with nothing to change touches nothing → a router-only change restarts only the
-router → ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a TTFT and the same token ids,
+failures, exit 2) → a rollout with nothing to change touches nothing → lab2's venv link switched to a new env
+and its decode killed: the supervisor brings it back on its old env, ``pd up`` leaves it there, ``pd rollout``
+moves it (reason ``stack``, zero client failures) → a router-only change restarts only the router → ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a TTFT and the same token ids,
 in parallel → lab3's decode restarted on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its
 two pairs, exit 2, and ``pd up`` fails at its verify stage the same way. (``pd up`` itself ends with the 4
 pairs verified.)
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ class Deployment:
     lab: Any
     inventory: Path
     workdir: Path
+    leftovers_after_down: list[tuple[int, str]] = field(default_factory=list)  # (host, path) removed at the end
 
     def provision(self, *argv: str) -> CliResult:
         return run_cli_in(self.workdir, [*argv, "-i", str(self.inventory)])
@@ -128,6 +130,8 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
             yield deployed
         finally:
             deployed.provision("pd", "down")
+            for i, path in deployed.leftovers_after_down:
+                lab.run_as(i, ["rm", "-rf", "--", path], timeout=300)
 
 
 def router_url(d: Deployment) -> str:
@@ -221,6 +225,54 @@ def test_nothing_changed_nothing_restarted(deployment: Deployment) -> None:
     assert deployment.pids() == before
     human = deployment.provision("pd", "rollout")
     assert human.code == 0 and "nothing to roll" in human.out
+
+
+def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(deployment: Deployment) -> None:
+    """install.yml switches the venv link under running servers: lab2's link is pointed at a new env (a
+    hard-linked copy of its current one, so the servers still agree), then its decode is killed with SIGKILL.
+    The supervisor starts it again on the env it was started and verified with (PROVISION_PD_VENV and the
+    site-packages it maps), ``pd up`` leaves it there; ``pd rollout`` then finds it on another stack than the
+    link's and moves it, with no failed client request."""
+    venv = deployment.lab.run_as(2, ["readlink", "-f", VENV.replace("~", str(deployment.lab.hosts[2].home))])
+    old = venv.stdout.strip()
+    new = f"{old}-rollout-test"
+    deployment.leftovers_after_down.append((2, new))
+    copied = deployment.lab.run_as(2, ["cp", "-al", old, new], timeout=300)
+    assert copied.returncode == 0, copied.stderr
+    link = VENV.replace("~", str(deployment.lab.hosts[2].home))
+    switched = deployment.lab.run_as(2, ["sh", "-c", 'ln -sfn "$1" "$2.tmp" && mv -T "$2.tmp" "$2"', "-", new, link])
+    assert switched.returncode == 0, switched.stderr
+    before = deployment.pids()
+    killed = deployment.lab.run_as(2, ["kill", "-9", str(before["lab2-decode"])])
+    assert killed.returncode == 0, killed.stderr
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
+        row = rows["lab2-decode"]
+        if row["running"] and row["pid"] != before["lab2-decode"] and row["health"] == 200:
+            break
+        time.sleep(1)
+    assert row["running"] and row["health"] == 200 and row["restarts"] == 1, row
+    pid = row["pid"]
+    assert f"PROVISION_PD_VENV={old}" in deployment.environ("lab2", pid).split("\0")
+    maps = deployment.lab.run_as(2, ["cat", f"/proc/{pid}/maps"]).stdout
+    assert f"{old}/lib/" in maps and f"{new}/lib/" not in maps  # its old env's site-packages, not the new one's
+    up = deployment.provision("pd", "up", "-e", "pd_verify_all_pairs=false")
+    assert up.code == 0, up.out[-3000:] + up.err[-2000:]
+    assert deployment.pids()["lab2-decode"] == pid  # pd up does not move a server to another stack
+    with Client(router_url(deployment)) as client:
+        time.sleep(3)
+        result, report = deployment.rollout()
+        time.sleep(3)
+    show(report, client, report.get("seconds") or 0)
+    assert result.code == 0, json.dumps(report, indent=1)[-6000:]
+    assert client.failures == [], (client.failures[:10], deployment.router_log())
+    assert [(c["host"], c["reasons"]) for c in report["changes"]] == [("lab2", ["stack"])], report["changes"]
+    moved = deployment.pids()
+    assert moved["lab2-decode"] != pid
+    assert f"PROVISION_PD_VENV={new}" in deployment.environ("lab2", moved["lab2-decode"]).split("\0")
+    assert {k: v for k, v in moved.items() if k != "lab2-decode"} == {
+        k: v for k, v in before.items() if k != "lab2-decode"}  # fmt: skip
 
 
 def test_a_router_only_change_restarts_only_the_router(deployment: Deployment) -> None:

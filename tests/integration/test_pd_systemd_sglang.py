@@ -1,7 +1,8 @@
 """Real CPU-mode SGLang servers under ``pd_supervisor: systemd``: a prefill (with the router) and a decode as two
 inventory names on the lab's real-systemd host (``Lab.systemd_host``; its user has passwordless sudo), brought up
-by ``provision pd up`` (a rerun changes nothing); under a client's load the decode is killed with SIGKILL,
-systemd starts it again, and the deployment serves again through the router with no provision command. The
+by ``provision pd up`` (a rerun changes nothing); under a client's load the decode, then the prefill, then the
+router is killed with SIGKILL, systemd starts it again, and the deployment serves again through the router with
+no provision command. The
 recovery times (kill → healthy, kill → a request succeeds again) and the requests that failed meanwhile are
 printed; the requests after recovery all succeed.
 
@@ -105,7 +106,7 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
         with lab_ssh_config(lab), lab.systemd_host(i):
             try:
                 yield {"cli": cli, "lab": lab, "host": i, "router": f"http://{h.address}:{router}",
-                       "decode": f"{decode}-decode"}  # fmt: skip
+                       "names": names}  # fmt: skip
             finally:
                 cli("pd", "down")
                 remove_units()
@@ -114,12 +115,21 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
         lab.revoke_sudo(i)
 
 
+def logs(dep: dict[str, Any], lines: int = 25) -> str:
+    """The last lines of each process's log (what a failed recovery shows)."""
+    out = []
+    for name in dep["names"]:
+        text = dep["lab"].run_as(dep["host"], ["tail", "-n", str(lines), f".provision/pd/logs/{name}.log"]).stdout
+        out.append(f"--- {name}.log\n{text}")
+    return "\n".join(out)
+
+
 def rows(dep: dict[str, Any]) -> tuple[int, dict[str, dict[str, Any]]]:
     result = dep["cli"]("pd", "status", "--json")
     return result.code, {r["role"]: r for r in json.loads(result.out)["procs"]}
 
 
-def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
+def test_up_is_supervised_by_systemd_and_a_rerun_changes_nothing(deployment: dict[str, Any]) -> None:
     up = deployment["cli"]("pd", "up", "--json")
     assert up.code == 0, (up.out + up.err)[-4000:]
     code, status = rows(deployment)
@@ -132,6 +142,15 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         json.loads(again.out)["stats"], 0
     )
     assert {role: r["pid"] for role, r in rows(deployment)[1].items()} == {role: r["pid"] for role, r in status.items()}
+
+
+@pytest.mark.parametrize("role", ["decode", "prefill", "router"])
+def test_kill9_under_load_comes_back_serving(deployment: dict[str, Any], role: str) -> None:
+    """kill -9 of one process (the decode, then the prefill, then the router) under a client's load: systemd
+    starts it again, and the deployment serves through the router again with no provision command (after a
+    prefill restart the decode reconnects by itself; a restarted router re-learns its workers from its flags)."""
+    code, status = rows(deployment)
+    assert code == 0, status
     load = Load(deployment["router"])
     load.thread.start()
     try:
@@ -139,15 +158,15 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         while sum(ok for *_, ok in load.results) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sum(ok for *_, ok in load.results) >= 3, load.results[-5:]
-        pid = status["decode"]["pid"]
+        pid = status[role]["pid"]
         argv = ["ssh", "-F", str(deployment["lab"].ssh_config_path), deployment["lab"].hosts[deployment["host"]].name]
         subprocess.run([*argv, f"kill -9 {pid}"], check=True, timeout=60)
         killed = time.monotonic()
         deadline = killed + 400
-        healthy: float | None = None  # when pd status first shows the new decode up and healthy
+        healthy: float | None = None  # when pd status first shows the new process up and healthy
         while time.monotonic() < deadline:
             if healthy is None:
-                row = rows(deployment)[1]["decode"]
+                row = rows(deployment)[1][role]
                 if row["running"] and row["pid"] != pid and row["health"] == 200:
                     healthy = time.monotonic() - killed
             after = [r for r in load.results if r[0] > killed]
@@ -156,13 +175,17 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
             time.sleep(0.5)
         after = [r for r in load.results if r[1] > killed]
         first_ok = next((done for sent, done, ok in after if ok and sent > killed), None)
-        assert first_ok is not None, f"no request succeeded within 400 s of the kill: {after[-5:]}"
+        assert first_ok is not None, (
+            f"no request succeeded within 400 s of the kill (healthy after {healthy}s): {after[-5:]}\n"
+            f"{rows(deployment)}\n{logs(deployment)}"
+        )
         recovery = first_ok - killed
         failed = sum(1 for *_, ok in after if not ok)
         code, status = rows(deployment)
-        decode = status["decode"]
-        assert decode["running"] and decode["pid"] != pid and decode["restarts"] == 1, decode
-        assert decode["last_reason"] == "killed by SIGKILL", decode
+        row = status[role]
+        assert row["running"] and row["pid"] != pid and row["restarts"] == 1, row
+        assert row["last_reason"] == "killed by SIGKILL", row
+        assert code == 0, status
         mark = len(load.results)
         time.sleep(10)
     finally:
@@ -170,7 +193,8 @@ def test_decode_kill9_under_load(deployment: dict[str, Any]) -> None:
         load.thread.join(timeout=90)
     later = load.results[mark:]
     assert later and all(ok for *_, ok in later), later
-    print(f"\nsystemd: decode killed -9 under load → healthy again after {healthy:.1f}s, serving again after "
+    assert healthy is not None
+    print(f"\nsystemd: {role} killed -9 under load → healthy again after {healthy:.1f}s, serving again after "
           f"{recovery:.1f}s; {failed} of {len(after)} requests failed meanwhile (15 s client timeout); "
           f"{len(later)} requests in the 10 s after recovery all succeeded")  # fmt: skip
 

@@ -126,3 +126,20 @@ def test_the_default_command_runs_the_env_resolved_at_start(tmp_path: Path, ship
     finally:
         del os.environ["PROVISION_PD_VENV"]
     assert argv[:3] == ["A", "-m", "sglang.launch_server"]
+
+
+def test_a_changed_env_changes_the_server_scripts_not_the_routers() -> None:
+    """The env file is sourced at start: a server script carries its variables' digest, so ``pd up`` restarts a
+    server whose env changed (its script changed) and leaves one whose env did not; the router's script (and
+    so the router, whose restart every client would see) is left as it was."""
+
+    def scripts(**common: Any) -> dict[str, str]:
+        hosts = hosts_with(Path("/h"), model_path="/m", **common)
+        return {name: render(name, host, hosts, "/h")
+                for name, host in (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("router.sh.j2", "p1"))}  # fmt: skip
+
+    before, after = scripts(pd_env={"A": "1"}), scripts(pd_env={"A": "2"})
+    assert before["prefill.sh.j2"] != after["prefill.sh.j2"] and before["decode.sh.j2"] != after["decode.sh.j2"]
+    assert before["router.sh.j2"] == after["router.sh.j2"]
+    assert scripts(pd_env={"A": "1"}) == before  # the same env, the same scripts: a rerun restarts nothing
+    assert "sha256 " in before["prefill.sh.j2"] and "A=1" not in before["prefill.sh.j2"]
