@@ -12,7 +12,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "provision"
 
-DOMAIN = ("provision.stack", "provision.nixl", "provision.sglang", "provision.pd")
+DOMAIN = ("provision.stack", "provision.nixl", "provision.sglang", "provision.pd", "provision.model")
 ENGINE_ABOVE_MODULES = (  # what a task module (generic or domain) must never import
     "provision.cli",
     "provision.executor",
