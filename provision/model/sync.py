@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..commands import MASKER
-from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, ModuleError, UnreachableError
+from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, HostError, ModuleError, ProvisionError, UnreachableError
 from ..modules.base import HelperError, ModuleContext
 from .source import Source, local_manifest
 
@@ -117,12 +117,12 @@ class Server:
         self.name, self.ctx, self.address = name, ctx, address
         self.token = secrets.token_urlsafe(32)
         MASKER.add(self.token)
-        self.stop_file = f"{path.rstrip('/')}.provision-serve-{secrets.token_hex(6)}.stop"
+        self.dir, self.stop_tag = path, secrets.token_hex(6)
         self.port: int | None = None
         self.error: str | None = None
         self._ready = threading.Event()
         req = {"dir": path, "token": self.token, "files": files, "address": address, "slots": slots,
-               "stop": self.stop_file, "lifetime": lifetime}  # fmt: skip
+               "stop": self.stop_tag, "lifetime": lifetime}  # fmt: skip
         self._thread = threading.Thread(target=self._run, args=(req, lifetime), daemon=True)
         self._thread.start()
         if not self._ready.wait(SERVE_START) or self.port is None:
@@ -145,15 +145,15 @@ class Server:
             result = self.ctx.run_script(SCRIPT, "serve", stdin=data, timeout=lifetime + 30, on_output=self._line)
             if self.port is None:
                 self.error = result.tail(2)
-        except (ModuleError, OSError) as exc:
+        except (ProvisionError, OSError) as exc:  # the connection lost too: the serve ended with it
             self.error = str(exc)
         finally:
             self._ready.set()
 
     def stop(self) -> None:
         try:
-            call(self.ctx, "stop", {"stop": self.stop_file}, timeout=30)
-        except (SyncFailure, ModuleError):
+            call(self.ctx, "stop", {"dir": self.dir, "stop": self.stop_tag}, timeout=30)
+        except (SyncFailure, ProvisionError):
             return  # the serve ends with its lifetime, or with the connection
         self._thread.join(10)
 
@@ -282,8 +282,8 @@ class Sync:
         except UnreachableError as exc:
             self.outcomes[name] = HostOutcome(name, "unreachable", exc.msg)
             return None
-        except (SyncFailure, ModuleError) as exc:
-            self.outcomes[name] = HostOutcome(name, "failed", str(exc.msg if isinstance(exc, ModuleError) else exc))
+        except (SyncFailure, HostError) as exc:
+            self.outcomes[name] = HostOutcome(name, "failed", str(exc.msg if isinstance(exc, HostError) else exc))
             return None
         done = HostOutcome(name, "ok", commands=counted(target.ctx), seconds=time.monotonic() - t0)
         if plan["state"] == "synced":
@@ -360,8 +360,8 @@ class Sync:
             self.say(f"{name}: {plan['need'] / 1e6:.0f} MB to send from {via.name}")
             try:
                 job.run(via)
-            except (SyncFailure, ModuleError) as exc:
-                if via is origin:
+            except (SyncFailure, HostError) as exc:
+                if via is origin or isinstance(exc, UnreachableError):
                     raise
                 self.say(f"{name}: from {via.name} failed ({exc}): again from {origin.name}")
                 used = origin
@@ -373,7 +373,7 @@ class Sync:
                 self._serve_from(target, origins)
         except UnreachableError as exc:
             outcome.status, outcome.msg = "unreachable", exc.msg
-        except ModuleError as exc:
+        except HostError as exc:
             outcome.status, outcome.msg = "failed", exc.msg
         except (SyncFailure, OSError) as exc:
             outcome.status, outcome.msg = "failed", str(exc)

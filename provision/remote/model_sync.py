@@ -25,10 +25,10 @@ Ops:
 * ``recv {"dir", "path", "offset", "size", "sha256"}`` + bytes: append to the staged file at ``offset`` (which
   must be its current size); at ``size`` the whole file is hashed: ``{"done", "bad"}`` (a bad one is removed).
 * ``serve {"dir", "token", "files", "address", "slots", "stop", "lifetime"}``: a TCP server on ``address``
-  (port 0: any free one) that sends the listed files of ``dir`` (or of its staged copy) to a peer presenting
-  ``token`` (compared in constant time), ``slots`` at once; first line ``{"port"}``, then it runs until the
-  file ``stop`` exists or ``lifetime`` seconds passed.
-* ``stop {"stop"}``: create that file (the controller ending a ``serve``).
+  (port 0: any free one) that sends the listed files of ``dir`` to a peer presenting ``token`` (compared in
+  constant time), ``slots`` at once; first line ``{"port"}``, then it runs until the file
+  ``P/.NAME.provision-serve-STOP.stop`` exists or ``lifetime`` seconds passed.
+* ``stop {"dir", "stop"}``: create that file (the controller ending a ``serve``).
 * ``fetch {"dir", "address", "port", "token", "files": {path: [offset, size, sha256]}, "timeout"}``: pull those
   files from a peer's ``serve`` into the staged copy, hashing as they come: ``{"done", "bad", "bytes"}``.
 * ``commit {"dir", "want"}``: every staged file checked against ``want`` (from the cache: each was hashed on
@@ -414,10 +414,18 @@ def _serve_one(conn, roots, token, allowed):
             os.close(fd)
 
 
+def _stop_file(req):
+    _, parent, name = _names(req["dir"])
+    tag = str(req["stop"])
+    if not tag.isalnum():
+        raise Failure("bad stop tag")
+    return os.path.join(parent, ".%s.provision-serve-%s.stop" % (name, tag))
+
+
 def op_serve(req):
     path = _names(req["dir"])[0]
     roots = [path, _partial(path)] if req.get("partial") else [path]
-    token, allowed, stop = str(req["token"]), set(req["files"]), req["stop"]
+    token, allowed, stop = str(req["token"]), set(req["files"]), _stop_file(req)
     lifetime = float(req.get("lifetime") or 3600)
     slots = threading.BoundedSemaphore(max(1, int(req.get("slots") or 2)))
     sock = socket.socket(socket.AF_INET6 if ":" in req["address"] else socket.AF_INET)
@@ -455,7 +463,7 @@ def op_serve(req):
 
 
 def op_stop(req):
-    stop = req["stop"]
+    stop = _stop_file(req)
     fd = os.open(stop, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     os.close(fd)
     return {}
