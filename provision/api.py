@@ -911,7 +911,7 @@ def model_sync(
     limit = options.limit
     if not limit:
         groups = inventory.groups_map()
-        limit = MODEL_HOSTS if groups.get("prefill") or groups.get("decode") else "all"
+        limit = ":".join(g for g in MODEL_HOSTS.split(":") if groups.get(g)) or "all"
     names = [h.name for h in inventory.select(limit) if h.name != source.host]
     if not names:
         raise InputError(f"no host to sync to (limit {limit})")

@@ -32,7 +32,7 @@ from typing import Any
 from ..commands import MASKER
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, HostError, ModuleError, ProvisionError, UnreachableError
 from ..modules.base import HelperError, ModuleContext
-from .source import Source, local_manifest
+from .source import Source, SourceError, local_manifest
 
 SCRIPT = "model_sync.py"
 CHUNK = 64 << 20
@@ -254,7 +254,14 @@ class Sync:
 
     def run(self) -> SyncResult:
         started = time.monotonic()
-        self.manifest, digest = self.source_manifest()
+        try:
+            self.manifest, digest = self.source_manifest()
+        except (SourceError, SyncFailure, HostError) as exc:  # no source: every host fails with that line
+            why = exc.msg if isinstance(exc, HostError) else str(exc)
+            failed = SyncResult(self.source.describe(), 0, 0, "", fanout=self.fanout)
+            failed.hosts = {t.name: HostOutcome(t.name, "failed", f"the source: {why}") for t in self.targets}
+            failed.seconds = time.monotonic() - started
+            return failed
         size = sum(int(v[0]) for v in self.manifest.values())
         result = SyncResult(self.source.describe(), len(self.manifest), size, digest, fanout=self.fanout)
         with ThreadPoolExecutor(max_workers=max(1, min(self.forks, len(self.targets)))) as pool:

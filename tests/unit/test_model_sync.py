@@ -147,3 +147,11 @@ def test_bad_input_is_refused_before_any_host(tmp_path: Path) -> None:
     assert err.value.exit_code == 5
     assert "p0: model_path is not set" in err.value.msg
     assert "d0: model_path org/model is not a directory" in err.value.msg
+
+
+def test_an_empty_source_fails_every_host_in_one_line(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all:\n  children:\n    decode: {hosts: {d0: {ansible_connection: local, model_path: /no/m}}}\n")
+    (tmp_path / "empty").mkdir()
+    result = api.model_sync(str(inv), str(tmp_path / "empty"))
+    assert result.exit_code == 2 and result.hosts["d0"].msg == f"the source: {tmp_path / 'empty'} holds no model files"
