@@ -37,6 +37,8 @@ from .source import Source, SourceError, local_manifest
 SCRIPT = "model_sync.py"
 CHUNK = 64 << 20
 SERVE_START = 30.0  # seconds for a serve to report its port
+FETCH_BATCH = 4 << 30  # bytes per fetch call (a 600 GB model from a peer is ~150 calls, each bounded)
+SERVE_LIFETIME = 86400.0  # a serve ends with the sync or its SSH channel; at the latest after this
 Manifest = dict[str, list[Any]]
 
 
@@ -206,13 +208,25 @@ class Transfer:
         return bad
 
     def _fetch(self, server: Server, todo: dict[str, int]) -> list[str]:
-        want = self.sync.manifest
-        files = {rel: [off, want[rel][0], want[rel][1]] for rel, off in todo.items()}
-        req = {"dir": self.target.path, "address": server.address, "port": server.port, "token": server.token,
-               "files": files, "timeout": 60}  # fmt: skip
-        answer = call(self.target.ctx, "fetch", req, timeout=self.sync.timeout)
-        self.sent += int(answer.get("bytes", 0))
-        return list(answer.get("bad", []))
+        """Pulls of at most FETCH_BATCH bytes each: every call ends well within the command timeout."""
+        want, bad = self.sync.manifest, []
+        batches: list[dict[str, list[Any]]] = [{}]
+        size = 0
+        for rel, off in sorted(todo.items()):
+            need = int(want[rel][0]) - off
+            if batches[-1] and size + need > FETCH_BATCH:
+                batches.append({})
+                size = 0
+            batches[-1][rel] = [off, want[rel][0], want[rel][1]]
+            size += need
+        for batch in batches:
+            req = {"dir": self.target.path, "address": server.address, "port": server.port, "token": server.token,
+                   "files": batch, "timeout": 60}  # fmt: skip
+            answer = call(self.target.ctx, "fetch", req, timeout=self.sync.timeout)
+            self.sent += int(answer.get("bytes", 0))
+            bad += list(answer.get("bad", []))
+            self._progress(sorted(batch)[-1])
+        return bad
 
 
 # ------------------------------------------------------------------------------------------------ the fleet
@@ -313,7 +327,7 @@ class Sync:
         if self.seed is None:
             return Origin("controller", self.slots)
         server = Server(self.source.host or "seed", self.seed, self.source.path, self.seed_address,
-                        sorted(self.manifest), self.slots, self.timeout)  # fmt: skip
+                        sorted(self.manifest), self.slots, max(self.timeout, SERVE_LIFETIME))  # fmt: skip
         self._servers.append(server)
         return Origin(self.source.host or "seed", self.slots, server)
 
@@ -349,7 +363,7 @@ class Sync:
         """A completed target becomes a source (fan-out); one that cannot serve is simply not one."""
         try:
             server = Server(target.name, target.ctx, target.path, target.address, sorted(self.manifest),
-                            self.slots, self.timeout)  # fmt: skip
+                            self.slots, max(self.timeout, SERVE_LIFETIME))  # fmt: skip
         except (SyncFailure, ModuleError) as exc:
             self.say(f"{target.name}: not a source for the others ({exc})")
             return

@@ -74,8 +74,11 @@ def chown(lab: Any, i: int, path: Path) -> None:
             os.chown(name, user.pw_uid, user.pw_gid)
 
 
-def test_sync_fans_out_to_three_hosts_and_a_rerun_sends_nothing(lab_env: Any, tmp_path: Path) -> None:
+def test_sync_fans_out_to_three_hosts_and_a_rerun_sends_nothing(
+    lab_env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lab = lab_env
+    monkeypatch.setattr("provision.model.sync.FETCH_BATCH", 3 * MB)  # a peer's files in several pulls
     model = make_model(tmp_path / "m")
     want = files(model)
     inv = inventory(lab, tmp_path / "inv.yml", "~/models/fan")
@@ -112,7 +115,7 @@ def test_truncated_shard_is_found_and_resent_alone(lab_env: Any, tmp_path: Path)
 
 def test_interrupted_sync_resumes_where_it_stopped(lab_env: Any, tmp_path: Path) -> None:
     lab = lab_env
-    model = make_model(tmp_path / "m", shards=2, size=24 * MB)
+    model = make_model(tmp_path / "m", shards=2, size=12 * MB)
     inv = inventory(lab, tmp_path / "inv.yml", "~/models/resume", hosts=(3,))
     staged = on_host(lab, 3, "models/.resume.provision-partial")
     argv = [sys.executable, "-m", "provision", "model", "sync", "-i", str(inv), "--src", str(model), "--chunk-mb", "1"]
@@ -121,7 +124,7 @@ def test_interrupted_sync_resumes_where_it_stopped(lab_env: Any, tmp_path: Path)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             got = sum(p.stat().st_size for p in staged.rglob("*.safetensors")) if staged.exists() else 0
-            if got >= 8 * MB:
+            if got >= 4 * MB:
                 break
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)  # the controller dies mid-transfer
@@ -130,11 +133,11 @@ def test_interrupted_sync_resumes_where_it_stopped(lab_env: Any, tmp_path: Path)
     time.sleep(1)  # the host's runner saw the channel close and stopped the write
     assert not on_host(lab, 3, "models/resume").exists()  # complete or not at all
     kept = sum(p.stat().st_size for p in staged.rglob("*.safetensors"))
-    assert 0 < kept < 48 * MB
+    assert 0 < kept < 24 * MB
     result = api.model_sync(inv, str(model), chunk_mb=4)
     assert result.exit_code == 0, result.as_dict()
     host = result.hosts["lab3"]
-    assert host.status == "changed" and host.sent <= 48 * MB - kept + 4 * MB and host.sent < 48 * MB
+    assert host.status == "changed" and host.sent <= 24 * MB - kept + 4 * MB and host.sent < 24 * MB
     assert files(on_host(lab, 3, "models/resume")) == files(model)
 
 
