@@ -40,7 +40,7 @@ import json
 import os
 import shlex
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -84,7 +84,7 @@ from .executor import Executor, InternalError, playbook_dir_of, task_selected
 from .inventory import MAX_DEPTH, Inventory, nesting_too_deep
 from .magic import magic_vars
 from .masking import register_inventory_secrets
-from .modules.base import to_bool
+from .modules.base import ModuleContext, to_bool
 from .pd import PlanError, build, pd_host_names, validate_pd
 from .pd.rollout import Progress as RolloutProgress
 from .pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
@@ -95,10 +95,12 @@ from .playbook import Play, Task, load_playbook, parse_task
 from .report import write_retry_file
 from .results import HostStats, RunSummary, Status, TaskResult
 from .state import RunOptions
-from .transport import ConnectOptions
+from .transport import ConnectOptions, open_connection
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from .model.sync import SyncResult
 
 __all__ = [
     "CommandTimeout",
@@ -143,6 +145,7 @@ __all__ = [
     "gather_facts",
     "load",
     "masked",
+    "model_sync",
     "parse_extra_vars",
     "pd_down",
     "pd_logs",
@@ -864,3 +867,81 @@ def pd_rollout(
         if first is not None and first.get(key) is not None:
             setattr(options, name, to_bool(first.get(key), key))
     return rollout(pd_vars, rollout_runner(fleet, opts), options, progress=progress)
+
+
+# ------------------------------------------------------------------------------------------------ model sync
+MODEL_HOSTS = "prefill:decode"
+
+
+def model_sync(
+    hosts: Fleet | PathLike | Sequence[PathLike],
+    src: str,
+    *,
+    fanout: bool = True,
+    slots: int = 2,
+    chunk_mb: int = 64,
+    on_line: Callable[[str], None] | None = None,
+    **opts: Unpack[Options],
+) -> SyncResult:
+    """Sync the model directory ``src`` (a controller directory, ``HOST:DIR`` on a seed host, or a hub id
+    ``org/name[@rev]`` from the controller's Hugging Face cache) to every selected host's ``model_path``
+    (:mod:`provision.model.sync`). The hosts: ``limit``, else the ``prefill`` and ``decode`` groups, else all.
+    ``fanout``: hosts that completed serve the others; ``slots``: transfers at once per source. ``on_line``:
+    progress lines. Bad input (no such source, a host without a directory ``model_path``) raises
+    :class:`InputError` before any host is contacted; a host's failure is in the result (``exit_code``)."""
+    from .model.source import SourceError, resolve
+    from .model.sync import Sync, Target
+
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    options = run_options(fleet, opts)
+    inventory = fleet.inventory
+    if slots < 1 or chunk_mb < 1:
+        raise UsageError("--slots and --chunk-mb must be at least 1")
+    try:
+        source = resolve(src, list(inventory.hosts))
+    except SourceError as exc:
+        raise InputError(str(exc)) from None
+    limit = options.limit
+    if not limit:
+        groups = inventory.groups_map()
+        limit = ":".join(g for g in MODEL_HOSTS.split(":") if groups.get(g)) or "all"
+    names = [h.name for h in inventory.select(limit) if h.name != source.host]
+    if not names:
+        raise InputError(f"no host to sync to (limit {limit})")
+    shipped = defaults()
+    values = {n: templating.Vars(shipped, inventory.hosts[n].vars, options.extra_vars, magic_vars(inventory, n))
+              for n in [*names, *([source.host] if source.host else [])]}  # fmt: skip
+    problems = []
+    for name in names:
+        path = values[name]["model_path"]
+        if not path:
+            problems.append(f"{name}: model_path is not set (the directory to sync the model into)")
+        elif not str(path).startswith(("/", "~")):
+            problems.append(f"{name}: model_path {path} is not a directory path (/... or ~/...): a hub id is "
+                            "resolved on the controller: pass it as --src, model_path is a directory")  # fmt: skip
+    if problems:
+        raise InputError("cannot sync the model:\n  - " + "\n  - ".join(problems))
+
+    def address(name: str) -> str:
+        v = values[name]
+        return str(v.get("model_sync_address") or v.get("ansible_host") or name)
+
+    def context(name: str) -> ModuleContext:
+        conn = open_connection(name, inventory.hosts[name].vars, options.connect)
+        return ModuleContext(host=name, conn=conn, variables=values[name], timeout=options.command_timeout)
+
+    targets = []
+    for name in names:
+        reserve = int(float(values[name]["model_sync_reserve_gb"] or 0) * 1e9)
+        targets.append(Target(name, context(name), str(values[name]["model_path"]), address(name), reserve))
+    seed = context(source.host) if source.host else None
+    sync = Sync(source, targets, seed=seed, fanout=fanout, slots=slots, chunk=chunk_mb << 20, check=options.check,
+                forks=options.forks, timeout=options.command_timeout, on_line=on_line,
+                seed_address=address(source.host) if source.host else "")  # fmt: skip
+    try:
+        return sync.run()
+    finally:
+        for target in targets:
+            target.ctx.conn.close()
+        if seed is not None:
+            seed.conn.close()

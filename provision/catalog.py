@@ -1,7 +1,8 @@
 """Every task module provision offers, in one explicit list: module name -> the file that defines it.
 
 The generic, Ansible-compatible modules live in :mod:`provision.modules`; the GPU domain's modules live in
-their packages (:mod:`provision.stack`, :mod:`provision.nixl`, :mod:`provision.sglang`, :mod:`provision.pd`).
+their packages (:mod:`provision.stack`, :mod:`provision.nixl`, :mod:`provision.sglang`, :mod:`provision.pd`,
+:mod:`provision.model`).
 Each module class registers itself with :func:`provision.modules.base.register` when its file is imported.
 :func:`lookup` imports only the file of the module asked for, so a run loads the modules its playbook uses and
 no other (a play of ``file``/``copy`` never imports the GPU domain); :func:`load_all` imports every file
@@ -69,6 +70,9 @@ MODULES: dict[str, str] = {
     "sglang_args": "provision.sglang.modules",
     "sglang_cpu_compat": "provision.sglang.modules",
     "sglang_tiny_model": "provision.sglang.modules",
+    "model_sync": "provision.model.modules",
+    "model_manifest": "provision.model.modules",
+    "model_same": "provision.model.modules",
     "process": "provision.pd.process",
     "pd_config": "provision.pd.modules",
     "pd_logs": "provision.pd.modules",

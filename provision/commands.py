@@ -204,13 +204,13 @@ RUNNER = """\
 import os,sys,time,select,_thread,_signal
 n,m,t,h=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3]),float(sys.argv[4])
 def rd(n):
- b=b''
- while len(b)<n:
+ b=bytearray(n);v=memoryview(b);k=0
+ while k<n:
   if h>0 and not select.select([0],[],[],3*h)[0]:os._exit(125)
-  c=os.read(0,min(n-len(b),1<<20))
+  c=os.readv(0,[v[k:k+(1<<20)]])
   if not c:os._exit(125)
-  b+=c
- return b
+  k+=c
+ return bytes(b)
 s=rd(n);d=rd(m)
 sr,sw=os.pipe();dr,dw=os.pipe();wr,ww=os.pipe();er,ew=os.pipe()
 p=os.fork()

@@ -55,6 +55,7 @@ from .common import (
     mask_obj,
     parse_extra_vars,
 )
+from .model import model
 from .pd import pd
 from .wheelhouse import wheelhouse
 
@@ -327,3 +328,4 @@ def main(argv: list[str] | None = None) -> None:
 
 cli.add_command(pd)
 cli.add_command(wheelhouse)
+cli.add_command(model)

@@ -201,6 +201,7 @@ class ModuleContext:
         timeout: float | None = None,
         stdin: bytes | None = None,
         env: Mapping[str, str] | None = None,
+        on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         """Run one of the package's remote helper scripts (``provision/remote/<script>``) on the host with
         its Python: the source travels on stdin (``python3 - ARGS``), so nothing is left behind.
@@ -208,13 +209,13 @@ class ModuleContext:
         ``stdin``: data for the script (read with ``sys.stdin.buffer.read()``): file content, request bodies,
         anything that must not appear on the host's process list. The source then travels length-prefixed
         in front of it and a one-line bootstrap (``python3 -c``) runs it. ``env``: the script's own environment
-        (on top of the task's).
+        (on top of the task's). ``on_output``: each line of output as it comes (a fresh process, never the agent).
 
         Most modules want :meth:`call_helper` (the answer, or one error); this returns the raw result."""
         for arg in args:
             check_nul("a helper argument", arg)
         interpreter = python or self.python()
-        if script in QUICK_SCRIPTS and not self.become and not self.environment and not env:
+        if script in QUICK_SCRIPTS and not self.become and not self.environment and not env and not on_output:
             agent_of = getattr(self.conn, "python_agent", None)
             if agent_of is not None:
                 try:
@@ -226,7 +227,7 @@ class ModuleContext:
             cmd, data = Command.of(interpreter, "-", *args), source
         else:
             cmd, data = Command.of(interpreter, "-c", _BOOTSTRAP, *args), b"%d\n" % len(source) + source + stdin
-        return self.run(cmd.with_env(env) if env else cmd, stdin=data, timeout=timeout)
+        return self.run(cmd.with_env(env) if env else cmd, stdin=data, timeout=timeout, on_output=on_output)
 
     def call_helper(
         self,

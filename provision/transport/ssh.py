@@ -102,7 +102,7 @@ class _ChannelStream:
         self.channel = channel
 
     def send(self, data: bytes) -> None:
-        self.channel.sendall(data)
+        _send_all(self.channel, data)
 
     def recv(self, n: int, deadline: float | None) -> bytes:
         while True:
@@ -124,6 +124,16 @@ def _send_heartbeat(channel: paramiko.Channel) -> None:
     the time, so there is always room; if there is none, the next beat will try again)."""
     if channel.send_ready():
         channel.send(HEARTBEAT)
+
+
+SEND_PIECE = 1 << 20
+
+
+def _send_all(channel: paramiko.Channel, data: bytes) -> None:
+    """``channel.sendall`` in pieces: paramiko's sendall slices what is left after each packet (``s[sent:]``),
+    a copy of the rest each time: a 32 MiB stdin took 1.9 s that way, 0.2 s in 1 MiB pieces."""
+    for start in range(0, len(data), SEND_PIECE):
+        channel.sendall(data[start : start + SEND_PIECE])
 
 
 def _create_private(sftp: paramiko.SFTPClient, path: str) -> paramiko.SFTPFile:
@@ -494,7 +504,7 @@ class SSHConnection:
             channel.exec_command(inv.text)
             # stdin stays open until the command ends: its EOF makes the runner on the host kill the command,
             # and so do 3 H seconds without the heartbeats that follow the script and data
-            channel.sendall(inv.stdin)
+            _send_all(channel, inv.stdin)
             self._beating(channel, partial(_send_heartbeat, channel))
             out, err = self._drain(channel, None if timeout is None else timeout + 15.0, on_output)
             rc = channel.recv_exit_status()

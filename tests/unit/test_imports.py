@@ -12,7 +12,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "provision"
 
-DOMAIN = ("provision.stack", "provision.nixl", "provision.sglang", "provision.pd")
+DOMAIN = ("provision.stack", "provision.nixl", "provision.sglang", "provision.pd", "provision.model")
 ENGINE_ABOVE_MODULES = (  # what a task module (generic or domain) must never import
     "provision.cli",
     "provision.executor",
@@ -196,7 +196,7 @@ def test_a_play_of_generic_modules_loads_no_gpu_module() -> None:
         "from provision.catalog import lookup\n"
         "assert lookup('copy') and lookup('ansible.builtin.shell') and lookup('nope') is None\n"
         "print(sorted(m for m in sys.modules if m.startswith(('provision.stack', 'provision.nixl', "
-        "'provision.sglang', 'provision.pd'))))\n"
+        "'provision.sglang', 'provision.pd', 'provision.model'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
