@@ -33,11 +33,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from lab import Lab  # noqa: E402
 
 from provision import api  # noqa: E402
+from tests.support.lab import Lab  # noqa: E402
 
 MB = 1 << 20
 

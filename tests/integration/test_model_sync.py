@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +25,16 @@ import yaml
 
 from provision import api
 from provision.remote.model_sync import manifest_of
-from tests.helpers import run_cli, run_cli_in
+from tests.support.cli import run_cli, run_cli_in
 
 pytestmark = pytest.mark.lab
 MB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def lab_env(lab: Any) -> Any:
-    old = os.environ.get("PROVISION_SSH_CONFIG")
-    os.environ["PROVISION_SSH_CONFIG"] = str(lab.ssh_config_path)
-    yield lab
-    if old is None:
-        os.environ.pop("PROVISION_SSH_CONFIG", None)
-    else:
-        os.environ["PROVISION_SSH_CONFIG"] = old
+def lab_env(lab: Any) -> Iterator[Any]:
+    with lab.pointed_at():
+        yield lab
 
 
 def make_model(path: Path, shards: int = 3, size: int = 2 * MB) -> Path:

@@ -8,8 +8,9 @@ restarted once with the new command line and env, every batch verified, the rout
 whose new launch command cannot start (the canary rolls back, the others keep their pids, zero client
 failures, exit 2) → a rollout with nothing to change touches nothing → lab2's venv link switched to a new env
 and its decode killed: the supervisor brings it back on its old env, ``pd up`` leaves it there, ``pd rollout``
-moves it (reason ``stack``, zero client failures) → a router-only change restarts only the router → ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a TTFT and the same token ids,
-in parallel → lab3's decode restarted on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its
+moves it (reason ``stack``, zero client failures) → a router-only change restarts only the router →
+``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a TTFT and the same token ids, in
+parallel → lab3's decode restarted on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its
 two pairs, exit 2, and ``pd up`` fails at its verify stage the same way. (``pd up`` itself ends with the 4
 pairs verified.)
 """

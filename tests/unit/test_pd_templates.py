@@ -135,8 +135,8 @@ def test_a_changed_env_changes_the_server_scripts_not_the_routers() -> None:
 
     def scripts(**common: Any) -> dict[str, str]:
         hosts = hosts_with(Path("/h"), model_path="/m", **common)
-        return {name: render(name, host, hosts, "/h")
-                for name, host in (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("router.sh.j2", "p1"))}  # fmt: skip
+        names = (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("router.sh.j2", "p1"))
+        return {name: render(name, host, hosts, "/h") for name, host in names}
 
     before, after = scripts(pd_env={"A": "1"}), scripts(pd_env={"A": "2"})
     assert before["prefill.sh.j2"] != after["prefill.sh.j2"] and before["decode.sh.j2"] != after["decode.sh.j2"]
