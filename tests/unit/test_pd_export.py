@@ -135,6 +135,8 @@ def test_servers_that_differ_are_separate_roles_and_multi_node_is_leader_worker(
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"  # tp 8 over 2 nodes
     assert c["args"][c["args"].index("--dist-init-addr") + 1] == "$(RBG_LWP_LEADER_ADDRESS):5000"
     assert c["args"][c["args"].index("--node-rank") + 1] == "$(RBG_LWP_WORKER_INDEX)"
+    with pytest.raises(api.InputError, match="--nnodes 2: one inventory host is one Slurm node"):
+        export(write_inventory(tmp_path, doc), "slurm")
     lws = _custom(export(write_inventory(tmp_path, doc), "lws").files)
     assert {o["metadata"]["name"]: o["spec"]["leaderWorkerTemplate"]["size"] for o in lws}[
         "provision-pd-prefill-2"

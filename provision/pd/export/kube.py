@@ -128,7 +128,7 @@ def _container(d: Deployment, target: str, p: Proc, role: _Role, options: Export
         c["livenessProbe"] = _probe("/health", p.port, 30, 3)
     else:
         # model loading: up to pd_server_timeout (as pd up's wait), then the readiness pd_wait checked
-        startup = int(float(first_var(d, "pd_server_timeout", 1800)))
+        startup = int(float(first_var(d, "pd_server_timeout", 900)))
         c["startupProbe"] = _probe("/health", p.port, 10, max(1, startup // 10))
         c["readinessProbe"] = _probe("/health", p.port, 10, 3)
         c["livenessProbe"] = _probe("/health", p.port, 30, 5, timeout=10)

@@ -27,7 +27,7 @@ from ...commands import quote
 from ...sglang.cpu_compat import SHIPPED, SHIPPED_DIR
 from ..flags import PlanError
 from ..spec import Deployment, HostPlan, Proc
-from .common import Export, ExportOptions, first_var, gpus_per_pod, has_hf_token, shipped, split_env
+from .common import Export, ExportOptions, first_var, gpus_per_pod, has_hf_token, nnodes, shipped, split_env
 
 
 def node_of(d: Deployment) -> tuple[dict[str, int], list[list[str]]]:
@@ -166,8 +166,10 @@ def _node_script(d: Deployment, k: int, hosts: list[str], node: dict[str, int], 
     for p in sorted(servers, key=lambda p: p.role != "prefill"):
         lines.append(f"start {quote(p.name)} run_{_fn(p)}")
     if routers:
-        timeout = int(float(first_var(d, "pd_server_timeout", 1800)))
-        lines.append(f"# the router starts when every worker answers /health (pd up: at most {timeout}s)")
+        timeout = int(float(first_var(d, "pd_server_timeout", 900)))
+        lines.append(
+            f"# the router starts when every worker answers /health (pd up: at most {timeout}s, pd_server_timeout)"
+        )
         for w in d.servers:
             lines.append(f'wait_http "http://{node_var(node[w.host])}:{w.port}/health" {timeout}')
         for p in routers:
@@ -262,7 +264,7 @@ def _verify(d: Deployment, node: dict[str, int], options: ExportOptions) -> str:
         'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
         f'url="{url}"',
         WAIT_HTTP.rstrip("\n"),
-        f'wait_http "$url/readiness" {int(float(first_var(d, "pd_server_timeout", 1800))) + 120}  # the workers first',
+        f'wait_http "$url/readiness" {int(float(first_var(d, "pd_server_timeout", 900))) + 120}  # the workers first',
         "request=$(python3 -c 'import json, sys; print(json.dumps({\"url\": sys.argv[1], \"prompt\": sys.argv[2], "
         "\"max_new_tokens\": int(sys.argv[3]), \"timeout\": float(sys.argv[4]), \"interval\": 5, \"stream\": True}))' "
         f'"$url" {quote(options.prompt)} {options.max_new_tokens} {options.verify_timeout:g})',
@@ -278,7 +280,11 @@ def slurm_export(d: Deployment, options: ExportOptions) -> Export:
         raise PlanError("no host in group 'router'")
     urls = {p.url: f'"http://{node_var(node[p.host])}:{p.port}"' for p in d.servers}
     for p in d.servers:
-        if p.address.startswith("["):
+        if nnodes(p) > 1:
+            raise PlanError(
+                f"{p.host}: --nnodes {nnodes(p)}: one inventory host is one Slurm node (use --to rbg or lws)"
+            )
+        if p.address.startswith("[") or ":" in p.address:
             raise PlanError(f"{p.host}: IPv6 address {p.address}: the Slurm export writes IPv4 node addresses")
     out = Export("slurm")
     out.files["pd.sbatch"] = _sbatch(d, nodes, node, options)
