@@ -882,6 +882,7 @@ class PdExport:
     target: str
     files: dict[str, str]
     validated: list[str]  # each custom object and the schema it was validated against
+    modes: dict[str, int] = field(default_factory=dict)  # path → mode where not 0644 (the scripts: 0755)
     directory: str | None = None
 
     @property
@@ -943,4 +944,4 @@ def pd_export(
         except OSError as exc:
             raise InputError(f"pd export: cannot write {output}: {exc.strerror or exc}") from None
         directory = str(root)
-    return PdExport(to, result.files, result.validated, directory)
+    return PdExport(to, result.files, result.validated, dict(result.modes), directory)

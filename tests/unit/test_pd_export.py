@@ -220,3 +220,107 @@ def test_containerfile_from_the_wheelhouse_lock(tmp_path: Path) -> None:
     (tmp_path / "wh" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(api.InputError, match="2 different locks"):
         export(REPO / "inventory" / "nxm.yml", "rbg", wheelhouse=str(tmp_path / "wh"))
+
+
+# ---- the Slurm launchers, run: a stand-in server (tests/fixtures/pd_export_fake/fake_server.py) for SGLang
+FAKE = REPO / "tests" / "fixtures" / "pd_export_fake" / "fake_server.py"
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _fake_deployment(tmp_path: Path) -> tuple[Path, dict[str, Any], list[int]]:
+    ports = _free_ports(5)
+    fake = ["python3", str(FAKE)]
+    common = {
+        "ansible_connection": "local",
+        "model_path": "fake/model",
+        "sglang_server_cmd": fake,
+        "sglang_router_cmd": fake,
+        "pd_stop_timeout": 5,
+        "pd_server_timeout": 20,
+        "pd_verify_timeout": 20,
+    }
+    doc = {"all": {"vars": common, "children": {
+        "prefill": {"hosts": {"p1": {"server_port": ports[0], "bootstrap_port": ports[1], "router_port": ports[3],
+                                     "router_prometheus_port": ports[4]}}},
+        "decode": {"hosts": {"d1": {"server_port": ports[2]}}},
+        "router": {"hosts": {"p1": {}}}}}}  # fmt: skip
+    out = tmp_path / "out"
+    export(write_inventory(tmp_path, doc), "slurm", out)
+    (tmp_path / "rec").mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PD_NODE_0": "127.0.0.1",
+           "FAKE_RECORD_DIR": str(tmp_path / "rec")}  # fmt: skip
+    return out, env, ports
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def _records(tmp_path: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "rec").glob("*.json")}
+
+
+def test_the_slurm_launchers_start_verify_and_stop_a_deployment(tmp_path: Path) -> None:
+    import signal
+
+    out, env, ports = _fake_deployment(tmp_path)
+    with open(tmp_path / "node-0.out", "w") as log:
+        node = subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        verify = subprocess.run(["bash", str(out / "verify.sh")], env=env, capture_output=True, text=True, timeout=60)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert json.loads(verify.stdout.strip().splitlines()[-1])["completion_tokens"] == 2
+        rec = _records(tmp_path)
+        assert sorted(rec) == ["decode", "prefill", "router"]
+        argv = rec["router"]["argv"]
+        assert argv[argv.index("--prefill") + 1:argv.index("--prefill") + 3] == [f"http://127.0.0.1:{ports[0]}",
+                                                                                str(ports[1])]  # fmt: skip
+        assert f"http://127.0.0.1:{ports[2]}" in argv and argv[argv.index("--host") + 1] == "127.0.0.1"
+        assert rec["prefill"]["env"]["SGLANG_HOST_IP"] == "127.0.0.1"
+        assert rec["decode"]["env"]["SGLANG_DISAGGREGATION_NIXL_BACKEND"] == "UCX"
+        os.killpg(node.pid, signal.SIGTERM)  # as scancel / the end of the step
+        assert node.wait(timeout=30) == 143
+        assert not any(_alive(r["pid"]) for r in rec.values())
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+            node.wait()
+        for r in _records(tmp_path).values():
+            if _alive(r["pid"]):
+                os.kill(r["pid"], signal.SIGKILL)
+
+
+def test_a_process_that_exits_ends_the_node_and_stops_the_others(tmp_path: Path) -> None:
+    import signal
+
+    out, env, _ = _fake_deployment(tmp_path)
+    node = subprocess.run(["bash", str(out / "node-0.sh")], env={**env, "FAKE_EXIT_ROUTER": "3"}, capture_output=True,
+                          text=True, timeout=60, start_new_session=True)  # fmt: skip
+    rec = _records(tmp_path)
+    try:
+        assert node.returncode == 3, node.stdout + node.stderr
+        assert "a process of node 0 exited (rc=3): stopping the others" in node.stderr
+        assert sorted(rec) == ["decode", "prefill", "router"] and not any(_alive(r["pid"]) for r in rec.values())
+    finally:
+        for r in rec.values():
+            if _alive(r["pid"]):
+                os.kill(r["pid"], signal.SIGKILL)
+    missing = subprocess.run(["bash", str(out / "node-0.sh")], env={"PATH": os.environ["PATH"]}, capture_output=True,
+                             text=True, timeout=30)  # fmt: skip
+    assert missing.returncode == 1 and "PD_NODE_0 is not set" in missing.stderr
