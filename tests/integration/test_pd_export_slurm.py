@@ -119,3 +119,5 @@ def test_the_slurm_per_node_commands_bring_up_a_pair_pd_verify_accepts(
             stop_node(lab, k, pgid)
     for k, pgid in groups.items():
         assert not group_alive(lab, k, pgid), f"node {k}'s processes outlived the stop"
+    for k in (0, 1):  # the lab hosts are the session's: leave their homes as they were (the tiny model stays)
+        lab.run_as(k, ["rm", "-rf", DIR])
