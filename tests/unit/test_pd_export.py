@@ -324,3 +324,18 @@ def test_a_process_that_exits_ends_the_node_and_stops_the_others(tmp_path: Path)
     missing = subprocess.run(["bash", str(out / "node-0.sh")], env={"PATH": os.environ["PATH"]}, capture_output=True,
                              text=True, timeout=30)  # fmt: skip
     assert missing.returncode == 1 and "PD_NODE_0 is not set" in missing.stderr
+
+
+def test_the_command_line_says_what_it_validated_and_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = run_cli(["pd", "export", "-i", str(REPO / "inventory" / "nxm.yml"), "--to", "lws", "-o", str(out), "--json"])
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    assert doc["files"] == ["README.md", "leaderworkersets.yaml", "verify-job.yaml"] and doc["directory"] == str(out)
+    assert len(doc["validated"]) == 3 and all(
+        "valid against leaderworkerset.x-k8s.io/v1" in v for v in doc["validated"]
+    )
+    res = run_cli(["pd", "export", "-i", str(REPO / "inventory" / "nxm.yml"), "--to", "rbg", "-o", str(out / "r"),
+                   "--name", "llm", "--image", "registry.example/pd:1"])  # fmt: skip
+    assert res.code == 0 and "RoleBasedGroup llm: valid against workloads.x-k8s.io/v1alpha2" in res.out
+    assert "image: registry.example/pd:1" in (out / "r" / "rolebasedgroup.yaml").read_text()
