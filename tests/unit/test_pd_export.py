@@ -22,6 +22,7 @@ import yaml
 from provision import api
 from provision.pd.export import schema
 from tests.helpers import run_cli
+from tests.unit.test_wheelhouse import links  # noqa: F401  (the fixture: small valid wheels, offline)
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "fixtures" / "pd_export"
@@ -339,3 +340,27 @@ def test_the_command_line_says_what_it_validated_and_wrote(tmp_path: Path) -> No
                    "--name", "llm", "--image", "registry.example/pd:1"])  # fmt: skip
     assert res.code == 0 and "RoleBasedGroup llm: valid against workloads.x-k8s.io/v1alpha2" in res.out
     assert "image: registry.example/pd:1" in (out / "r" / "rolebasedgroup.yaml").read_text()
+
+
+def test_containerfile_from_a_real_wheelhouse_checks_and_lists_its_files(tmp_path: Path, links: Path) -> None:  # noqa: F811
+    from tests.unit.test_wheelhouse import H200
+
+    common = {"ansible_connection": "local", "sglang_version": "auto", "wheelhouse_target": H200,
+              "model_path": "Qwen/Qwen3-8B"}  # fmt: skip
+    doc = {"all": {"vars": common, "children": {
+        "prefill": {"hosts": {"p1": {"server_port": 30000}}}, "decode": {"hosts": {"d1": {"server_port": 30001}}},
+        "router": {"hosts": {"p1": {}}}}}}  # fmt: skip
+    inv = write_inventory(tmp_path, doc)
+    house = tmp_path / "house"
+    made = run_cli(["wheelhouse", "-i", str(inv), "-d", str(house), "--find-links", str(links), "--no-index"])
+    assert made.code == 0, made.err
+    manifest = json.loads((house / "manifest.json").read_text())
+    text = export(inv, "rbg", wheelhouse=str(house)).files["Containerfile"]
+    copied = next(line for line in text.splitlines() if line.startswith("COPY ")).split()[1:-1]
+    assert copied == sorted(manifest["hosts"]["p1"]["files"]) and "ARG BASE=docker.io/library/python:3.12-slim" in text
+    check = next(line for line in text.splitlines() if "sha256sum -c" in line).removeprefix("RUN ")
+    ok = subprocess.run(["sh", "-c", check.replace("/wheels/", f"{house}/")], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr  # the build's check passes on the wheelhouse's files
+    (house / copied[0]).write_bytes(b"tampered")
+    bad = subprocess.run(["sh", "-c", check.replace("/wheels/", f"{house}/")], capture_output=True, text=True)
+    assert bad.returncode != 0 and "FAILED" in bad.stdout
