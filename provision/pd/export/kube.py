@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from ...commands import quote
 from ..flags import PlanError
 from ..spec import Deployment, Proc
 from .common import (
@@ -152,7 +153,7 @@ def _pod(d: Deployment, target: str, role: _Role, options: ExportOptions, urls: 
         if plan.device == "cuda":
             probe.append("--require-vram")
         gate = (
-            "out=$(" + " ".join(probe) + ') && echo "$out" && '
+            "out=$(" + " ".join(quote(w) for w in probe) + ') && echo "$out" && '
             'python3 -c \'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["ok"] else 1)\' "$out"'
         )
         spec["initContainers"] = [{
