@@ -11,6 +11,8 @@
 * ``verify``: one real generation through each router: text, latency, TTFT; ``--all-pairs``: one pinned to
   every prefill x decode pair instead (:mod:`provision.pd.pairs`): a table, exit 2 when a pair fails or
   disagrees.
+* ``export``: the same validated plan as Kubernetes objects (``--to rbg|lws``) or a Slurm job (``--to slurm``)
+  in ``-o DIR`` (:func:`provision.api.pd_export`; docs/export.md). Touches no host.
 * ``rollout``: a rolling update of the changed servers, batch by batch, drained through the routers, verified,
   rolled back on failure (:func:`provision.api.pd_rollout` → :mod:`provision.pd.rollout`; this prints it).
 
@@ -228,3 +230,43 @@ def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: fl
     else:
         click.echo(mask(render_end(result)))
     return result.code
+
+
+@pd.command("export")
+@common_options
+@click.option(
+    "--to",
+    "target",
+    type=click.Choice(["rbg", "lws", "slurm"]),
+    required=True,
+    help="rbg: a RoleBasedGroup; lws: LeaderWorkerSets; slurm: an sbatch script and per-node launchers",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="the directory the files are written to (created)",
+)
+@click.option("--name", default=None, help="object / job name (default: pd_export_name, else provision-pd)")
+@click.option("--image", default=None, help="container image (default: pd_export_image, else provision-pd:latest)")
+@click.option("--router-image", default=None, help="the router's image (default: the same image)")
+@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True), default=None,
+              help="a provision wheelhouse directory: write a Containerfile that installs its lock")  # fmt: skip
+def export_cmd(target: str, output: str, name: str | None, image: str | None, router_image: str | None,
+               wheelhouse: str | None, **kw: Any) -> int:  # fmt: skip
+    """Export the validated deployment to Kubernetes (RoleBasedGroup, LeaderWorkerSet) or Slurm."""
+    from .. import api
+
+    fleet, opts = _setup(kw)
+    result = api.pd_export(fleet, to=target, output=output, name=name, image=image, router_image=router_image,
+                           wheelhouse=wheelhouse, **opts)  # fmt: skip
+    if kw["json_mode"]:
+        click.echo(json.dumps({"target": target, "directory": result.directory, "files": sorted(result.files),
+                               "validated": result.validated}, indent=2))  # fmt: skip
+        return result.exit_code
+    for line in result.validated:
+        click.echo(line)
+    click.echo(f"pd export: {len(result.files)} files for {target} in {result.directory} (README.md says what next)")
+    return result.exit_code
