@@ -40,7 +40,7 @@ def _fresh_masker() -> Iterator[None]:
 # the same in every lab): ONE xdist group, so that one worker runs them one at a time, never two at once.
 SGLANG_FILES = frozenset(
     {"test_wheel.py", "test_sglang_install.py", "test_pd_compat.py", "test_pd_e2e.py", "test_pd_rollout.py",
-     "test_pd_systemd_sglang.py"}
+     "test_pd_systemd_sglang.py", "test_pd_export_slurm.py"}
 )  # fmt: skip
 MACHINE_UNIT_FILES = frozenset({"test_pd_systemd.py", "test_lab.py"})
 # The compat harness runs its cases in chunks (tests/compat/harness.py chunk_of), each chunk on its own lab and
@@ -81,7 +81,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         path = Path(str(item.path))
         group = path.relative_to(Path(__file__).parent).as_posix()
-        if path.name in SGLANG_FILES:
+        if path.name in SGLANG_FILES or "sglang_stack" in getattr(item, "fixturenames", ()):
+            # every test that can start SGLang servers shares ONE worker: never two server suites at once
             item.add_marker(pytest.mark.sglang)
             group = MACHINE_GROUP
         elif path.name in MACHINE_UNIT_FILES and path.parent.name == "integration":
