@@ -47,6 +47,8 @@ PORT_LATER: dict[str, set[str]] = {
     "http_request.py": {"envelope"},
     "info.py": {"envelope"},
     "make_tiny_model.py": {"atomic write", "envelope"},
+    "model_sync.py": {"atomic write", "envelope"},  # new this round (issue 26), written beside hostlib; the
+    # controller also imports it (manifest_of), which a bare `import hostlib` would break: ported with that
     "nixl_probe.py": {"envelope"},
     "nixl_transfer.py": {"atomic write", "envelope"},
     "packages.py": {"envelope"},
