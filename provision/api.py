@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import yaml
 
-from . import templating, yamlsafe
+from . import templating, vault, yamlsafe
 from .commands import MASKER
 from .data import defaults, find_playbook, playbook_path, shipped_playbooks
 from .errors import (
@@ -234,6 +234,8 @@ def _extra_vars_file(path: Path) -> dict[str, Any]:
         raise InputError(f"-e @file: not UTF-8 text (byte {exc.start})", file=str(path)) from None
     try:
         data = yamlsafe.load(text)
+    except vault.VaultError as exc:
+        raise exc.at(str(path)) from None
     except RecursionError:
         raise InputError("-e @file: nested too deeply", file=str(path)) from None
     except yaml.YAMLError as exc:

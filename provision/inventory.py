@@ -59,7 +59,7 @@ from typing import Any
 
 import yaml
 
-from provision import yamlsafe
+from provision import vault, yamlsafe
 from provision.errors import InventoryError, did_you_mean
 from provision.templating import Unsafe
 
@@ -139,6 +139,7 @@ def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
 
 
 _Loader.add_constructor("!unsafe", _construct_unsafe)
+_Loader.add_constructor("!vault", vault.construct)  # decrypted when loaded
 
 
 def _plain(value: Any) -> Any:
@@ -180,6 +181,8 @@ def _load_yaml(path: Path, text: str) -> Any:
         if nesting_too_deep(data):
             raise InventoryError(f"invalid YAML: nested deeper than {MAX_DEPTH} levels", file=str(path))
         return data
+    except vault.VaultError as exc:
+        raise exc.at(str(path)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None

@@ -8,8 +8,9 @@ name, so the static planner (which asks the environment) knows every one of them
 Controller side, as in Ansible: the path filters and tests (``realpath``, ``expanduser``, ``fileglob``,
 ``is file``, ``is directory``, ...) look at the controller's file system, not the managed host's.
 
-Refused by name before the run, with the reason (:data:`REFUSED`): ``vault``/``unvault`` (provision does not
-handle Ansible Vault) and the Windows path filters (``win_basename``, ...: provision manages POSIX hosts).
+Refused by name before the run, with the reason (:data:`REFUSED`): the ``vault``/``unvault`` filters
+(provision decrypts vaulted files and ``!vault`` values when they load, not in templates) and the Windows
+path filters (``win_basename``, ...: provision manages POSIX hosts).
 """
 
 from __future__ import annotations
@@ -329,7 +330,10 @@ def urlsplit_filter(value: Any, query: str = "") -> Any:
     return fields
 
 
-_NO_VAULT = "Ansible Vault is not supported by provision (keep secrets in an unencrypted vars file outside the repo)"
+_NO_VAULT = (
+    "the vault/unvault filters are not supported by provision (vaulted files and !vault values are: "
+    "--vault-id, --vault-password-file)"
+)
 _NO_WIN = "Windows paths are not supported (provision manages POSIX hosts)"
 
 FILTERS: dict[str, Any] = {
@@ -537,5 +541,6 @@ TESTS: dict[str, Any] = {
     "is_same_file": _impure(os.path.samefile),
     "mount": _impure(os.path.ismount),
     "is_mount": _impure(os.path.ismount),
-    "vault_encrypted": lambda v: False,  # no value provision loads is vault-encrypted (``!vault`` is refused)
+    # ``!vault`` values are decrypted when loaded (provision.vault): no value a template sees is still encrypted
+    "vault_encrypted": lambda v: False,
 }

@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import jinja2.nodes
 
-from . import templating
+from . import templating, vault
 from .errors import InputError, InventoryError, PlaybookError, TemplateError, did_you_mean
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
@@ -79,15 +79,34 @@ def task_names(task: Task) -> set[str]:
     return needed
 
 
+def _vaulted_copy_source(task: Task, playbook_dir: str) -> None:
+    """A ``copy`` of a literal, vault-encrypted ``src`` is decrypted now: a wrong password stops the run here."""
+    src = task.args.get("src")
+    if not isinstance(src, str) or templating.is_template(src) or task.args.get("decrypt") is False:
+        return
+    path = find_controller_file(task.role_path or playbook_dir, src)
+    if path is None or not path.is_file():
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(vault.HEADER))
+            if vault.is_vaulted(head):
+                vault.reveal(head + fh.read(), str(path))
+    except OSError:
+        return  # the task reports it when it runs
+
+
 def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
     src = task.args.get("src")
+    if task.module in ("copy", "ansible.builtin.copy"):
+        _vaulted_copy_source(task, playbook_dir)
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
     path = find_controller_file(task.role_path or playbook_dir, src)
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = vault.reveal(path.read_bytes(), str(path)).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookError(f"template source {src!r} cannot be read: {exc}", file=task.file, line=task.line) from None
     try:
@@ -148,7 +167,6 @@ def check_plan(
             if templating.is_template(text):
                 templating.names_used(text)
         check_recursion(play, hosts, extra_vars, defaults)
-        _check_vaulted(play)
         for task in play.tasks + play.handlers:
             needed = task_names(task) | _template_file_names(task, playbook_dir)
             local = play_known | set(task.vars) | set(task.role_defaults) | {task.loop_var} | _loop_names(task)
@@ -255,23 +273,6 @@ def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:
         return names if files else None
     except (ValueError, OSError):
         return None
-
-
-def _check_vaulted(play: Play) -> None:
-    """A ``!vault`` value anywhere in the play (its vars and vars_files, a task's arguments, vars, loop) is
-    refused before any host is contacted: provision does not decrypt Ansible Vault."""
-    places: list[Any] = [play.vars]
-    for task in play.tasks + play.handlers:
-        places += [task.args, task.vars, task.role_defaults, task.loop, task.environment]
-    for place in places:
-        found = templating.find_vaulted(place)
-        if found is not None:
-            raise TemplateError(
-                "vault-encrypted values (!vault) are not supported: provision does not decrypt Ansible Vault "
-                "(pass the secret with -e @file or an inventory var outside the repository)",
-                file=found.file,
-                line=found.line,
-            )
 
 
 def _loop_names(task: Task) -> set[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import lookups, templating, yamlsafe
+from . import lookups, templating, vault, yamlsafe
 from .catalog import MODULES, lookup, nearest
 from .data import playbooks_dir, roles_dir
 from .errors import PlaybookError, TemplateError, did_you_mean
@@ -98,13 +98,8 @@ def _construct_unsafe(loader: _Loader, node: yaml.Node) -> Any:
     )
 
 
-def _construct_vault(loader: _Loader, node: yaml.Node) -> Any:
-    """``!vault``: kept as a marker (never decrypted, never shown); the planner refuses a play holding one."""
-    return templating.Vaulted(loader.name, node.start_mark.line + 1)
-
-
 _Loader.add_constructor("!unsafe", _construct_unsafe)
-_Loader.add_constructor("!vault", _construct_vault)
+_Loader.add_constructor("!vault", vault.construct)  # decrypted when loaded
 
 
 def load_yaml(path: str | Path) -> Any:

@@ -52,38 +52,8 @@ class Unsafe(str):
     __slots__ = ()
 
 
-class Vaulted:
-    """A ``!vault`` value: loaded, never decrypted (provision does not handle Ansible Vault). The planner refuses
-    a play that holds one (:func:`provision.plan.check_plan`), naming where it is; the ciphertext is never shown."""
-
-    __slots__ = ("file", "line")
-
-    def __init__(self, file: str, line: int) -> None:
-        self.file, self.line = file, line
-
-    def __repr__(self) -> str:
-        return f"<vault-encrypted value at {self.file}:{self.line}>"
-
-    def __str__(self) -> str:
-        raise TemplateError("vault-encrypted values (!vault) are not supported", file=self.file, line=self.line)
-
-
 def is_template(value: Any) -> bool:
     return isinstance(value, str) and not isinstance(value, Unsafe) and ("{{" in value or "{%" in value)
-
-
-def find_vaulted(value: Any) -> Vaulted | None:
-    """The first ``!vault`` value inside ``value`` (nested mappings and lists), or None."""
-    if isinstance(value, Vaulted):
-        return value
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found = find_vaulted(item)
-            if found is not None:
-                return found
-    return None
 
 
 # ------------------------------------------------------------------------------------ filters and tests

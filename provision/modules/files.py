@@ -14,6 +14,7 @@ import stat
 import time
 from typing import Any
 
+from .. import vault
 from ..errors import ModuleError, TemplateError
 from .base import (
     Arg,
@@ -98,16 +99,22 @@ def state_diff(before: dict[str, Any], after: dict[str, Any], path: str) -> str:
     return text + "\n" if text else ""
 
 
-def read_controller_file(ctx: ModuleContext, src: str) -> tuple[str, bytes]:
+def read_controller_file(ctx: ModuleContext, src: str, *, decrypt: bool = True) -> tuple[str, bytes]:
+    """A controller file's path and bytes; a vault-encrypted one decrypted (its text registered as a secret)
+    unless ``decrypt`` is false (``copy: decrypt: false`` copies the envelope as it is)."""
     found = find_controller_file(ctx.controller_dir, os.path.expanduser(src))
     path = str(found) if found else os.path.join(ctx.controller_dir, os.path.expanduser(src))
     if os.path.isdir(path):
         raise ModuleError(ctx.host, f"src {path} is a directory: only single files are supported")
     try:
         with open(path, "rb") as fh:
-            return path, fh.read()
+            data = fh.read()
     except OSError as exc:
         raise ModuleError(ctx.host, f"could not read src={path}: {exc.strerror or exc}") from None
+    try:
+        return path, vault.reveal(data, path) if decrypt else data  # decrypted here, on the controller
+    except vault.VaultError as exc:
+        raise ModuleError(ctx.host, str(exc)) from None
 
 
 def parse_time(value: str | None, fmt: str, name: str) -> str | float | None:
@@ -380,7 +387,10 @@ def converge_remote_copy(ctx: ModuleContext, src: str, dest: str, args: dict[str
 @register
 class Copy(Module):
     name = "copy"
-    args = {"content": Arg("raw"), "src": Arg("path"), "remote_src": Arg("bool", default=False), **FILE_ARGS}
+    args = {
+        "content": Arg("raw"), "src": Arg("path"), "remote_src": Arg("bool", default=False),
+        "decrypt": Arg("bool", default=True), **FILE_ARGS,
+    }  # fmt: skip
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
@@ -394,7 +404,7 @@ class Copy(Module):
                 return ModuleResult(failed=True, msg="copy: remote_src needs src (a file on the host)")
             return converge_remote_copy(ctx, src, args["dest"], args)
         if src is not None:
-            path, data = read_controller_file(ctx, src)
+            path, data = read_controller_file(ctx, src, decrypt=args["decrypt"])
             args = preserved(args, path)
         elif isinstance(content, (dict, list)):
             data = json.dumps(content).encode()

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .. import yamlsafe
+from .. import vault, yamlsafe
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 INCLUDED = "ansible_facts"  # the key of the result that holds the variables (the task runner moves them)
@@ -57,6 +57,8 @@ def read_vars_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot read: {exc}") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yamlsafe.load(text)
+    except vault.VaultError as exc:
+        raise exc.at(str(path)) from None
     except (yaml.YAMLError, ValueError) as exc:
         raise ValueError(f"{path}: not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
     if data is None:
@@ -127,7 +129,7 @@ class IncludeVars(Module):
             data: dict[str, Any] = {}
             for path in files:
                 data.update(read_vars_file(path))
-        except ValueError as exc:
+        except (ValueError, vault.VaultError) as exc:  # a file named only at run time: the task fails
             return ModuleResult(failed=True, msg=str(exc))
         if args.get("name"):
             data = {str(args["name"]): data}
