@@ -42,7 +42,8 @@ def _encrypt_secret(encrypt_vault_id: str | None) -> VaultSecret:
 
 def _read(name: str) -> bytes:
     if name == "-":
-        return sys.stdin.buffer.read()
+        stdin = getattr(sys.stdin, "buffer", None)
+        return stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
     try:
         with open(name, "rb") as fh:
             return fh.read()
@@ -54,7 +55,8 @@ def _write(name: str, data: bytes) -> None:
     from ..localfiles import replace_file
 
     if name == "-":
-        sys.stdout.buffer.write(data)
+        out = getattr(sys.stdout, "buffer", None)  # a text-only stdout (captured) gets the text
+        out.write(data) if out is not None else sys.stdout.write(data.decode("utf-8", "surrogateescape"))
         sys.stdout.flush()
         return
     try:
@@ -160,7 +162,7 @@ def encrypt_string(strings: tuple[str, ...], names: tuple[str, ...], stdin_name:
     secret = _encrypt_secret(encrypt_vault_id)
     values: list[tuple[str | None, bytes]] = []
     if not strings or strings == ("-",):
-        values.append((stdin_name, sys.stdin.buffer.read()))
+        values.append((stdin_name, _read("-")))
     else:
         values += [(names[i] if i < len(names) else None, s.encode()) for i, s in enumerate(strings)]
     for value_name, value in values:
