@@ -167,6 +167,9 @@ class ModuleContext:
     render_file: Callable[[str, dict[str, Any]], str] | None = None
     progress: Callable[[str], None] | None = None  # for long-running modules: one line of progress
     evaluate: Callable[[str], Any] | None = None  # evaluates a Jinja2 expression (assert/debug var/when)
+    # ... as a conditional (assert's ``that``: the templates in its string constants are rendered first, as
+    # ansible-core 2.19 does); None: ``evaluate``
+    condition: Callable[[str], Any] | None = None
     peer: Callable[[str], Connection] | None = None  # the connection of another inventory host (transfers)
 
     def run(
