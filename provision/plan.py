@@ -60,18 +60,23 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
 
 
-def task_names(task: Task) -> set[str]:
-    """Free names a task needs, minus the guarded ones."""
+def task_names(task: Task, *, before_when: bool = False) -> set[str]:
+    """Free names a task needs, minus the guarded ones. ``before_when``: only those a task needs before (and
+    to evaluate) its ``when`` — the condition, the loop and the keywords rendered first —, as a task that
+    ``when`` skips never renders its arguments (ansible-core does not)."""
     needed: set[str] = set()
-    texts = [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
+    texts = [task.loop] if before_when else [
+        task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label
+    ]  # fmt: skip
     keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become, task.no_log]
     for text in _strings([*texts, *keywords]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)
     # debug's `var` shows an undefined name as such (as Ansible does): it is not needed
     names = [n for n in task.module_class.expression_args if not (task.module == "debug" and n == "var")]
-    expressions = [task.args.get(name) for name in names]
-    for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
+    expressions = [] if before_when else [task.args.get(name) for name in names]
+    conditions = [task.when] if before_when else [task.when, task.changed_when, task.failed_when, task.until]
+    for expr in (*conditions, task.break_when, *expressions):
         for item in expr if isinstance(expr, list) else [expr]:
             if isinstance(item, str):
                 wrapped = f"{{{{ {item} }}}}"
@@ -168,7 +173,12 @@ def check_plan(
                 templating.names_used(text)
         check_recursion(play, hosts, extra_vars, defaults)
         for task in play.tasks + play.handlers:
-            needed = task_names(task) | _template_file_names(task, playbook_dir)
+            # a task with a `when` may be skipped, and then nothing else of it is rendered: only what its `when`
+            # needs is refused up front (the rest fails the task if it runs, as in Ansible)
+            conditional = task.when is not None and task.when is not True
+            needed = task_names(task, before_when=conditional)
+            template_names = _template_file_names(task, playbook_dir)  # read now: a vaulted src decrypts up front
+            needed |= set() if conditional else template_names
             local = play_known | set(task.vars) | set(task.role_defaults) | {task.loop_var} | _loop_names(task)
             local |= _template_names(task)
             if any(ref.section != "block" for ref in task.blocks):  # what a rescue sees of the failure
