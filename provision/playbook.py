@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import lookups, templating, vault, yamlsafe
+from . import lookups, plugins, templating, vault, yamlsafe
 from .catalog import MODULES, lookup, nearest
 from .data import playbooks_dir, roles_dir
 from .errors import PlaybookError, TemplateError, did_you_mean
@@ -801,6 +801,7 @@ def _role(
         raise _err(f"role {name!r}: {bad[0]!r} is not a role keyword nor a valid parameter name", where, path)
     allow_duplicates = _bool(params.pop("allow_duplicates", False), "allow_duplicates", where, path)
     directory = _role_dir(name, where, playbook or path, search or [])
+    plugins.load_beside(directory)  # the role's filter_plugins/ and test_plugins/
     key = f"{directory}|{sorted(params.items(), key=str)}|{spec.get('tasks_from')}"
     if str(directory) in chain:
         raise _err(f"role {name!r} depends on itself ({' -> '.join([*chain, str(directory)])})", where, path)
@@ -1284,6 +1285,7 @@ def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
         raise PlaybookError("import_playbook loop", file=path)
     if not Path(path).exists():
         raise PlaybookError(f"no such playbook{nearest_playbook(path)}", file=path)
+    plugins.load_beside(Path(path).parent)  # the author's filter_plugins/ and test_plugins/, before any check
     data = load_yaml(path)
     if data is None or data == []:
         raise PlaybookError("the playbook is empty: it must be a list of plays", file=path, line=1)
