@@ -985,18 +985,34 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
 IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
 
 
+def _short_import(node: Any, key: str) -> Any:
+    """``ansible.builtin.KEY:`` / ``ansible.legacy.KEY:`` (a static import under its FQCN) as ``KEY:``, in place
+    of the key (the mapping keeps its file and line)."""
+    if not isinstance(node, dict):
+        return node
+    long = next((k for k in (f"ansible.builtin.{key}", f"ansible.legacy.{key}") if k in node), None)
+    if long is None or key in node:
+        return node
+    short = LineDict({(key if k == long else k): v for k, v in node.items()})
+    short.file, short.line = getattr(node, "file", ""), getattr(node, "line", 0)
+    return short
+
+
 def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, ...] = ()) -> list[Task]:
     """Parse a task list, expanding ``import_tasks: FILE`` in place (static, as Ansible's import: the file is
     read now, relative to the file that imports it; the import's ``tags``, ``when`` and ``vars`` apply to
     each imported task)."""
     out: list[Task] = []
     for node in nodes:
+        node = _short_import(node, "import_tasks")
         if isinstance(node, dict) and "block" in node:
             out += _parse_block(node, path, tags, _seen)
             continue
         role_key = next(
-            (k for k in ("import_role", "ansible.builtin.import_role") if isinstance(node, dict) and k in node), None
-        )
+            (k for k in ("import_role", "ansible.builtin.import_role", "ansible.legacy.import_role")
+             if isinstance(node, dict) and k in node),
+            None,
+        )  # fmt: skip
         if role_key is not None:
             out += _import_role(node, role_key, path, tags, _seen)
             continue
@@ -1011,7 +1027,10 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
                 path,
             )
         _condition(node.get("when"), "when", node, path)
-        target = Path(path).parent / str(node["import_tasks"])
+        source = node["import_tasks"]
+        if isinstance(source, dict) and set(source) == {"file"}:  # import_tasks: {file: FILE}, as Ansible takes it
+            source = source["file"]
+        target = Path(path).parent / str(source)
         real = str(target.resolve())
         if real in _seen:
             raise _err(f"import_tasks loop through {target}", node, path)
@@ -1301,6 +1320,7 @@ def _load_plays(data: Any, path: str, real: str, _seen: tuple[str, ...]) -> list
         raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
     plays: list[Play] = []
     for node in data:
+        node = _short_import(node, "import_playbook")
         if isinstance(node, dict) and "import_playbook" in node:
             target = Path(path).parent / str(node["import_playbook"])
             if not target.exists():
