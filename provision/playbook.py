@@ -840,7 +840,7 @@ def _role(
         data = load_yaml(handlers_file) or []
         if not isinstance(data, list):
             raise PlaybookError("a handlers file must be a list of tasks", file=str(handlers_file), line=1)
-        for handler in (parse_task(h, str(handlers_file), handler=True) for h in data):
+        for handler in parse_handlers(data, str(handlers_file)):
             _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path, run)
             _ROLE_HANDLERS.get().append(handler)
     for task in tasks:
@@ -1121,8 +1121,47 @@ def _play_tasks(node: Any, path: str, tags: set[str]) -> tuple[list[Task], set[i
     raw_handlers = node.get("handlers") or []
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)
-    handlers = [*_ROLE_HANDLERS.get(), *(parse_task(t, path, handler=True) for t in raw_handlers)]
+    handlers = [*_ROLE_HANDLERS.get(), *parse_handlers(raw_handlers, path)]
     return tasks, flush_points, handlers
+
+
+def parse_handlers(nodes: list[Any], path: str, _seen: tuple[str, ...] = ()) -> list[Task]:
+    """A handlers list; an ``import_tasks`` in it is read now (relative to the file that imports it), each of
+    its tasks a handler notified by its own name or ``listen``, with the import's ``when``, ``vars`` and
+    ``tags``, as Ansible's static import."""
+    out: list[Task] = []
+    for node in nodes:
+        node = _short_import(node, "import_tasks")
+        if not (isinstance(node, dict) and "import_tasks" in node):
+            out.append(parse_task(node, path, handler=True))
+            continue
+        unknown = [k for k in node if k not in IMPORT_KEYS]
+        if unknown:
+            raise _err(f"import_tasks in handlers: unknown key {unknown[0]!r}", node, path)
+        _condition(node.get("when"), "when", node, path)
+        source = node["import_tasks"]
+        if isinstance(source, dict) and set(source) == {"file"}:
+            source = source["file"]
+        target = Path(path).parent / str(source)
+        real = str(target.resolve())
+        if real in _seen:
+            raise _err(f"import_tasks loop through {target}", node, path)
+        if not target.is_file():
+            raise _err(f"import_tasks: {target} does not exist", node, path)
+        data = load_yaml(target)
+        if not isinstance(data, list):
+            raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        extra_vars = _mapping(node.get("vars"), "vars", node, path)
+        extra_tags = _tags(node.get("tags"), node, path)
+        for handler in parse_handlers(data, str(target), (*_seen, real)):
+            if node.get("when") is not None:
+                conditions = node["when"] if isinstance(node["when"], list) else [node["when"]]
+                own = [] if handler.when is None else handler.when if isinstance(handler.when, list) else [handler.when]
+                handler.when = [*conditions, *own]
+            handler.vars = {**extra_vars, **handler.vars}
+            handler.tags = set(handler.tags) | extra_tags
+            out.append(handler)
+    return out
 
 
 def _vars_prompt(value: Any, node: Any, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
