@@ -90,6 +90,19 @@ def _vault_open(path: str) -> bytes:
         raise TemplateError(str(exc)) from None
 
 
+def _unvault(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
+    """``unvault``: a vaulted (or plain) file's text, decrypted on the controller, as is (Ansible's)."""
+    out = []
+    for term in _strings("unvault", terms):
+        path = _find(env, "files", term)
+        if path is None or not os.path.isfile(path):
+            raise TemplateError(
+                f"lookup 'unvault': unable to find file matching {term!r} (searched {_where(env, 'files')})"
+            )
+        out.append(_vault_open(path).decode("utf-8", errors="surrogateescape"))
+    return out
+
+
 def _where(env: LookupEnv, subdir: str) -> str:
     return ", ".join(f"{d}/{subdir}, {d}" for d in env.search_dirs) or "nowhere"
 
@@ -491,6 +504,7 @@ def _subelements(terms: list[Any], env: LookupEnv, **_: Any) -> list[list[Any]]:
 PLUGINS: dict[str, Callable[..., list[Any]]] = {
     "env": _env,
     "file": _file,
+    "unvault": _unvault,
     "pipe": _pipe,
     "lines": _lines,
     "template": _template,

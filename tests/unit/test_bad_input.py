@@ -103,8 +103,6 @@ PLAYBOOK_CASES = {
                       r"pb\.yml:5: vault-encrypted \(vault id 'default'\) but no vault password was given"),
     "vault_in_args": (task("", "debug: {msg: !vault '$ANSIBLE_VAULT;1.1;AES256'}"),
                       r"pb\.yml:5: vault-encrypted \(vault id 'default'\) but no vault password was given"),
-    "vault_filter": (task("", "debug: {msg: \"{{ 'x' | vault('pw') }}\"}"),
-                     r"pb\.yml:4: filter 'vault' in .*: the vault/unvault filters are not supported"),
     "when_dict": (task("when: {a: 1}"), r"pb\.yml:4: when must be an expression, true/false, or a list of them"),
     "when_list_of_dict": (task("when: [true, {a: 1}]"), r"pb\.yml:4: when must be an expression"),
     "import_tasks_when_dict": (PLAY + "  tasks:\n    - import_tasks: other.yml\n      when: {a: 1}\n",
