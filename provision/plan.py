@@ -89,7 +89,7 @@ def _vaulted_copy_source(task: Task, playbook_dir: str) -> None:
     src = task.args.get("src")
     if not isinstance(src, str) or templating.is_template(src) or task.args.get("decrypt") is False:
         return
-    path = find_controller_file(task.role_path or playbook_dir, src)
+    path = find_controller_file(task.role_path or playbook_dir, src, also=playbook_dir)
     if path is None or not path.is_file():
         return
     try:
@@ -107,7 +107,7 @@ def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
         _vaulted_copy_source(task, playbook_dir)
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
-    path = find_controller_file(task.role_path or playbook_dir, src)
+    path = find_controller_file(task.role_path or playbook_dir, src, also=playbook_dir)
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
     try:

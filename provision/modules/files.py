@@ -102,7 +102,8 @@ def state_diff(before: dict[str, Any], after: dict[str, Any], path: str) -> str:
 def read_controller_file(ctx: ModuleContext, src: str, *, decrypt: bool = True) -> tuple[str, bytes]:
     """A controller file's path and bytes; a vault-encrypted one decrypted (its text registered as a secret)
     unless ``decrypt`` is false (``copy: decrypt: false`` copies the envelope as it is)."""
-    found = find_controller_file(ctx.controller_dir, os.path.expanduser(src))
+    playbook_dir = ctx.variables.get("playbook_dir") if ctx.variables is not None else None
+    found = find_controller_file(ctx.controller_dir, os.path.expanduser(src), also=str(playbook_dir or "") or None)
     path = str(found) if found else os.path.join(ctx.controller_dir, os.path.expanduser(src))
     if os.path.isdir(path):
         raise ModuleError(ctx.host, f"src {path} is a directory: only single files are supported")
