@@ -101,13 +101,17 @@ def _vaulted_copy_source(task: Task, playbook_dir: str) -> None:
         return  # the task reports it when it runs
 
 
-def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
+def _template_file_names(task: Task, playbook_dir: str, *, required: bool = True) -> set[str]:
+    """The names a literal ``template`` source needs (it is read and checked now); ``required``: a missing one
+    is refused now (a task that may be skipped reports it only if it runs)."""
     src = task.args.get("src")
     if task.module in ("copy", "ansible.builtin.copy"):
         _vaulted_copy_source(task, playbook_dir)
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
     path = find_controller_file(task.role_path or playbook_dir, src, also=playbook_dir)
+    if path is None and not required:
+        return set()
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
     try:
@@ -177,7 +181,8 @@ def check_plan(
             # needs is refused up front (the rest fails the task if it runs, as in Ansible)
             conditional = task.when is not None and task.when is not True
             needed = task_names(task, before_when=conditional)
-            template_names = _template_file_names(task, playbook_dir)  # read now: a vaulted src decrypts up front
+            # read now (a vaulted src decrypts up front); a task that may be skipped needs it only if it runs
+            template_names = _template_file_names(task, playbook_dir, required=not conditional)
             needed |= set() if conditional else template_names
             local = play_known | set(task.vars) | set(task.role_defaults) | {task.loop_var} | _loop_names(task)
             local |= _template_names(task)
