@@ -5,7 +5,7 @@ host after another; then the converged rerun, and the resume of a sync killed ha
 
     python benchmarks/model_sync.py [--hosts 8] [--size-gb 2] [--shards 4] [--slots 2]
 
-Needs root: it starts a lab of real sshd hosts (tests/lab.py). The lab's hosts are users of ONE machine: they
+Needs root: it starts a lab of real sshd hosts (tests/support/lab.py). The lab's hosts are users of ONE machine: they
 share its disk, its page cache and its cores, and every "link" is loopback. A real fleet has a disk and a NIC
 per host: fan-out's gain there is the number of sources that send at once (1, 2, 4, ... hosts), here it is
 bounded by the one disk and the 2 cores that every transfer shares, so the figures below are a floor for the

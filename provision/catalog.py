@@ -42,6 +42,7 @@ MODULES: dict[str, str] = {
     "dnf": "provision.modules.packages",
     "find": "provision.modules.info",
     "ping": "provision.modules.info",
+    "wait_for_connection": "provision.modules.info",
     "raw": "provision.modules.info",
     "slurp": "provision.modules.info",
     "stat": "provision.modules.info",

@@ -8,8 +8,8 @@ name, so the static planner (which asks the environment) knows every one of them
 Controller side, as in Ansible: the path filters and tests (``realpath``, ``expanduser``, ``fileglob``,
 ``is file``, ``is directory``, ...) look at the controller's file system, not the managed host's.
 
-Refused by name before the run, with the reason (:data:`REFUSED`): ``vault``/``unvault`` (provision does not
-handle Ansible Vault) and the Windows path filters (``win_basename``, ...: provision manages POSIX hosts).
+Refused by name before the run, with the reason (:data:`REFUSED`): the Windows path filters (``win_basename``,
+...: provision manages POSIX hosts).
 """
 
 from __future__ import annotations
@@ -329,7 +329,33 @@ def urlsplit_filter(value: Any, query: str = "") -> Any:
     return fields
 
 
-_NO_VAULT = "Ansible Vault is not supported by provision (keep secrets in an unencrypted vars file outside the repo)"
+def _vault_filter(data: Any, secret: Any, salt: Any = None, vault_id: str = "filter_default",
+                  wrap_object: bool = False, vaultid: str | None = None) -> str:  # fmt: skip
+    """ansible-core's ``vault`` filter: ``data`` encrypted with the password ``secret`` (a vault envelope; with
+    ``salt`` the same text every time)."""
+    from . import vault
+
+    label = vaultid or vault_id
+    password = str(secret).encode("utf-8")
+    return vault.encrypt(str(data), vault.VaultSecret(label, password), salt=str(salt).encode() if salt else None)
+
+
+def _unvault_filter(data: Any, secret: Any, vault_id: str = "filter_default", vaultid: str | None = None) -> str:
+    """ansible-core's ``unvault`` filter: the plaintext of a vault envelope opened with the password ``secret``
+    (registered as a secret: masked in every output)."""
+    from . import vault
+    from .commands import MASKER
+
+    label = vaultid or vault_id
+    try:
+        plaintext, _ = vault.decrypt(str(data), secrets=[vault.VaultSecret(label, str(secret).encode("utf-8"))])
+    except vault.VaultError as exc:
+        raise TemplateError(f"unvault: {exc.msg}") from None
+    text = plaintext.decode("utf-8", "surrogateescape")
+    MASKER.add(text)
+    return text
+
+
 _NO_WIN = "Windows paths are not supported (provision manages POSIX hosts)"
 
 FILTERS: dict[str, Any] = {
@@ -373,11 +399,12 @@ FILTERS: dict[str, Any] = {
     "log": lambda x, base=math.e: math.log(x, base),
     "pow": math.pow,
     "root": lambda x, base=2: math.sqrt(x) if base == 2 else math.pow(x, 1.0 / float(base)),
+    "vault": _vault_filter,
+    "unvault": _unvault_filter,
 }
 
 # Ansible filters provision refuses by name, before the run (the planner says why)
-REFUSED = {"vault": _NO_VAULT, "unvault": _NO_VAULT, "win_basename": _NO_WIN, "win_dirname": _NO_WIN,
-           "win_splitdrive": _NO_WIN}  # fmt: skip
+REFUSED = {"win_basename": _NO_WIN, "win_dirname": _NO_WIN, "win_splitdrive": _NO_WIN}
 
 
 # -------------------------------------------------------------------------------------------- tests
@@ -537,5 +564,6 @@ TESTS: dict[str, Any] = {
     "is_same_file": _impure(os.path.samefile),
     "mount": _impure(os.path.ismount),
     "is_mount": _impure(os.path.ismount),
-    "vault_encrypted": lambda v: False,  # no value provision loads is vault-encrypted (``!vault`` is refused)
+    # ``!vault`` values are decrypted when loaded (provision.vault): no value a template sees is still encrypted
+    "vault_encrypted": lambda v: False,
 }

@@ -74,9 +74,32 @@ def _file(terms: list[Any], env: LookupEnv, lstrip: bool = False, rstrip: bool =
         path = _find(env, "files", term)
         if path is None or not os.path.isfile(path):
             raise TemplateError(f"lookup 'file': could not find or access {term!r} (searched {_where(env, 'files')})")
-        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+        text = _vault_open(path).decode("utf-8", errors="surrogateescape")  # a vaulted file is decrypted, as Ansible's
         text = text.lstrip() if lstrip else text
         out.append(text.rstrip() if rstrip else text)
+    return out
+
+
+def _vault_open(path: str) -> bytes:
+    """A controller file's bytes, decrypted when vaulted (a VaultError is the lookup's TemplateError)."""
+    from . import vault
+
+    try:
+        return vault.reveal(Path(path).read_bytes(), path)
+    except vault.VaultError as exc:
+        raise TemplateError(str(exc)) from None
+
+
+def _unvault(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
+    """``unvault``: a vaulted (or plain) file's text, decrypted on the controller, as is (Ansible's)."""
+    out = []
+    for term in _strings("unvault", terms):
+        path = _find(env, "files", term)
+        if path is None or not os.path.isfile(path):
+            raise TemplateError(
+                f"lookup 'unvault': unable to find file matching {term!r} (searched {_where(env, 'files')})"
+            )
+        out.append(_vault_open(path).decode("utf-8", errors="surrogateescape"))
     return out
 
 
@@ -107,7 +130,7 @@ def _template(terms: list[Any], env: LookupEnv, template_vars: Mapping[str, Any]
         path = _find(env, "templates", term)
         if path is None or not os.path.isfile(path):
             raise TemplateError(f"lookup 'template': could not find {term!r} (searched {_where(env, 'templates')})")
-        source = Path(path).read_text(encoding="utf-8")
+        source = _vault_open(path).decode("utf-8")
         out.append(env.render_file(source, env.variables, dict(template_vars or {})))
     return out
 
@@ -481,6 +504,7 @@ def _subelements(terms: list[Any], env: LookupEnv, **_: Any) -> list[list[Any]]:
 PLUGINS: dict[str, Callable[..., list[Any]]] = {
     "env": _env,
     "file": _file,
+    "unvault": _unvault,
     "pipe": _pipe,
     "lines": _lines,
     "template": _template,

@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import jinja2.nodes
 
-from . import templating
+from . import templating, vault
 from .errors import InputError, InventoryError, PlaybookError, TemplateError, did_you_mean
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
@@ -60,18 +60,23 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
 
 
-def task_names(task: Task) -> set[str]:
-    """Free names a task needs, minus the guarded ones."""
+def task_names(task: Task, *, before_when: bool = False) -> set[str]:
+    """Free names a task needs, minus the guarded ones. ``before_when``: only those a task needs before (and
+    to evaluate) its ``when`` — the condition, the loop and the keywords rendered first —, as a task that
+    ``when`` skips never renders its arguments (ansible-core does not)."""
     needed: set[str] = set()
-    texts = [task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label]
+    texts = [task.loop] if before_when else [
+        task.args, task.loop, task.environment, task.vars, task.delegate_to, task.notify, task.loop_label
+    ]  # fmt: skip
     keywords = [task.run_once, task.check_mode, sorted(task.tags), task.retries, task.delay, task.become, task.no_log]
     for text in _strings([*texts, *keywords]):
         if templating.is_template(text):
             needed |= templating.names_used(text) - guarded_names(text)
     # debug's `var` shows an undefined name as such (as Ansible does): it is not needed
     names = [n for n in task.module_class.expression_args if not (task.module == "debug" and n == "var")]
-    expressions = [task.args.get(name) for name in names]
-    for expr in (task.when, task.changed_when, task.failed_when, task.until, task.break_when, *expressions):
+    expressions = [] if before_when else [task.args.get(name) for name in names]
+    conditions = [task.when] if before_when else [task.when, task.changed_when, task.failed_when, task.until]
+    for expr in (*conditions, task.break_when, *expressions):
         for item in expr if isinstance(expr, list) else [expr]:
             if isinstance(item, str):
                 wrapped = f"{{{{ {item} }}}}"
@@ -79,15 +84,38 @@ def task_names(task: Task) -> set[str]:
     return needed
 
 
-def _template_file_names(task: Task, playbook_dir: str) -> set[str]:
+def _vaulted_copy_source(task: Task, playbook_dir: str) -> None:
+    """A ``copy`` of a literal, vault-encrypted ``src`` is decrypted now: a wrong password stops the run here."""
     src = task.args.get("src")
+    if not isinstance(src, str) or templating.is_template(src) or task.args.get("decrypt") is False:
+        return
+    path = find_controller_file(task.role_path or playbook_dir, src, also=playbook_dir)
+    if path is None or not path.is_file():
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(vault.HEADER))
+            if vault.is_vaulted(head):
+                vault.reveal(head + fh.read(), str(path))
+    except OSError:
+        return  # the task reports it when it runs
+
+
+def _template_file_names(task: Task, playbook_dir: str, *, required: bool = True) -> set[str]:
+    """The names a literal ``template`` source needs (it is read and checked now); ``required``: a missing one
+    is refused now (a task that may be skipped reports it only if it runs)."""
+    src = task.args.get("src")
+    if task.module in ("copy", "ansible.builtin.copy"):
+        _vaulted_copy_source(task, playbook_dir)
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
-    path = find_controller_file(task.role_path or playbook_dir, src)
+    path = find_controller_file(task.role_path or playbook_dir, src, also=playbook_dir)
+    if path is None and not required:
+        return set()
     if path is None:
         raise PlaybookError(f"template source {src!r} not found", file=task.file, line=task.line)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = vault.reveal(path.read_bytes(), str(path)).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookError(f"template source {src!r} cannot be read: {exc}", file=task.file, line=task.line) from None
     try:
@@ -148,9 +176,14 @@ def check_plan(
             if templating.is_template(text):
                 templating.names_used(text)
         check_recursion(play, hosts, extra_vars, defaults)
-        _check_vaulted(play)
         for task in play.tasks + play.handlers:
-            needed = task_names(task) | _template_file_names(task, playbook_dir)
+            # a task with a `when` may be skipped, and then nothing else of it is rendered: only what its `when`
+            # needs is refused up front (the rest fails the task if it runs, as in Ansible)
+            conditional = task.when is not None and task.when is not True
+            needed = task_names(task, before_when=conditional)
+            # read now (a vaulted src decrypts up front); a task that may be skipped needs it only if it runs
+            template_names = _template_file_names(task, playbook_dir, required=not conditional)
+            needed |= set() if conditional else template_names
             local = play_known | set(task.vars) | set(task.role_defaults) | {task.loop_var} | _loop_names(task)
             local |= _template_names(task)
             if any(ref.section != "block" for ref in task.blocks):  # what a rescue sees of the failure
@@ -255,23 +288,6 @@ def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:
         return names if files else None
     except (ValueError, OSError):
         return None
-
-
-def _check_vaulted(play: Play) -> None:
-    """A ``!vault`` value anywhere in the play (its vars and vars_files, a task's arguments, vars, loop) is
-    refused before any host is contacted: provision does not decrypt Ansible Vault."""
-    places: list[Any] = [play.vars]
-    for task in play.tasks + play.handlers:
-        places += [task.args, task.vars, task.role_defaults, task.loop, task.environment]
-    for place in places:
-        found = templating.find_vaulted(place)
-        if found is not None:
-            raise TemplateError(
-                "vault-encrypted values (!vault) are not supported: provision does not decrypt Ansible Vault "
-                "(pass the secret with -e @file or an inventory var outside the repository)",
-                file=found.file,
-                line=found.line,
-            )
 
 
 def _loop_names(task: Task) -> set[str]:

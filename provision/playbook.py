@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import lookups, templating, yamlfile
+from . import lookups, plugins, templating, yamlfile
 from .catalog import MODULES, lookup, nearest
 from .data import playbooks_dir, roles_dir
 from .errors import PlaybookError, TemplateError, did_you_mean
@@ -727,6 +727,7 @@ def _role(
         raise _err(f"role {name!r}: {bad[0]!r} is not a role keyword nor a valid parameter name", where, path)
     allow_duplicates = _bool(params.pop("allow_duplicates", False), "allow_duplicates", where, path)
     directory = _role_dir(name, where, playbook or path, search or [])
+    plugins.load_beside(directory)  # the role's filter_plugins/ and test_plugins/
     key = f"{directory}|{sorted(params.items(), key=str)}|{spec.get('tasks_from')}"
     if str(directory) in chain:
         raise _err(f"role {name!r} depends on itself ({' -> '.join([*chain, str(directory)])})", where, path)
@@ -765,7 +766,7 @@ def _role(
         data = load_yaml(handlers_file) or []
         if not isinstance(data, list):
             raise PlaybookError("a handlers file must be a list of tasks", file=str(handlers_file), line=1)
-        for handler in (parse_task(h, str(handlers_file), handler=True) for h in data):
+        for handler in parse_handlers(data, str(handlers_file)):
             _adopt(handler, directory, name, defaults, role_vars, params, spec, where, path, run)
             _ROLE_HANDLERS.get().append(handler)
     for task in tasks:
@@ -910,18 +911,34 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
 IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
 
 
+def _short_import(node: Any, key: str) -> Any:
+    """``ansible.builtin.KEY:`` / ``ansible.legacy.KEY:`` (a static import under its FQCN) as ``KEY:``, in place
+    of the key (the mapping keeps its file and line)."""
+    if not isinstance(node, dict):
+        return node
+    long = next((k for k in (f"ansible.builtin.{key}", f"ansible.legacy.{key}") if k in node), None)
+    if long is None or key in node:
+        return node
+    short = LineDict({(key if k == long else k): v for k, v in node.items()})
+    short.file, short.line = getattr(node, "file", ""), getattr(node, "line", 0)
+    return short
+
+
 def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, ...] = ()) -> list[Task]:
     """Parse a task list, expanding ``import_tasks: FILE`` in place (static, as Ansible's import: the file is
     read now, relative to the file that imports it; the import's ``tags``, ``when`` and ``vars`` apply to
     each imported task)."""
     out: list[Task] = []
     for node in nodes:
+        node = _short_import(node, "import_tasks")
         if isinstance(node, dict) and "block" in node:
             out += _parse_block(node, path, tags, _seen)
             continue
         role_key = next(
-            (k for k in ("import_role", "ansible.builtin.import_role") if isinstance(node, dict) and k in node), None
-        )
+            (k for k in ("import_role", "ansible.builtin.import_role", "ansible.legacy.import_role")
+             if isinstance(node, dict) and k in node),
+            None,
+        )  # fmt: skip
         if role_key is not None:
             out += _import_role(node, role_key, path, tags, _seen)
             continue
@@ -936,7 +953,10 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
                 path,
             )
         _condition(node.get("when"), "when", node, path)
-        target = Path(path).parent / str(node["import_tasks"])
+        source = node["import_tasks"]
+        if isinstance(source, dict) and set(source) == {"file"}:  # import_tasks: {file: FILE}, as Ansible takes it
+            source = source["file"]
+        target = Path(path).parent / str(source)
         real = str(target.resolve())
         if real in _seen:
             raise _err(f"import_tasks loop through {target}", node, path)
@@ -1027,8 +1047,47 @@ def _play_tasks(node: Any, path: str, tags: set[str]) -> tuple[list[Task], set[i
     raw_handlers = node.get("handlers") or []
     if not isinstance(raw_handlers, list):
         raise _err("handlers must be a list", node, path)
-    handlers = [*_ROLE_HANDLERS.get(), *(parse_task(t, path, handler=True) for t in raw_handlers)]
+    handlers = [*_ROLE_HANDLERS.get(), *parse_handlers(raw_handlers, path)]
     return tasks, flush_points, handlers
+
+
+def parse_handlers(nodes: list[Any], path: str, _seen: tuple[str, ...] = ()) -> list[Task]:
+    """A handlers list; an ``import_tasks`` in it is read now (relative to the file that imports it), each of
+    its tasks a handler notified by its own name or ``listen``, with the import's ``when``, ``vars`` and
+    ``tags``, as Ansible's static import."""
+    out: list[Task] = []
+    for node in nodes:
+        node = _short_import(node, "import_tasks")
+        if not (isinstance(node, dict) and "import_tasks" in node):
+            out.append(parse_task(node, path, handler=True))
+            continue
+        unknown = [k for k in node if k not in IMPORT_KEYS]
+        if unknown:
+            raise _err(f"import_tasks in handlers: unknown key {unknown[0]!r}", node, path)
+        _condition(node.get("when"), "when", node, path)
+        source = node["import_tasks"]
+        if isinstance(source, dict) and set(source) == {"file"}:
+            source = source["file"]
+        target = Path(path).parent / str(source)
+        real = str(target.resolve())
+        if real in _seen:
+            raise _err(f"import_tasks loop through {target}", node, path)
+        if not target.is_file():
+            raise _err(f"import_tasks: {target} does not exist", node, path)
+        data = load_yaml(target)
+        if not isinstance(data, list):
+            raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        extra_vars = _mapping(node.get("vars"), "vars", node, path)
+        extra_tags = _tags(node.get("tags"), node, path)
+        for handler in parse_handlers(data, str(target), (*_seen, real)):
+            if node.get("when") is not None:
+                conditions = node["when"] if isinstance(node["when"], list) else [node["when"]]
+                own = [] if handler.when is None else handler.when if isinstance(handler.when, list) else [handler.when]
+                handler.when = [*conditions, *own]
+            handler.vars = {**extra_vars, **handler.vars}
+            handler.tags = set(handler.tags) | extra_tags
+            out.append(handler)
+    return out
 
 
 def _vars_prompt(value: Any, node: Any, path: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -1210,6 +1269,7 @@ def load_playbook(path: str | Path, _seen: tuple[str, ...] = ()) -> list[Play]:
         raise PlaybookError("import_playbook loop", file=path)
     if not Path(path).exists():
         raise PlaybookError(f"no such playbook{nearest_playbook(path)}", file=path)
+    plugins.load_beside(Path(path).parent)  # the author's filter_plugins/ and test_plugins/, before any check
     data = load_yaml(path)
     if data is None or data == []:
         raise PlaybookError("the playbook is empty: it must be a list of plays", file=path, line=1)
@@ -1225,6 +1285,7 @@ def _load_plays(data: Any, path: str, real: str, _seen: tuple[str, ...]) -> list
         raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
     plays: list[Play] = []
     for node in data:
+        node = _short_import(node, "import_playbook")
         if isinstance(node, dict) and "import_playbook" in node:
             target = Path(path).parent / str(node["import_playbook"])
             if not target.exists():

@@ -399,6 +399,7 @@ class TaskRunner:
             render=lambda text: templating.render_text(text, variables, where),
             render_file=lambda text, extra: templating.render_file(text, variables.child(**extra), where),
             evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),
+            condition=lambda expr: templating.evaluate_expression(expr, variables, where, conditional=True),
             peer=self.connection,
             progress=None if task.no_log else (lambda msg: self.progress(host, msg)),
         )

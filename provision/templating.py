@@ -31,6 +31,7 @@ import jinja2
 import jinja2.meta
 import jinja2.nodes
 import jinja2.sandbox
+import jinja2.visitor
 import yaml
 
 from . import jinja_plugins, lookups, yamlsafe
@@ -52,38 +53,8 @@ class Unsafe(str):
     __slots__ = ()
 
 
-class Vaulted:
-    """A ``!vault`` value: loaded, never decrypted (provision does not handle Ansible Vault). The planner refuses
-    a play that holds one (:func:`provision.plan.check_plan`), naming where it is; the ciphertext is never shown."""
-
-    __slots__ = ("file", "line")
-
-    def __init__(self, file: str, line: int) -> None:
-        self.file, self.line = file, line
-
-    def __repr__(self) -> str:
-        return f"<vault-encrypted value at {self.file}:{self.line}>"
-
-    def __str__(self) -> str:
-        raise TemplateError("vault-encrypted values (!vault) are not supported", file=self.file, line=self.line)
-
-
 def is_template(value: Any) -> bool:
     return isinstance(value, str) and not isinstance(value, Unsafe) and ("{{" in value or "{%" in value)
-
-
-def find_vaulted(value: Any) -> Vaulted | None:
-    """The first ``!vault`` value inside ``value`` (nested mappings and lists), or None."""
-    if isinstance(value, Vaulted):
-        return value
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found = find_vaulted(item)
-            if found is not None:
-                return found
-    return None
 
 
 # ------------------------------------------------------------------------------------ filters and tests
@@ -187,6 +158,27 @@ def _embedded_terms(node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
     return node
 
 
+_CONDITION = "provision_condition_"  # the result of a conditional: its constants' templates are rendered
+_CONDITION_SOURCE = f"{{% set {_CONDITION} = ("
+
+
+class _EmbeddedConstants(jinja2.visitor.NodeTransformer):
+    """In a conditional (``when``, ``assert: that``, ``changed_when``, ``failed_when``, ``until``), every string
+    constant that holds a template (``'{{ name }}' == 'web'``) is rendered when the expression runs, then
+    compared: ansible-core 2.19 still does so for the playbook's own text (with a deprecation warning). Only
+    constants of the expression's source are touched: a value (a host's output) is never rendered."""
+
+    def visit_Const(self, node: jinja2.nodes.Const) -> jinja2.nodes.Node:
+        if isinstance(node.value, str) and is_template(node.value):
+            return jinja2.nodes.Call(jinja2.nodes.Name(_EMBEDDED, "load"), [node], [], None, None, lineno=node.lineno)
+        return node
+
+    def visit_Call(self, node: jinja2.nodes.Call) -> jinja2.nodes.Node:
+        if isinstance(node.node, jinja2.nodes.Name) and node.node.name == _EMBEDDED:
+            return node  # already wrapped (a lookup's term)
+        return self.generic_visit(node)
+
+
 class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
     """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``),
     and a template written as a constant inside a lookup's terms (``lookup('file', '{{ playbook_dir }}/x')``)
@@ -197,6 +189,8 @@ class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
         for call in ast.find_all(jinja2.nodes.Call):
             if isinstance(call.node, jinja2.nodes.Name) and call.node.name in ("lookup", "query", "q"):
                 call.args = call.args[:1] + [_embedded_terms(arg) for arg in call.args[1:]]
+        if source.startswith(_CONDITION_SOURCE):
+            _EmbeddedConstants().visit(ast)
         return ast
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -337,7 +331,7 @@ def _render_term(ctx: Any, text: str) -> Any:
     scope = parent if isinstance(parent, Vars) else Vars(dict(parent))
     if ctx.vars:
         scope = scope.child(**ctx.vars)
-    return render(text, scope, where=f"lookup term {text!r}")
+    return render(text, scope, where=f"embedded template {text!r}")
 
 
 @jinja2.pass_context
@@ -662,15 +656,17 @@ def _raise_undefined(value: Any) -> None:
             _raise_undefined(item)
 
 
-def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
-    """Evaluate a bare Jinja2 expression and return its native value."""
+def evaluate(expr: str, variables: Mapping[str, Any], where: str = "", *, conditional: bool = False) -> Any:
+    """Evaluate a bare Jinja2 expression and return its native value. ``conditional``: the templates in its
+    string constants are rendered first (:class:`_EmbeddedConstants`)."""
     if isinstance(expr, bool):
         return expr
-    source = f"{{% set {_RESULT} = ({expr}) %}}"
+    name = _CONDITION if conditional else _RESULT
+    source = f"{{% set {name} = ({expr}) %}}"
     try:
         template = _compile(source)
         module = template.make_module(vars=_as_vars(variables), shared=True)  # type: ignore[arg-type]
-        result = getattr(module, _RESULT)  # `l | unique`, `d.keys()`: already lists (_listing, _Sandbox.call)
+        result = getattr(module, name)  # `l | unique`, `d.keys()`: already lists (_listing, _Sandbox.call)
         _raise_undefined(result)
         return result
     except jinja2.TemplateSyntaxError as exc:
@@ -685,14 +681,14 @@ def evaluate(expr: str, variables: Mapping[str, Any], where: str = "") -> Any:
         raise TemplateError(f"error evaluating {expr.strip()!r}: {type(exc).__name__}: {exc}") from None
 
 
-def evaluate_expression(expr: Any, variables: Mapping[str, Any], where: str = "") -> Any:
+def evaluate_expression(expr: Any, variables: Mapping[str, Any], where: str = "", *, conditional: bool = False) -> Any:
     """A bare expression of the playbook (``assert: that``, ``debug: var``, ``when``), also when written
     wrapped as ``"{{ expr }}"``: evaluated ONCE. Its value is never evaluated again (that would run whatever
     a host put into a registered value)."""
     if not isinstance(expr, str):
         return expr
     match = _SINGLE_EXPR.match(expr)
-    return evaluate(match.group("expr") if match else expr, variables, where)
+    return evaluate(match.group("expr") if match else expr, variables, where, conditional=conditional)
 
 
 def condition(expr: Any, variables: Mapping[str, Any], where: str = "") -> bool:
@@ -711,7 +707,7 @@ def false_condition(expr: Any, variables: Mapping[str, Any], where: str = "") ->
         return None
     if isinstance(expr, bool):
         return None if expr else expr
-    result = evaluate_expression(str(expr), variables, where)
+    result = evaluate_expression(str(expr), variables, where, conditional=True)
     if not isinstance(result, bool):  # as ansible-core 2.19: a non-empty string was silently false here
         raise TemplateError(
             f"Conditional result ({bool(result)}) was derived from value of type {type(result).__name__!r}"
@@ -746,6 +742,10 @@ def names_used(value: Any, *, expression: bool = False) -> set[str]:
             ast = ENV.parse(text)
             check_filters_tests(ast, repr(value))
             names |= jinja2.meta.find_undeclared_variables(ast)
+            if expression:  # a conditional renders the templates of its constants (_EmbeddedConstants)
+                for const in ast.find_all(jinja2.nodes.Const):
+                    if isinstance(const.value, str) and is_template(const.value):
+                        names |= names_used(const.value)
             for call in ast.find_all(jinja2.nodes.Call):  # a template written inside a lookup's terms
                 if isinstance(call.node, jinja2.nodes.Name) and call.node.name == _EMBEDDED:
                     term = call.args[0]

@@ -5,8 +5,8 @@ Playbooks, task and handler files, roles' files, ``vars_files``, inventories, ``
 
 - line numbers: every mapping is a :class:`LineDict` (its ``file``, its ``line`` and each key's line);
 - the tags, registered in ONE place (:data:`TAGS`): ``!unsafe`` (the value is data, never rendered:
-  :class:`provision.templating.Unsafe` for every string inside it) and ``!vault`` (a
-  :class:`provision.templating.Vaulted` marker);
+  :class:`provision.templating.Unsafe` for every string inside it) and ``!vault`` (decrypted
+  when read: :func:`provision.vault.construct`, the value registered as a secret);
 - ONE duplicate-key policy: a key written twice in one mapping is refused (``duplicate key 'x'`` at the second
   one's line), in every file. Ansible 2.19 warns and keeps the last value; provision refuses, because a silent
   last-wins is how a typo'd override goes unnoticed. Keys that a merge key (``<<: *base``) brings in may be
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from . import templating, yamlsafe
+from . import templating, vault, yamlsafe
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -113,11 +113,6 @@ def _construct_unsafe(loader: Loader, node: yaml.Node) -> Any:
     raise YAMLFileError("syntax", "!unsafe: expected a scalar, a list or a mapping", loader.name, _line(node))
 
 
-def _construct_vault(loader: Loader, node: yaml.Node) -> Any:
-    """``!vault``: kept as a marker (never decrypted, never shown); the planner refuses a play holding one."""
-    return templating.Vaulted(loader.name, _line(node))
-
-
 def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
@@ -126,7 +121,7 @@ def _line(node: yaml.Node) -> int:
 TAGS: dict[str, Callable[[Loader, Any], Any]] = {
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG: _construct_mapping,
     "!unsafe": _construct_unsafe,
-    "!vault": _construct_vault,
+    "!vault": vault.construct,  # decrypted when the trusted file is read (a secret from then on)
 }
 for _tag, _constructor in TAGS.items():
     Loader.add_constructor(_tag, _constructor)

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from . import vault
+
 NODES_MAX = 2_000_000  # nodes of one YAML document (all documents of one stream) with every alias expanded
 BYTES_MAX = 64 << 20  # bytes of one YAML or JSON file read from disk
 
@@ -110,9 +112,10 @@ def load_all(text: str) -> list[Any]:
 
 def read_text(path: str | Path) -> str:
     """A YAML or JSON file's text: UTF-8 (UnicodeDecodeError otherwise), at most :data:`BYTES_MAX` bytes
-    (FileTooLarge past it: a device or a FIFO that never ends is not read for ever); OSError as ``open``."""
+    (FileTooLarge past it: a device or a FIFO that never ends is not read for ever); OSError as ``open``.
+    A vault-encrypted file is decrypted (:func:`provision.vault.reveal`: VaultError without the password)."""
     with open(path, "rb") as fh:
         data = fh.read(BYTES_MAX + 1)
     if len(data) > BYTES_MAX:
         raise FileTooLarge(27, f"larger than {BYTES_MAX >> 20} MiB", str(path))  # 27: EFBIG
-    return data.decode("utf-8")
+    return vault.reveal(data, str(path)).decode("utf-8")

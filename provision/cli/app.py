@@ -54,9 +54,11 @@ from .common import (
     mask,
     mask_obj,
     parse_extra_vars,
+    vault_options,
 )
 from .model import model
 from .pd import pd
+from .vault_cmd import vault_cmd
 from .wheelhouse import wheelhouse
 
 if TYPE_CHECKING:  # the commands import the engine when they run: `provision --help`/`--version` do not
@@ -145,6 +147,7 @@ def task(module: str, module_args: str, check: bool, diff: bool, become: bool, *
 @cli.command("inventory")
 @click.option("-i", "--inventory", "inventories", multiple=True)
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True)
+@vault_options
 @click.option("--list", "as_list", is_flag=True, help="every group and host with merged vars (JSON)")
 @click.option("--graph", is_flag=True, help="the group tree")
 @click.option(
@@ -329,3 +332,4 @@ def main(argv: list[str] | None = None) -> None:
 cli.add_command(pd)
 cli.add_command(wheelhouse)
 cli.add_command(model)
+cli.add_command(vault_cmd)

@@ -11,6 +11,7 @@ module), never another cli module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -112,7 +113,38 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ]  # fmt: skip
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return vault_options(fn)
+
+
+def vault_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--vault-id`` (repeatable), ``--vault-password-file`` (repeatable), ``--ask-vault-pass``, as
+    ansible-playbook's: the secrets are read (prompted, scripts run) before anything is loaded, so every vaulted
+    file and ``!vault`` value decrypts as it loads (:mod:`provision.vault`)."""
+
+    @functools.wraps(fn)
+    def with_vault(*args: Any, vault_ids: tuple[str, ...], vault_password_files: tuple[str, ...],
+                   ask_vault_pass: bool, **kw: Any) -> Any:  # fmt: skip
+        use_vault(vault_ids, vault_password_files, ask_vault_pass)
+        return fn(*args, **kw)
+
+    options = [
+        click.option("--vault-id", "vault_ids", multiple=True, metavar="[LABEL@]SOURCE",
+                     help="a vault id and its password source: a file, an executable, or 'prompt' (repeatable)"),
+        click.option("--vault-password-file", "--vault-pass-file", "vault_password_files", multiple=True,
+                     metavar="FILE", help="the default vault id's password file or script (repeatable; "
+                     "else $ANSIBLE_VAULT_PASSWORD_FILE)"),
+        click.option("-J", "--ask-vault-pass", "ask_vault_pass", is_flag=True, help="prompt for the vault password"),
+    ]  # fmt: skip
+    wrapped: Callable[..., Any] = with_vault
+    for option in reversed(options):
+        wrapped = option(wrapped)
+    return wrapped
+
+
+def use_vault(vault_ids: Iterable[str], password_files: Iterable[str], ask_vault_pass: bool) -> None:
+    from .. import vault
+
+    vault.use(vault.secrets_from_options(list(vault_ids), list(password_files), ask_vault_pass))
 
 
 def load_fleet(inventories: tuple[str, ...], extra: dict[str, Any], *, trace: bool = False) -> Fleet:

@@ -167,6 +167,9 @@ class ModuleContext:
     render_file: Callable[[str, dict[str, Any]], str] | None = None
     progress: Callable[[str], None] | None = None  # for long-running modules: one line of progress
     evaluate: Callable[[str], Any] | None = None  # evaluates a Jinja2 expression (assert/debug var/when)
+    # ... as a conditional (assert's ``that``: the templates in its string constants are rendered first, as
+    # ansible-core 2.19 does); None: ``evaluate``
+    condition: Callable[[str], Any] | None = None
     peer: Callable[[str], Connection] | None = None  # the connection of another inventory host (transfers)
 
     def run(
@@ -576,22 +579,19 @@ def parse_kv(text: str) -> dict[str, Any]:
     return out
 
 
-def find_controller_file(controller_dir: str, src: str) -> Path | None:
-    """Where a ``copy``/``template`` ``src`` lives on the controller, as Ansible looks: beside the playbook,
-    in its ``templates/`` or ``files/``, or in the project's ``templates/`` next to the playbooks dir; last,
-    the templates shipped with provision (:func:`provision.data.templates_dir`: a copy of a shipped playbook
-    still finds them)."""
+def find_controller_file(controller_dir: str, src: str, also: str | None = None) -> Path | None:
+    """Where a ``copy``/``template`` ``src`` lives on the controller, as Ansible looks: beside the playbook
+    (or in the role), in its ``templates/`` or ``files/``; then, for a role's task, the same in the playbook's
+    folder (``also``), as Ansible's search path goes on from the role to the playbook; then in the project's
+    ``templates/`` next to the playbooks dir; last, the templates shipped with provision
+    (:func:`provision.data.templates_dir`: a copy of a shipped playbook still finds them)."""
     base = Path(controller_dir)
     if Path(src).is_absolute():
         candidates = [Path(src)]
     else:
-        candidates = [
-            base / src,
-            base / "templates" / src,
-            base / "files" / src,
-            base.parent / "templates" / src,
-            templates_dir() / src,
-        ]
+        dirs = [base] + ([Path(also)] if also and Path(also) != base else [])
+        candidates = [d / sub / src for d in dirs for sub in ("", "templates", "files")]
+        candidates += [base.parent / "templates" / src, templates_dir() / src]
     return next((c for c in candidates if c.is_file()), None)
 
 

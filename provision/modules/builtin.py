@@ -16,9 +16,11 @@ from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult
 UNDEFINED = "VARIABLE IS NOT DEFINED!"
 
 
-def _evaluate(ctx: ModuleContext, expr: str) -> Any:
+def _evaluate(ctx: ModuleContext, expr: str, *, conditional: bool = False) -> Any:
     if ctx.evaluate is None:
         raise ProvisionError("no expression evaluator in this context")
+    if conditional and ctx.condition is not None:
+        return ctx.condition(expr)
     return ctx.evaluate(expr)
 
 
@@ -140,7 +142,7 @@ class Assert(Module):
         for expr in checks:
             if isinstance(expr, str):
                 try:
-                    ok = truthy(_evaluate(ctx, expr))
+                    ok = truthy(_evaluate(ctx, expr, conditional=True))
                 except Exception as exc:  # undefined vars, syntax errors: the assertion fails with why
                     return ModuleResult(
                         failed=True,

@@ -14,6 +14,7 @@ import stat
 import time
 from typing import Any
 
+from .. import vault
 from ..errors import ModuleError, TemplateError
 from .base import (
     Arg,
@@ -98,16 +99,23 @@ def state_diff(before: dict[str, Any], after: dict[str, Any], path: str) -> str:
     return text + "\n" if text else ""
 
 
-def read_controller_file(ctx: ModuleContext, src: str) -> tuple[str, bytes]:
-    found = find_controller_file(ctx.controller_dir, os.path.expanduser(src))
+def read_controller_file(ctx: ModuleContext, src: str, *, decrypt: bool = True) -> tuple[str, bytes]:
+    """A controller file's path and bytes; a vault-encrypted one decrypted (its text registered as a secret)
+    unless ``decrypt`` is false (``copy: decrypt: false`` copies the envelope as it is)."""
+    playbook_dir = ctx.variables.get("playbook_dir") if ctx.variables is not None else None
+    found = find_controller_file(ctx.controller_dir, os.path.expanduser(src), also=str(playbook_dir or "") or None)
     path = str(found) if found else os.path.join(ctx.controller_dir, os.path.expanduser(src))
     if os.path.isdir(path):
         raise ModuleError(ctx.host, f"src {path} is a directory: only single files are supported")
     try:
         with open(path, "rb") as fh:
-            return path, fh.read()
+            data = fh.read()
     except OSError as exc:
         raise ModuleError(ctx.host, f"could not read src={path}: {exc.strerror or exc}") from None
+    try:
+        return path, vault.reveal(data, path) if decrypt else data  # decrypted here, on the controller
+    except vault.VaultError as exc:
+        raise ModuleError(ctx.host, str(exc)) from None
 
 
 def parse_time(value: str | None, fmt: str, name: str) -> str | float | None:
@@ -380,7 +388,11 @@ def converge_remote_copy(ctx: ModuleContext, src: str, dest: str, args: dict[str
 @register
 class Copy(Module):
     name = "copy"
-    args = {"content": Arg("raw"), "src": Arg("path"), "remote_src": Arg("bool", default=False), **FILE_ARGS}
+    args = {
+        "content": Arg("raw"), "src": Arg("path"), "remote_src": Arg("bool", default=False),
+        "decrypt": Arg("bool", default=True), "directory_mode": Arg("mode"), "local_follow": Arg("bool", default=True),
+        **FILE_ARGS,
+    }  # fmt: skip
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
@@ -394,7 +406,10 @@ class Copy(Module):
                 return ModuleResult(failed=True, msg="copy: remote_src needs src (a file on the host)")
             return converge_remote_copy(ctx, src, args["dest"], args)
         if src is not None:
-            path, data = read_controller_file(ctx, src)
+            tree = controller_dir_of(ctx, src)
+            if tree is not None:
+                return copy_tree(ctx, tree, src, args)
+            path, data = read_controller_file(ctx, src, decrypt=args["decrypt"])
             args = preserved(args, path)
         elif isinstance(content, (dict, list)):
             data = json.dumps(content).encode()
@@ -403,6 +418,87 @@ class Copy(Module):
         else:
             data = ("" if content is None else str(content)).encode()
         return converge_file(ctx, args["dest"], data, args, src_name=src)
+
+
+def controller_dir_of(ctx: ModuleContext, src: str) -> str | None:
+    """The controller directory a ``copy`` ``src`` names (looked up as a file is), or None for a file."""
+    base = ctx.controller_dir
+    src = os.path.expanduser(src)
+    candidates = [src] if os.path.isabs(src) else [os.path.join(base, d, src) for d in ("files", "")]
+    return next((c for c in candidates if os.path.isdir(c)), None)
+
+
+def copy_tree(ctx: ModuleContext, local: str, src: str, args: dict[str, Any]) -> ModuleResult:
+    """``copy`` of a controller directory, as Ansible's: ``src/`` (trailing slash) copies what is inside into
+    ``dest``, ``src`` copies the directory itself (``dest/NAME``); ``dest`` and its missing parents are created,
+    empty directories too; new directories get ``directory_mode`` (the host's default without it; an existing
+    one keeps its mode), files get ``mode`` (or the host's default; ``preserve``: each source file's), links
+    in the source are followed (``local_follow``). One stat of every target, then the writes; vaulted files
+    are decrypted. Result: ``dest`` (with a trailing slash) and ``src``."""
+    dest = str(args["dest"])
+    root = dest.rstrip("/") or "/"
+    base = root if src.endswith("/") else posixpath.join(root, os.path.basename(local.rstrip("/")))
+    dirs: list[str] = []
+    parent = posixpath.dirname(root)
+    while parent not in ("", "/", ".") and parent != posixpath.dirname(parent):
+        dirs.insert(0, parent)
+        parent = posixpath.dirname(parent)
+    dirs += [root] + ([base] if base != root else [])
+    files: list[tuple[str, str]] = []  # (target, local path)
+    for top, subdirs, names in os.walk(local, followlinks=bool(args.get("local_follow", True))):
+        subdirs.sort()
+        rel = os.path.relpath(top, local)
+        here = base if rel == "." else posixpath.join(base, *rel.split(os.sep))
+        if here not in dirs:
+            dirs.append(here)
+        for name in sorted(names):
+            path = os.path.join(top, name)
+            if os.path.isfile(path):
+                files.append((posixpath.join(here, name), path))
+    states = remote_stat(ctx, dirs + [t for t, _ in files], hash=True)
+    ops: list[dict[str, Any]] = []
+    for path, st in zip(dirs, states, strict=False):
+        if st["exists"] and st.get("ftype") != "directory":
+            return ModuleResult(failed=True, msg=f"dest {path} exists and is not a directory")
+        if not st["exists"]:
+            ops.append({"op": "mkdir", "path": path})
+            mode = resolve_mode(args.get("directory_mode"), st, 0o777)
+            if mode is not None:
+                ops.append({"op": "attrs", "path": path, "mode": mode})
+    writes: list[tuple[str, bytes, dict[str, Any]]] = []
+    for (target, path), st in zip(files, states[len(dirs) :], strict=True):
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            data = vault.reveal(data, path) if args.get("decrypt", True) else data
+        except OSError as exc:
+            raise ModuleError(ctx.host, f"could not read src={path}: {exc.strerror or exc}") from None
+        except vault.VaultError as exc:
+            raise ModuleError(ctx.host, str(exc)) from None
+        wanted = preserved(args, path) if isinstance(args.get("mode"), PreserveMode) else args
+        wanted = {**wanted, "mode": resolve_mode(wanted.get("mode"), st)}
+        if st.get("ftype") == "directory":
+            return ModuleResult(failed=True, msg=f"dest {target} is a directory")
+        write = not st["exists"] or st.get("sha256") != hashlib.sha256(data).hexdigest()
+        if write and st["exists"] and not args.get("force", True):
+            write = False
+        attrs = attr_changes(st, wanted)
+        if write or attrs:
+            writes.append((target, data if write else b"", {**attrs, "_write": write, "_mode": wanted.get("mode")}))
+    changed = bool(ops or writes)
+    result = ModuleResult(changed=changed, data={"dest": root + "/" if root != "/" else "/", "src": src})
+    if ctx.check or not changed:
+        return result
+    if ops:
+        remote_apply(ctx, ops)
+    for target, data, attrs in writes:
+        write, mode = attrs.pop("_write"), attrs.pop("_mode")
+        if write:
+            write_file(ctx, target, data, mode)
+            attrs.pop("mode", None)
+        if attrs:
+            remote_apply(ctx, [{"op": "attrs", "path": target, **attrs}])
+    return result
 
 
 @register

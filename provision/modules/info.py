@@ -1,4 +1,5 @@
-"""``ping``, ``stat``, ``find``, ``slurp`` and ``raw``, with Ansible's arguments and return values.
+"""``ping``, ``wait_for_connection``, ``stat``, ``find``, ``slurp`` and ``raw``, with Ansible's arguments and
+return values.
 
 ``ping``/``stat``/``slurp`` ask the shipped ``remote/info.py`` (through the host's agent: one round trip, no
 interpreter start); ``raw`` runs its text with ``/bin/sh`` and needs no Python on the host when the agent is
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 from ..commands import Command
+from ..errors import HostError
 from .base import (
     Arg,
     ArgError,
@@ -49,6 +52,51 @@ class Ping(Module):
         except HelperError as exc:
             return exc.as_result()
         return ModuleResult(data={"ping": answer.get("ping")})
+
+
+@register
+class WaitForConnection(Module):
+    """``wait_for_connection``: ``ping`` the host (its Python answering through the connection) until it
+    answers, ``delay`` seconds first, ``sleep`` between tries, each try bounded by ``connect_timeout``, for at
+    most ``timeout`` seconds; ``elapsed`` (whole seconds) as Ansible's. A host that never answers fails the
+    task: ``timed out waiting for ping module test: REASON``."""
+
+    name = "wait_for_connection"
+    args = {
+        "connect_timeout": Arg("int", default=5),
+        "delay": Arg("int", default=0),
+        "sleep": Arg("int", default=1),
+        "timeout": Arg("int", default=600),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        started = time.monotonic()
+        deadline = started + max(0, args["timeout"])
+        time.sleep(max(0, args["delay"]))
+        reason = "no attempt"
+        with ctx.waiting(f"{ctx.host} to answer", float(args["timeout"])):
+            while True:
+                try:
+                    answer = ctx.call_helper(
+                        HELPER,
+                        "ping",
+                        json.dumps({"data": "pong"}),
+                        what="ping",
+                        timeout=float(args["connect_timeout"]),
+                    )
+                    if answer.get("ping") == "pong":
+                        return ModuleResult(data={"elapsed": int(time.monotonic() - started)})
+                    reason = f"unexpected answer {str(answer)[:100]!r}"
+                except HostError as exc:  # unreachable, timed out, no Python yet: try again until the deadline
+                    reason = str(exc)
+                if time.monotonic() + args["sleep"] > deadline:
+                    break
+                time.sleep(max(0, args["sleep"]))
+        return ModuleResult(
+            failed=True,
+            msg=f"timed out waiting for ping module test: {reason}",
+            data={"elapsed": int(time.monotonic() - started)},
+        )
 
 
 @register

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import yamlfile, yamlsafe
+from .. import vault, yamlfile, yamlsafe
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 INCLUDED = "ansible_facts"  # the key of the result that holds the variables (the task runner moves them)
@@ -129,7 +129,7 @@ class IncludeVars(Module):
             data: dict[str, Any] = {}
             for path in files:
                 data.update(read_vars_file(path))
-        except ValueError as exc:
+        except (ValueError, vault.VaultError) as exc:  # a file named only at run time: the task fails
             return ModuleResult(failed=True, msg=str(exc))
         if args.get("name"):
             data = {str(args["name"]): data}

@@ -100,11 +100,9 @@ PLAYBOOK_CASES = {
     "loop_and_with": (task("loop: [1]\nwith_dict: {a: 1}"), r"pb\.yml:4: loop and with_dict are mutually exclusive"),
     "vault_in_vars": (PLAY + "  vars:\n    ok: 1\n    pw: !vault |\n      $ANSIBLE_VAULT;1.1;AES256\n      6162\n"
                       "  tasks:\n    - debug: {msg: hi}\n",
-                      r"pb\.yml:5: vault-encrypted values \(!vault\) are not supported"),
+                      r"pb\.yml:5: vault-encrypted \(vault id 'default'\) but no vault password was given"),
     "vault_in_args": (task("", "debug: {msg: !vault '$ANSIBLE_VAULT;1.1;AES256'}"),
-                      r"pb\.yml:5: vault-encrypted values \(!vault\) are not supported"),
-    "vault_filter": (task("", "debug: {msg: \"{{ 'x' | vault('pw') }}\"}"),
-                     r"pb\.yml:4: filter 'vault' in .*: Ansible Vault is not supported by provision"),
+                      r"pb\.yml:5: vault-encrypted \(vault id 'default'\) but no vault password was given"),
     "when_dict": (task("when: {a: 1}"), r"pb\.yml:4: when must be an expression, true/false, or a list of them"),
     "when_list_of_dict": (task("when: [true, {a: 1}]"), r"pb\.yml:4: when must be an expression"),
     "import_tasks_when_dict": (PLAY + "  tasks:\n    - import_tasks: other.yml\n      when: {a: 1}\n",

@@ -1,0 +1,3 @@
+class FilterModule:
+    def filters(self):
+        return {"wrap": lambda v, left="[", right="]": f"{left}{v}{right}"}
