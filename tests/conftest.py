@@ -56,6 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, each worker gets a HOME of its own whose entries are links to the real home's, except
     ``.provision``: a local-connection run holds ``~/.provision/run-<host>.lock`` (inventory names like ``one``
     are in many test files), and two workers' runs of the same name would find the host busy."""
+    # the group marker is xdist's: registered here too, so a run without the plugin (-p no:xdist) still collects
+    config.addinivalue_line("markers", "xdist_group(name): tests that share one pytest-xdist worker")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     real = os.environ.get("HOME")
     if not worker or not real or os.environ.get("PROVISION_TEST_REAL_HOME") == real:
