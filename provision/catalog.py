@@ -70,6 +70,8 @@ MODULES: dict[str, str] = {
     "sglang_cpu_compat": "provision.sglang.modules",
     "sglang_tiny_model": "provision.sglang.modules",
     "process": "provision.pd.process",
+    "pd_bench": "provision.pd.bench",
+    "pd_metrics": "provision.pd.bench",
     "pd_config": "provision.pd.modules",
     "pd_logs": "provision.pd.modules",
     "pd_status": "provision.pd.modules",
