@@ -153,6 +153,7 @@ __all__ = [
     "pd_down",
     "pd_logs",
     "pd_rollout",
+    "pd_serving_paths",
     "pd_status",
     "pd_targets",
     "pd_up",
@@ -784,6 +785,21 @@ def pd_status(
                 row["metrics"] = got.data.get("metrics") or {}
                 row["metrics_error"] = got.data.get("metrics_error") or (got.msg if got.failed else None)
     return PdStatus(out, {host: res.msg for host, res in broken.items()})
+
+
+def pd_serving_paths(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> list[dict[str, Any]]:
+    """What each server really runs, from its own ``/server_info`` (attention backend, CUDA graphs, sampling,
+    radix cache, warm-up, quantization) and a warning per known slow fallback on a GPU
+    (:func:`provision.pd.bench.serving_path`): ``[{"host", "role", "path"}]``; read-only."""
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    results = _query(_quiet_play("pd_serving_path", PD_HOSTS), fleet, opts)
+    out = []
+    for r in results:
+        if r.status is Status.SKIPPED:
+            continue
+        path = r.data.get("path") if not r.failed else {"error": r.msg, "warnings": []}
+        out.append({"host": r.host, "role": r.data.get("role", "?"), "path": path or {"warnings": []}})
+    return out
 
 
 def pd_targets(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> list[dict[str, Any]]:

@@ -72,6 +72,7 @@ MODULES: dict[str, str] = {
     "process": "provision.pd.process",
     "pd_bench": "provision.pd.bench",
     "pd_metrics": "provision.pd.bench",
+    "pd_serving_path": "provision.pd.bench",
     "pd_config": "provision.pd.modules",
     "pd_logs": "provision.pd.modules",
     "pd_status": "provision.pd.modules",

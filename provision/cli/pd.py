@@ -79,6 +79,10 @@ def up(keep_failed: bool, **kw: Any) -> int:
     fleet, opts = _setup(kw)
     planned = api.plan_pd_up(fleet, **opts)
     code = execute(planned, json_mode=kw["json_mode"])
+    if code == EXIT_OK and not kw["json_mode"] and not opts.get("check"):
+        query = api_options(kw)
+        query["on_event"] = quiet_listener(kw["verbosity"])
+        show_serving_paths(api.pd_serving_paths(fleet, **query))
     if code in (EXIT_OK, 130) or keep_failed or api.keep_failed_asked(planned):
         if code not in (EXIT_OK, 130):
             click.echo("pd up: the processes of this run were left running (--keep-failed)", err=True)
@@ -87,6 +91,16 @@ def up(keep_failed: bool, **kw: Any) -> int:
     what = ", ".join(stopped) if stopped else "nothing was left running"
     click.echo(mask(f"pd up failed; stopped what this run started: {what}"), err=True)
     return code
+
+
+def show_serving_paths(paths: list[dict[str, Any]]) -> None:
+    """One line per server (what it runs), then one warning line per slow fallback (stderr)."""
+    from ..pd.bench import path_line
+
+    for entry in paths:
+        click.echo(mask(path_line(entry["host"], entry["role"], entry["path"])))
+        for warning in entry["path"].get("warnings", []):
+            click.echo(mask(f"warning: {entry['host']} {entry['role']}: {warning}"), err=True)
 
 
 @pd.command("down")
@@ -103,7 +117,9 @@ def down(**kw: Any) -> int:
 @common_options
 @click.option("--metrics", "metrics", is_flag=True,
               help="also each server's /metrics: requests, KV cache usage, tokens, the PD gauges")  # fmt: skip
-def status(metrics: bool, **kw: Any) -> int:
+@click.option("--serving-path", "serving", is_flag=True,
+              help="also what each server runs: attention, CUDA graphs, sampling; slow fallbacks warned")  # fmt: skip
+def status(metrics: bool, serving: bool, **kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
     from .. import api
     from ..pd.status import table
@@ -119,6 +135,9 @@ def status(metrics: bool, **kw: Any) -> int:
 
             click.echo("")
             click.echo(mask(metrics_table(status.rows)))
+        if serving:
+            click.echo("")
+            show_serving_paths(api.pd_serving_paths(fleet, **opts))
         for host, msg in status.errors.items():
             click.echo(mask(f"{host}: {msg}"), err=True)
     return status.exit_code

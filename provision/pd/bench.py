@@ -342,3 +342,47 @@ class PdMetrics(Module):
         samples = got.get("metrics") or {}
         data = {"role": server.role, "metrics": samples, "metrics_error": got.get("error")}
         return ModuleResult(msg=f"{len(samples)} samples from {url}", data=data)
+
+
+def path_line(host: str, role: str, path: Mapping[str, Any]) -> str:
+    """``h1 prefill: attention flashinfer, CUDA graphs on, sampling flashinfer, radix cache on, warm-up on``."""
+    if path.get("error"):
+        return f"{host} {role}: serving path unknown ({path['error']})"
+    word = {True: "on", False: "off", None: "?"}
+    parts = [f"attention {path.get('attention')}", f"CUDA graphs {word.get(path.get('cuda_graph'), '?')}",
+             f"sampling {path.get('sampling')}", f"radix cache {word.get(path.get('radix_cache'), '?')}",
+             f"warm-up {word.get(path.get('warmup'), '?')}"]  # fmt: skip
+    if path.get("quantization"):
+        parts.append(f"quantization {path['quantization']}")
+    return f"{host} {role}: " + ", ".join(parts)
+
+
+@register
+class PdServingPath(Module):
+    """What this host's server really runs, from its own ``/server_info`` (read on the host)."""
+
+    name = "pd_serving_path"
+    args = {"timeout": Arg("float", default=10.0)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        from . import build, hosts_from_task_vars
+
+        try:
+            deployment = build(hosts_from_task_vars(ctx.variables), {ctx.host: ctx.expand("~")})
+        except PlanError as exc:
+            return ModuleResult(failed=True, msg=str(exc))
+        plan = deployment.hosts.get(ctx.host)
+        if plan is None or plan.server is None:
+            return ModuleResult(skipped=True, msg=f"no server on {ctx.host}")
+        server = plan.server
+        local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.bind, server.bind)
+        url = f"http://{url_host(local)}:{server.port}"
+        request = {"info_only": True, "servers": [url], "timeout": args["timeout"]}
+        try:
+            answer = ctx.call_helper("pd_bench.py", stdin=json.dumps(request).encode(),
+                                     timeout=args["timeout"] + 60, what="pd_serving_path")  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
+        info = (answer.get("server_info") or {}).get(url)
+        path = serving_path(info if isinstance(info, Mapping) else {"error": "no answer"}, plan.device)
+        return ModuleResult(msg=path_line(ctx.host, server.role, path), data={"role": server.role, "path": path})

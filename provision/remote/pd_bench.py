@@ -7,7 +7,8 @@ Usage: ``python3 -`` with a JSON request on stdin: ``python`` (the interpreter t
 from ITS vocabulary, offline), ``input_len``, ``output_len``, ``num_prompts``, ``concurrency`` (or null),
 ``request_rate`` (or null: closed loop), ``warmup`` (requests before the measured ones), ``timeout`` (s),
 ``seed``, ``pd`` (``--pd-separated``), ``servers`` (URLs whose ``/server_info`` is read: what each server
-really runs) and ``dir`` (a private scratch directory for the result file).
+really runs) and ``dir`` (a private scratch directory for the result file). ``{"info_only": true, "servers":
+[...]}`` reads the servers' ``/server_info`` and nothing else.
 
 Runs ``PYTHON -m sglang.bench_serving --backend sglang --dataset-name random-ids --random-range-ratio 1 ...
 --output-file FILE`` (HF_HUB_OFFLINE=1: no hub), reads the JSON line it appends and prints one JSON line
@@ -111,6 +112,10 @@ def numbers(doc):
 def main():
     try:
         req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+        if req.get("info_only"):  # `pd up` / `pd status --serving-path`: each server's /server_info only
+            info = {u: server_info(u, float(req.get("timeout", 10))) for u in req["servers"]}
+            print(json.dumps(finite({"ok": True, "server_info": info}), allow_nan=False))
+            return 0
         python, url, tokenizer = req["python"], req["url"], req["tokenizer"]
         n, warmup = int(req["num_prompts"]), int(req.get("warmup", 1))
         timeout = float(req.get("timeout", 1800))

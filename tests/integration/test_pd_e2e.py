@@ -235,8 +235,11 @@ def test_bench_measures_through_the_router_writes_the_report_and_gates_slos(depl
         key = "sglang:prompt_tokens_total"
         assert after[role].get(key, 0) >= before[role].get(key, 0) + 6 * 16, (role, before[role], after[role])
     assert after["decode"]["sglang:generation_tokens_total"] > before["decode"].get("sglang:generation_tokens_total", 0)
-    table = deployment.provision("pd", "status", "--metrics")
+    table = deployment.provision("pd", "status", "--metrics", "--serving-path")
     assert "PROMPT-TOK" in table.out and "KV-USAGE" in table.out, table.out
+    for line in ("lab0 prefill: attention ", "lab1 decode: attention "):  # what each server runs, read from it
+        assert line in table.out, table.out
+    assert "warning:" not in table.err  # CPU mode runs the CPU paths by design
     dom, inked = chromium_shows(out / "report.html", deployment.workdir / "report.png")
     assert dom.count("<img ") == 5 and dom.count('src="data:image/png;base64,') == 5, dom[:2000]
     assert "concurrency 2" in dom and "SLO miss" in dom and "CPU mode" in dom
@@ -406,6 +409,7 @@ def test_a_colocated_baseline_comes_up_benches_beside_the_pd_run_and_goes_down(d
         up = run("pd", "up")
         assert up.code == 0, up.out[-3000:] + up.err[-3000:]
         assert "colocated server lab0-serve" in up.out
+        assert "lab0 serve: attention " in up.out  # pd up ends with what the server really runs
         status = run("pd", "status")
         assert status.code == 0 and [line.split()[:3] for line in status.out.splitlines()[1:]] == [
             ["lab0", "serve", "up"]

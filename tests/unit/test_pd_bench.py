@@ -18,6 +18,7 @@ from provision.pd.bench import (
     miss_text,
     parse_slo,
     parse_sweep,
+    path_line,
     point_record,
     serving_path,
     targets,
@@ -106,6 +107,10 @@ def test_serving_path_warns_of_slow_fallbacks_on_a_gpu_only() -> None:
     fast = serving_path({"attention_backend": "flashinfer", "disable_cuda_graph": False}, "cuda")
     assert fast["warnings"] == [] and fast["cuda_graph"] is True
     assert serving_path({"error": "refused"}, "cuda")["error"] == "refused"
+    assert path_line("h1", "prefill", fast) == (
+        "h1 prefill: attention flashinfer, CUDA graphs on, sampling (default), radix cache ?, warm-up ?"
+    )
+    assert path_line("h1", "decode", serving_path({"error": "refused"}, "cuda")).endswith("unknown (refused)")
 
 
 def colocated(**v: Any) -> dict[str, dict[str, Any]]:
