@@ -167,7 +167,7 @@ def targets_cmd(output: str | None, **kw: Any) -> int:
 
 @pd.command("logs")
 @common_options
-@click.option("--role", type=click.Choice(["all", "prefill", "decode", "router"]), default="all")
+@click.option("--role", type=click.Choice(["all", "prefill", "decode", "serve", "router"]), default="all")
 @click.option("-n", "--lines", type=click.IntRange(0, 100000), default=50, show_default=True)
 def logs(role: str, lines: int, **kw: Any) -> int:
     """The last lines of each process's log."""

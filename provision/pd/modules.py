@@ -335,7 +335,7 @@ def _text_lines(item: Any) -> list[str]:
 @register
 class PdLogs(Module):
     name = "pd_logs"
-    args = {"role": Arg(default="all", choices=("all", "server", "prefill", "decode", "router")),
+    args = {"role": Arg(default="all", choices=("all", "server", "prefill", "decode", "serve", "router")),
             "lines": Arg("int", default=50)}  # fmt: skip
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
