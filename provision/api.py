@@ -39,6 +39,7 @@ import dataclasses
 import json
 import os
 import shlex
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ if TYPE_CHECKING:
     from .model.sync import SyncResult
 
 __all__ = [
+    "BenchOptions",
+    "BenchResult",
     "CommandTimeout",
     "Event",
     "FactsResult",
@@ -148,11 +151,14 @@ __all__ = [
     "masked",
     "model_sync",
     "parse_extra_vars",
+    "pd_bench",
     "pd_down",
     "pd_export",
     "pd_logs",
     "pd_rollout",
+    "pd_serving_paths",
     "pd_status",
+    "pd_targets",
     "pd_up",
     "pd_verify",
     "plan_module",
@@ -165,7 +171,7 @@ __all__ = [
     "stop_run",
 ]
 
-PD_HOSTS = "prefill:decode:router"
+PD_HOSTS = "prefill:decode:serve:router"
 PathLike = str | os.PathLike[str]
 
 
@@ -310,6 +316,14 @@ def default_router(inventory: Inventory) -> None:
     prefill = inventory.group_members("prefill")
     if prefill and "router" not in inventory.groups:
         inventory.add_group("router", prefill[:1])
+    # the PD playbooks name every PD group (prefill, decode, serve, router): a PD inventory gets an empty
+    # `serve` group, a colocated one (group serve) empty prefill/decode/router groups, so each play that has
+    # no host here is skipped instead of naming a group the inventory lacks
+    present = [g for g in ("prefill", "decode", "serve", "router") if g in inventory.groups]
+    if present and present != ["router"]:
+        for group in ("prefill", "decode", "serve", "router"):
+            if group not in inventory.groups:
+                inventory.add_group(group, [])
 
 
 def _fleet(hosts: Fleet | PathLike | Sequence[PathLike], extra_vars: Mapping[str, Any] | None) -> Fleet:
@@ -735,9 +749,13 @@ def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> list[dict[str
             for p in deployment.procs]  # fmt: skip
 
 
-def pd_status(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> PdStatus:
+def pd_status(
+    hosts: Fleet | PathLike | Sequence[PathLike], *, metrics: bool = False, **opts: Unpack[Options]
+) -> PdStatus:
     """Each PD process: state, pid, uptime, health, port, supervisor, restarts (like ``provision pd status``).
-    Read-only, but for one repair: a host's supervisor that died is started again (it adopts what runs)."""
+    Read-only, but for one repair: a host's supervisor that died is started again (it adopts what runs).
+    ``metrics``: each server's row also gets ``metrics`` (its ``sglang:`` samples from ``/metrics``, read on its
+    host) or ``metrics_error``."""
     fleet = _fleet(hosts, opts.get("extra_vars"))
     extra = run_options(fleet, opts).extra_vars
     rows = _expected_rows(fleet.inventory, extra)
@@ -756,7 +774,43 @@ def pd_status(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Optio
             res = broken[row["host"]]
             row = {**row, "unreachable": res.status is Status.UNREACHABLE, "error": res.msg}
         out.append({**row, **found.get((row["host"], row["role"]), {})})
+    if metrics:
+        answers = _query(_quiet_play("pd_metrics", PD_HOSTS), fleet, opts)
+        read = {(res.host, res.data.get("role")): res for res in answers if res.status is not Status.SKIPPED}
+        for row in out:
+            got = read.get((row["host"], row["role"]))
+            if got is not None:
+                row["metrics"] = got.data.get("metrics") or {}
+                row["metrics_error"] = got.data.get("metrics_error") or (got.msg if got.failed else None)
     return PdStatus(out, {host: res.msg for host, res in broken.items()})
+
+
+def pd_serving_paths(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> list[dict[str, Any]]:
+    """What each server really runs, from its own ``/server_info`` (attention backend, CUDA graphs, sampling,
+    radix cache, warm-up, quantization) and a warning per known slow fallback on a GPU
+    (:func:`provision.pd.bench.serving_path`): ``[{"host", "role", "path"}]``; read-only."""
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    results = _query(_quiet_play("pd_serving_path", PD_HOSTS), fleet, opts)
+    out = []
+    for r in results:
+        if r.status is Status.SKIPPED:
+            continue
+        path = r.data.get("path") if not r.failed else {"error": r.msg, "warnings": []}
+        out.append({"host": r.host, "role": r.data.get("role", "?"), "path": path or {"warnings": []}})
+    return out
+
+
+def pd_targets(hosts: Fleet | PathLike | Sequence[PathLike], **opts: Unpack[Options]) -> list[dict[str, Any]]:
+    """Prometheus ``file_sd`` JSON of every server (``/metrics`` on its port, ``pd_metrics``) and router (its
+    ``router_prometheus_port``), labelled job/role/host/machine/name; from the inventory alone (no host touched)."""
+    from .pd.bench import targets
+
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    extra = {**fleet.extra_vars, **_extra(opts.get("extra_vars"))}
+    try:
+        return targets(build(inventory_pd_vars(fleet.inventory, extra)))
+    except PlanError as exc:
+        raise InputError(str(exc)) from None
 
 
 @dataclass
@@ -815,7 +869,7 @@ def pd_verify(
     if all_pairs:
         args.update(router=False, all_pairs=True, parallel=parallel,
                     same_tokens="{{ pd_verify_same_tokens | default(true) }}")  # fmt: skip
-    results = [r for r in _query(_quiet_play("pd_verify", "router", args), fleet, opts)
+    results = [r for r in _query(_quiet_play("pd_verify", "router:serve", args), fleet, opts)
                if r.status is not Status.SKIPPED]  # fmt: skip
     if not results:
         raise InputError("no router host to verify through (group 'router' is empty or excluded by --limit)")
@@ -1019,3 +1073,109 @@ def pd_export(
             raise InputError(f"pd export: cannot write {output}: {exc.strerror or exc}") from None
         directory = str(root)
     return PdExport(to, result.files, result.validated, dict(result.modes), directory)
+
+
+@dataclass
+class BenchOptions:
+    """What ``provision pd bench`` measures: the dataset (random token ids of ``input_len``, ``output_len``;
+    ``num_prompts`` per point), the sweep (``concurrency`` and/or ``request_rate``: one point each), the
+    ``warmup`` requests before each point, the SLO gates (:func:`provision.pd.bench.parse_slo`)."""
+
+    input_len: int = 512
+    output_len: int = 128
+    num_prompts: int = 64
+    concurrency: list[int] = field(default_factory=lambda: [1, 4, 16])
+    request_rate: list[float] = field(default_factory=list)
+    warmup: int = 1
+    timeout: float = 1800.0
+    slo: str | None = None
+
+
+@dataclass
+class BenchResult:
+    """``doc``: bench.json (:func:`provision.pd.bench_report.write`); ``misses``: the SLO misses; ``errors``:
+    points that failed outright (a host's answer)."""
+
+    doc: dict[str, Any]
+    misses: list[dict[str, Any]]
+    errors: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_FAILED if self.misses or self.errors else EXIT_OK
+
+
+BenchProgress = Callable[[int, int, dict[str, Any], float], None]  # (done, total, point, elapsed seconds)
+
+
+def pd_bench(
+    hosts: Fleet | PathLike | Sequence[PathLike],
+    *,
+    bench: BenchOptions | None = None,
+    progress: BenchProgress | None = None,
+    **opts: Unpack[Options],
+) -> BenchResult:
+    """Sweep load points through each router (a colocated inventory: each ``serve`` server) with the installed
+    SGLang's ``bench_serving``, run on that host; read-only for the deployment. Bad options or layout raise
+    :class:`InputError` before any host is touched. Prints nothing; ``progress`` is called after each point."""
+    from .pd import bench as pdbench
+
+    options = bench or BenchOptions()
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    extra = {**fleet.extra_vars, **_extra(opts.get("extra_vars"))}
+    try:
+        gates = pdbench.parse_slo(options.slo)
+        for name, value, low, high in (("--input-len", options.input_len, 1, 1 << 20),
+                                       ("--output-len", options.output_len, 1, 1 << 20),
+                                       ("--num-prompts", options.num_prompts, 1, 1 << 20),
+                                       ("--warmup", options.warmup, 0, 10000)):  # fmt: skip
+            if not low <= int(value) <= high:
+                raise PlanError(f"{name}={value} is out of range {low}..{high}")
+        deployment = build(inventory_pd_vars(fleet.inventory, extra))
+    except PlanError as exc:
+        raise InputError(str(exc)) from None
+    check_layout(fleet.inventory, extra)
+    points: list[tuple[int | None, float | None]] = [(int(c), None) for c in options.concurrency]
+    points += [(None, float(r)) for r in options.request_rate]
+    if not points:
+        raise InputError("pd bench: nothing to measure: give --concurrency and/or --request-rate")
+    started, done_points, errors = time.monotonic(), [], []
+    info: dict[str, Any] = {}
+    versions: dict[str, Any] = {}
+    for i, (conc, rate) in enumerate(points):
+        args = {"input_len": options.input_len, "output_len": options.output_len,
+                "num_prompts": options.num_prompts, "concurrency": conc, "request_rate": rate,
+                "warmup": options.warmup, "timeout": options.timeout, "server_info": i == 0}  # fmt: skip
+        results = [r for r in _query(_quiet_play("pd_bench", "router:serve", args), fleet, opts)
+                   if r.status is not Status.SKIPPED]  # fmt: skip
+        if not results:
+            raise InputError("pd bench: no router (or colocated serve) host to measure through")
+        for r in results:
+            answer = r.data.get("bench") or {}
+            point: dict[str, Any] = {"concurrency": conc, "request_rate": rate, "host": r.host,
+                                     "target": answer.get("target"), "ok": not r.failed,
+                                     "argv": answer.get("argv"), "seconds": answer.get("seconds")}  # fmt: skip
+            if answer.get("result"):
+                point.update(pdbench.point_record(answer["result"], options.num_prompts))
+            if r.failed:
+                point["error"] = r.msg
+                errors.append(f"{r.host}: {pdbench.point_label(point)}: {r.msg}")
+            info.update(answer.get("server_info") or {})
+            versions = versions or answer.get("versions") or {}
+            done_points.append(point)
+            if progress is not None:
+                progress(i + 1, len(points), point, time.monotonic() - started)
+    device = next((p.device for p in deployment.hosts.values() if p.server), "cuda")
+    paths = {url: pdbench.serving_path(doc, device) for url, doc in info.items()}
+    misses = pdbench.check_slo(done_points, gates)
+    doc = {
+        "kind": "colocated" if deployment.colocated else "pd",
+        "device": device,
+        "dataset": {"name": "random-ids", "input_len": options.input_len, "output_len": options.output_len,
+                    "num_prompts": options.num_prompts, "warmup": options.warmup, "range_ratio": 1},
+        "versions": versions, "layout": pdbench.layout(deployment), "serving_path": paths,
+        "points": done_points, "slo": [g.text for g in gates], "slo_misses": misses,
+        "seconds": round(time.monotonic() - started, 3),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    return BenchResult(masked(doc), misses, errors)

@@ -81,6 +81,10 @@ def up(keep_failed: bool, **kw: Any) -> int:
     fleet, opts = _setup(kw)
     planned = api.plan_pd_up(fleet, **opts)
     code = execute(planned, json_mode=kw["json_mode"])
+    if code == EXIT_OK and not kw["json_mode"] and not opts.get("check"):
+        query = api_options(kw)
+        query["on_event"] = quiet_listener(kw["verbosity"])
+        show_serving_paths(api.pd_serving_paths(fleet, **query))
     if code in (EXIT_OK, 130) or keep_failed or api.keep_failed_asked(planned):
         if code not in (EXIT_OK, 130):
             click.echo("pd up: the processes of this run were left running (--keep-failed)", err=True)
@@ -89,6 +93,16 @@ def up(keep_failed: bool, **kw: Any) -> int:
     what = ", ".join(stopped) if stopped else "nothing was left running"
     click.echo(mask(f"pd up failed; stopped what this run started: {what}"), err=True)
     return code
+
+
+def show_serving_paths(paths: list[dict[str, Any]]) -> None:
+    """One line per server (what it runs), then one warning line per slow fallback (stderr)."""
+    from ..pd.bench import path_line
+
+    for entry in paths:
+        click.echo(mask(path_line(entry["host"], entry["role"], entry["path"])))
+        for warning in entry["path"].get("warnings", []):
+            click.echo(mask(f"warning: {entry['host']} {entry['role']}: {warning}"), err=True)
 
 
 @pd.command("down")
@@ -103,25 +117,59 @@ def down(**kw: Any) -> int:
 
 @pd.command("status")
 @common_options
-def status(**kw: Any) -> int:
+@click.option("--metrics", "metrics", is_flag=True,
+              help="also each server's /metrics: requests, KV cache usage, tokens, the PD gauges")  # fmt: skip
+@click.option("--serving-path", "serving", is_flag=True,
+              help="also what each server runs: attention, CUDA graphs, sampling; slow fallbacks warned")  # fmt: skip
+def status(metrics: bool, serving: bool, **kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
     from .. import api
     from ..pd.status import table
 
     fleet, opts = _setup(kw, query=True)
-    status = api.pd_status(fleet, **opts)
+    status = api.pd_status(fleet, metrics=metrics, **opts)
     if kw["json_mode"]:
         click.echo(json.dumps(mask_obj({"procs": status.rows}), indent=2, default=str))
     else:
         click.echo(mask(table(status.rows)))
+        if metrics:
+            from ..pd.bench import metrics_table
+
+            click.echo("")
+            click.echo(mask(metrics_table(status.rows)))
+        if serving:
+            click.echo("")
+            show_serving_paths(api.pd_serving_paths(fleet, **opts))
         for host, msg in status.errors.items():
             click.echo(mask(f"{host}: {msg}"), err=True)
     return status.exit_code
 
 
+@pd.command("targets")
+@common_options
+@click.option("-o", "--output", "output", default=None, help="write the file_sd JSON there (atomically) instead")
+def targets_cmd(output: str | None, **kw: Any) -> int:
+    """Prometheus file_sd JSON: every server's /metrics and every router's metrics port, with role/host labels."""
+    from pathlib import Path
+
+    from .. import api
+
+    fleet, opts = _setup(kw, query=True)
+    text = json.dumps(api.pd_targets(fleet, **opts), indent=2) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+        return EXIT_OK
+    path = Path(output)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    click.echo(f"wrote {path}", err=True)
+    return EXIT_OK
+
+
 @pd.command("logs")
 @common_options
-@click.option("--role", type=click.Choice(["all", "prefill", "decode", "router"]), default="all")
+@click.option("--role", type=click.Choice(["all", "prefill", "decode", "serve", "router"]), default="all")
 @click.option("-n", "--lines", type=click.IntRange(0, 100000), default=50, show_default=True)
 def logs(role: str, lines: int, **kw: Any) -> int:
     """The last lines of each process's log."""
@@ -269,4 +317,94 @@ def export_cmd(target: str, output: str, name: str | None, image: str | None, ro
     for line in result.validated:
         click.echo(line)
     click.echo(f"pd export: {len(result.files)} files for {target} in {result.directory} (README.md says what next)")
+    return result.exit_code
+
+
+@pd.command("bench")
+@common_options
+@click.option("--input-len", type=click.IntRange(1, 1 << 20), default=512, show_default=True,
+              help="prompt tokens (random ids from the model's own tokenizer)")  # fmt: skip
+@click.option("--output-len", type=click.IntRange(1, 1 << 20), default=128, show_default=True)
+@click.option("--num-prompts", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
+              help="requests per point")  # fmt: skip
+@click.option("--concurrency", default=None, help="closed-loop sweep: 1,4,16 (default 1,4,16 without --request-rate)")
+@click.option("--request-rate", default=None, help="open-loop sweep in requests/s: 2,8 (inf: all at once)")
+@click.option("--warmup", type=click.IntRange(0, 10000), default=1, show_default=True,
+              help="requests sent before each point's measured ones")  # fmt: skip
+@click.option("--bench-timeout", type=Seconds(), default=1800.0, show_default=True, help="seconds per point")
+@click.option("--slo", default=None, help="gates: ttft_p99=2s,itl_p99=50ms,failures=0 (exit 2 naming each miss)")
+@click.option("-o", "--output-dir", "output_dir", default="bench-results", show_default=True,
+              help="where bench.json and report.html go")  # fmt: skip
+@click.option("--label", default=None, help="this run's name in the report and bench.json (default: the -o folder's)")
+@click.option("--compare", "compare", multiple=True,
+              help="another inventory (benched the same way) or a bench.json: on the same plots")  # fmt: skip
+def bench_cmd(input_len: int, output_len: int, num_prompts: int, concurrency: str | None, request_rate: str | None,
+              warmup: int, bench_timeout: float, slo: str | None, output_dir: str, label: str | None,
+              compare: tuple[str, ...], **kw: Any) -> int:  # fmt: skip
+    """Measure the deployment: SGLang's bench_serving from the router's host, a sweep, SLO gates, a report."""
+    import time
+    from pathlib import Path
+
+    from .. import api
+    from ..pd import bench as pdbench
+    from ..pd import bench_report
+
+    try:
+        conc = [int(c) for c in pdbench.parse_sweep(concurrency, "--concurrency", integer=True)]
+        rates = pdbench.parse_sweep(request_rate, "--request-rate", integer=False)
+        pdbench.parse_slo(slo)
+    except pdbench.PlanError as exc:
+        raise InputError(str(exc)) from None
+    if not conc and not rates:
+        conc = [1, 4, 16]
+    others = [Path(c) for c in compare]
+    for other in others:
+        if not other.exists():
+            raise InputError(f"--compare {other}: no such file (an inventory or a bench.json)")
+    options = api.BenchOptions(input_len=input_len, output_len=output_len, num_prompts=num_prompts,
+                               concurrency=conc, request_rate=rates, warmup=warmup, timeout=bench_timeout,
+                               slo=slo)  # fmt: skip
+    json_mode = kw["json_mode"]
+
+    def progress(done: int, total: int, point: dict[str, Any], elapsed: float) -> None:
+        if not json_mode:
+            click.echo(mask(f"[{done}/{total} points, {elapsed:.0f}s] {bench_report.point_line(point)}"), err=True)
+
+    def run(inventories: list[str], label: str) -> api.BenchResult:
+        fleet = load_fleet(tuple(inventories), parse_extra_vars(kw["extra_vars"]))
+        opts = api_options(kw)
+        opts["on_event"] = quiet_listener(kw["verbosity"])
+        if not json_mode:
+            click.echo(f"pd bench {label}: {len(conc) + len(rates)} points, {num_prompts} prompts each, "
+                       f"{input_len} in / {output_len} out tokens", err=True)  # fmt: skip
+        result = api.pd_bench(fleet, bench=options, progress=progress, **opts)
+        result.doc["inventories"] = inventories
+        result.doc["label"] = label
+        return result
+
+    started = time.monotonic()
+    result = run(list(kw["inventories"]), label or Path(output_dir).resolve().name)
+    baselines: list[dict[str, Any]] = []
+    for other in others:
+        if other.suffix == ".json":
+            try:
+                baselines.append(bench_report.load(other))
+            except pdbench.PlanError as exc:
+                raise InputError(str(exc)) from None
+        else:
+            baselines.append(run([str(other)], other.stem).doc)
+    written = bench_report.write(result.doc, Path(output_dir), baselines)
+    if json_mode:
+        click.echo(json.dumps(mask_obj({**result.doc, "errors": result.errors, "files": written}), indent=2,
+                              default=str))  # fmt: skip
+    else:
+        click.echo(mask(bench_report.table([result.doc, *baselines])))
+        click.echo(f"wrote {', '.join(written)} in {time.monotonic() - started:.0f}s")
+        for line in result.errors:
+            click.echo(mask(f"FAILED: {line}"), err=True)
+        for miss in result.misses:
+            click.echo(mask(pdbench.miss_text(miss)), err=True)
+        for url, path in result.doc.get("serving_path", {}).items():
+            for warning in path.get("warnings", []):
+                click.echo(mask(f"warning: {url}: {warning}"), err=True)
     return result.exit_code

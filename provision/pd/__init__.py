@@ -21,11 +21,11 @@ from .flags import PlanError
 from .spec import DEFAULTS, Deployment, HostPlan, Proc, build
 from .validate import validate_pd
 
-PD_GROUPS = ("prefill", "decode", "router")
+PD_GROUPS = ("prefill", "decode", "serve", "router")
 
 
 def pd_host_names(groups: Mapping[str, Iterable[str]]) -> list[str]:
-    """Every host of the PD groups, each once, in group order (prefill, decode, router)."""
+    """Every host of the PD groups, each once, in group order (prefill, decode, serve, router)."""
     names: dict[str, None] = {}
     for group in PD_GROUPS:
         for host in groups.get(group, ()):

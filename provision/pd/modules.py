@@ -182,11 +182,14 @@ class PdVerify(Module):
         plan = _plan_or_result(ctx)
         if isinstance(plan, ModuleResult):
             return plan
-        if plan.router is None:
+        target = plan.router or (plan.server if plan.server and plan.server.role == "serve" else None)
+        if target is None:
             return ModuleResult(skipped=True, msg=f"no router on {ctx.host}")
         if ctx.check:
             return ModuleResult(skipped=True, msg="check mode: no request sent")
-        done = self.through_router(ctx, plan.router, args) if args["router"] else None
+        done = self.through_router(ctx, target, args) if args["router"] else None
+        if target.role == "serve":  # a colocated server: one generation from it, no pairs
+            return done or ModuleResult(skipped=True, msg="no generation asked for")
         if not args["all_pairs"]:
             return done or ModuleResult(skipped=True, msg="neither the router nor the pairs asked for")
         if done is not None and done.failed:
@@ -209,8 +212,9 @@ class PdVerify(Module):
             "interval": args["interval"],
             "stream": args["stream"],
         }
+        what = "the router" if router.role == "router" else "the colocated server"
         try:  # a failed generation is reported in the answer
-            with ctx.waiting(f"a generation through the router {router.name} ({request['url']})", args["timeout"]):
+            with ctx.waiting(f"a generation through {what} {router.name} ({request['url']})", args["timeout"]):
                 report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(),
                                          timeout=args["timeout"] + 90, what="pd_verify", check_rc=False)  # fmt: skip
         except HelperError as exc:
@@ -218,11 +222,12 @@ class PdVerify(Module):
         data = {k: report.get(k) for k in ("text", "output_ids", "completion_tokens", "latency", "ttft",
                                            "stream_latency", "attempts", "waited", "status", "url")}  # fmt: skip
         if not report.get("ok"):
-            msg = (f"no verified generation through the router {router.name} ({request['url']}): "
+            msg = (f"no verified generation through {what} {router.name} ({request['url']}): "
                    f"{answer_text(report.get('status'), report.get('error'))}")  # fmt: skip
             return ModuleResult(failed=True, msg=msg, data=data)
         ttft = f", TTFT {report['ttft']}s" if report.get("ttft") is not None else ""
-        msg = (f"router → prefill → decode: {report.get('text')!r} ({report.get('completion_tokens')} tokens) "
+        path = "router → prefill → decode" if router.role == "router" else f"colocated server {router.name}"
+        msg = (f"{path}: {report.get('text')!r} ({report.get('completion_tokens')} tokens) "
                f"in {report.get('latency')}s{ttft}")  # fmt: skip
         return ModuleResult(msg=msg, data={**data, "_show_msg": True})
 
@@ -330,7 +335,7 @@ def _text_lines(item: Any) -> list[str]:
 @register
 class PdLogs(Module):
     name = "pd_logs"
-    args = {"role": Arg(default="all", choices=("all", "server", "prefill", "decode", "router")),
+    args = {"role": Arg(default="all", choices=("all", "server", "prefill", "decode", "serve", "router")),
             "lines": Arg("int", default=50)}  # fmt: skip
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:

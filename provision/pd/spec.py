@@ -25,7 +25,7 @@ from . import vartypes
 from .addr import address_of, is_ip, machine_of, url_host
 from .flags import PlanError, effective, flag_lines, words
 
-SERVER_ROLES = ("prefill", "decode")
+SERVER_ROLES = ("prefill", "decode", "serve")  # serve: a plain (colocated) server, the baseline of a PD one
 ROLES = (*SERVER_ROLES, "router")
 DEFAULTS: dict[str, Any] = {
     "sglang_device": "cuda",
@@ -59,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "pd_start_limit_burst": 5,
     "pd_start_limit_interval": 900,
     "pd_stop_timeout": 20,
+    "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
@@ -69,6 +70,11 @@ def var(variables: Mapping[str, Any], name: str) -> Any:
     """The host's value of ``name``, or the default when it is unset or null."""
     value = variables.get(name) if name in variables else None
     return DEFAULTS.get(name) if value is None else value
+
+
+def templ_false(value: Any) -> bool:
+    """A var that says no: false, or a string such as "false"/"no"/"0" (as a rendered template gives)."""
+    return value is False or (isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"))
 
 
 def int_var(variables: Mapping[str, Any], name: str, host: str, low: int = 0, high: int = 65535) -> int:
@@ -229,11 +235,9 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
     address = address_of(host, v)
     bind = str(v.get("server_bind_host") or address)
     port = int_var(v, "server_port", host, 1)
-    flags: list[list[str]] = [
-        ["--model-path", model],
-        ["--disaggregation-mode", role],
-        ["--disaggregation-transfer-backend", "nixl"],
-    ]
+    flags: list[list[str]] = [["--model-path", model]]
+    if role != "serve":
+        flags += [["--disaggregation-mode", role], ["--disaggregation-transfer-backend", "nixl"]]
     bootstrap = None
     if role == "prefill":
         bootstrap = int_var(v, "bootstrap_port", host, 1)
@@ -253,6 +257,8 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
         flags += cpu_server_flags(int_var(v, "cpu_max_total_tokens", host, 128, 1 << 30))
         if role == "decode":
             flags += [list(f) for f in CPU_DECODE_FLAGS]
+    if not templ_false(var(v, "pd_metrics")):
+        flags.append(["--enable-metrics"])
     flags += flag_lines(words(var(v, "sglang_extra_args"), f"{host}: sglang_extra_args"))
     command, venv = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)
     return Proc(host, role, f"{_safe(host)}-{role}", address, bind, port, command, flags, machine_of(host, v),
@@ -323,14 +329,19 @@ class Deployment:
     decode: list[Proc]
     routers: list[Proc]
     variables: dict[str, Mapping[str, Any]]
+    serve: list[Proc] = field(default_factory=list)  # colocated servers (group serve): the baseline
+
+    @property
+    def colocated(self) -> bool:
+        return bool(self.serve)
 
     @property
     def servers(self) -> list[Proc]:
-        return [*self.prefill, *self.decode]
+        return [*self.prefill, *self.decode, *self.serve]
 
     @property
     def procs(self) -> list[Proc]:
-        return [*self.prefill, *self.decode, *self.routers]
+        return [*self.prefill, *self.decode, *self.serve, *self.routers]
 
 
 def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | None = None) -> Deployment:
@@ -340,6 +351,7 @@ def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | Non
     plans: dict[str, HostPlan] = {}
     prefill: list[Proc] = []
     decode: list[Proc] = []
+    serve: list[Proc] = []
     for host, v in hosts.items():
         roles = roles_of(v)
         if not roles:
@@ -349,19 +361,19 @@ def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | Non
         servers = [r for r in roles if r in SERVER_ROLES]
         if len(servers) > 1:
             raise PlanError(
-                f"{host} is in both the prefill and the decode group: one inventory host runs one server "
-                "(give the machine two inventory names with the same ansible_host)"
+                f"{host} is in more than one of the groups prefill, decode and serve: one inventory host runs one "
+                "server (give the machine two inventory names with the same ansible_host)"
             )
         if servers:
             plan.server = server_proc(host, servers[0], v, homes.get(host), plan.model_path)
-            (prefill if servers[0] == "prefill" else decode).append(plan.server)
+            {"prefill": prefill, "decode": decode, "serve": serve}[servers[0]].append(plan.server)
         plans[host] = plan
     routers: list[Proc] = []
     for host, plan in plans.items():
-        if "router" in roles_of(hosts[host]):
+        if "router" in roles_of(hosts[host]) and (prefill or decode):
             plan.router = router_proc(host, hosts[host], homes.get(host), prefill, decode)
             routers.append(plan.router)
-    return Deployment(plans, prefill, decode, routers, {h: hosts[h] for h in plans})
+    return Deployment(plans, prefill, decode, routers, {h: hosts[h] for h in plans}, serve)
 
 
 def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:

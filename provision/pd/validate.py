@@ -50,6 +50,11 @@ def validate_pd(hosts: Mapping[str, Mapping[str, Any]], gpus: Mapping[str, int] 
 
 
 def check_groups(d: Deployment) -> list[str]:
+    if d.serve:  # a colocated deployment (the baseline): plain servers, no disaggregation, no PD router
+        if d.prefill or d.decode:
+            return ["hosts in group 'serve' and in 'prefill'/'decode': an inventory is either a PD deployment or "
+                    "a colocated one (group serve); put the baseline in its own inventory"]  # fmt: skip
+        return []
     missing = [g for g, procs in (("prefill", d.prefill), ("decode", d.decode), ("router", d.routers)) if not procs]
     if missing:
         return [f"no host in group {', '.join(repr(m) for m in missing)}: a PD deployment needs at least one "
@@ -132,6 +137,10 @@ def check_reachable(d: Deployment) -> list[str]:
 def check_flags(d: Deployment) -> list[str]:
     problems: list[str] = []
     for p in d.servers:
+        if p.role == "serve":  # a colocated server: no disaggregation (a flag that asks for it is refused)
+            if effective(p.args, "--disaggregation-mode") not in (None, "null"):
+                problems.append(f"{p.host} is in group serve (colocated) but its flags set --disaggregation-mode")
+            continue
         backend = effective(p.args, "--disaggregation-transfer-backend")
         if backend != "nixl":
             problems.append(f"{p.role} {p.host}: transfer backend is {backend!r}, provision deploys nixl only")

@@ -25,6 +25,13 @@ SECONDS = ("router_health_check_interval", "router_health_check_timeout", "pd_re
 WORDS = ("sglang_extra_args", "router_extra_args", "sglang_server_cmd", "sglang_router_cmd")  # text or a list
 NAMES = ("ucx_tls", "ucx_net_devices")  # "a,b" or a list of names
 MAPPINGS = ("pd_env",)
+BOOLEANS = ("pd_metrics",)  # true/false (or their words: yes/no, "true"/"false" from a template)
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off", "1", "0")
 
 
 def _path(value: Any) -> bool:
@@ -73,6 +80,7 @@ _KINDS: dict[tuple[str, ...], tuple[Callable[[Any], bool], str]] = {
     WORDS: (_words, "not a command line (text, or a list of words)"),
     NAMES: (_names, "not a list of names (text 'a,b' or a list)"),
     MAPPINGS: (lambda v: isinstance(v, Mapping), "not a mapping"),
+    BOOLEANS: (_bool, "not true or false"),
 }
 TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {name: kind for names, kind in _KINDS.items() for name in names}
 

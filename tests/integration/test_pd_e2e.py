@@ -181,6 +181,71 @@ def test_status_table(deployment: Deployment) -> None:
     ]  # fmt: skip
 
 
+def metrics_rows(deployment: Deployment) -> dict[str, dict[str, float]]:
+    result = deployment.provision("pd", "status", "--metrics", "--json")
+    assert result.code == 0, result.err[-2000:]
+    rows = json.loads(result.out)["procs"]
+    assert all(not r.get("metrics_error") for r in rows if r["role"] != "router"), rows
+    return {r["role"]: r.get("metrics") or {} for r in rows if r["role"] != "router"}
+
+
+def chromium_shows(report: Path, shot: Path) -> tuple[str, int]:
+    """The report in a real headless browser: its DOM after load, and how many pixels of its screenshot are
+    not background (the plots drawn: a missing image is a small icon). Debian's ``chromium`` (scripts/test)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "chromium is not installed (scripts/test installs it)"
+    flags = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,2200"]
+    dom = subprocess.run([*flags, "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=True).stdout  # fmt: skip
+    subprocess.run([*flags, f"--screenshot={shot}", report.as_uri()], capture_output=True, timeout=120, check=True)
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(shot) as image:
+        inked = sum(image.convert("L").histogram()[:200])  # pixels darker than the page's near-white
+    return dom, inked
+
+
+def test_bench_measures_through_the_router_writes_the_report_and_gates_slos(deployment: Deployment) -> None:
+    before = metrics_rows(deployment)  # --enable-metrics (pd_metrics): both servers answer /metrics
+    assert "sglang:startup_time_seconds" in before["prefill"] and "sglang:startup_time_seconds" in before["decode"]
+    out = deployment.workdir / "bench-pd"
+    slo = "ttft_p99=0.001ms,failures=0"
+    result = deployment.provision("pd", "bench", "--num-prompts", "3", "--input-len", "16", "--output-len", "4",
+                                  "--concurrency", "1,2", "-o", str(out), "--slo", slo)  # fmt: skip
+    assert result.code == 2, result.out + result.err[-4000:]  # the impossible SLO, and only it, is missed
+    misses = [line for line in result.err.splitlines() if line.startswith("SLO miss:")]
+    assert [m.split(":")[1].strip() for m in misses] == ["concurrency 1", "concurrency 2"], result.err
+    assert all("ttft_p99 = " in m and "over the limit 0.001ms" in m for m in misses), misses
+    assert "[1/2 points, " in result.err and "[2/2 points, " in result.err  # progress while it ran
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["kind"] == "pd" and doc["device"] == "cpu" and doc["versions"]["sglang"] == "0.5.23"
+    assert [p["concurrency"] for p in doc["points"]] == [1, 2]
+    for point in doc["points"]:
+        assert point["ok"] and point["completed"] == 3 and point["failures"] == 0, point
+        assert 0 < point["ttft_ms"]["p50"] <= point["ttft_ms"]["p99"] and point["output_tps"] > 0
+        assert point["argv"][1:3] == ["-m", "sglang.bench_serving"] and "--pd-separated" in point["argv"]
+        assert point["argv"][point["argv"].index("--dataset-name") + 1] == "random-ids"
+    assert {p["role"] for p in doc["layout"]} == {"prefill", "decode", "router"}
+    assert all("--enable-metrics" in p["argv"] for p in doc["layout"] if p["role"] != "router")  # pd_metrics
+    assert len(doc["serving_path"]) == 2 and all(not p["warnings"] for p in doc["serving_path"].values())
+    assert [m["metric"] for m in doc["slo_misses"]] == ["ttft_p99", "ttft_p99"]
+    after = metrics_rows(deployment)  # the counters moved: 3 + 3 prompts (+ warm-up) went through both
+    for role in ("prefill", "decode"):
+        key = "sglang:prompt_tokens_total"
+        assert after[role].get(key, 0) >= before[role].get(key, 0) + 6 * 16, (role, before[role], after[role])
+    assert after["decode"]["sglang:generation_tokens_total"] > before["decode"].get("sglang:generation_tokens_total", 0)
+    table = deployment.provision("pd", "status", "--metrics", "--serving-path")
+    assert "PROMPT-TOK" in table.out and "KV-USAGE" in table.out, table.out
+    for line in ("lab0 prefill: attention ", "lab1 decode: attention "):  # what each server runs, read from it
+        assert line in table.out, table.out
+    assert "warning:" not in table.err  # CPU mode runs the CPU paths by design
+    dom, inked = chromium_shows(out / "report.html", deployment.workdir / "report.png")
+    assert dom.count("<img ") == 5 and dom.count('src="data:image/png;base64,') == 5, dom[:2000]
+    assert "concurrency 2" in dom and "SLO miss" in dom and "CPU mode" in dom
+    assert inked > 40000, inked  # five drawn plots, not five broken-image icons
+    print(f"\npd bench (2 points, 3 prompts each): {doc['seconds']}s; report screenshot {inked} inked pixels")
+
+
 def test_rerun_is_all_ok(deployment: Deployment) -> None:
     before = deployment.pids()
     for rerun in (deployment.site, deployment.up):  # the whole main job, then `pd up` alone
@@ -329,3 +394,40 @@ def test_down_leaves_nothing_running(deployment: Deployment) -> None:
     again = deployment.provision("pd", "down", "--json")
     assert again.code == 0
     assert {h: s["changed"] for h, s in json.loads(again.out)["stats"].items()} == {"lab0": 0, "lab1": 0}
+
+
+def test_a_colocated_baseline_comes_up_benches_beside_the_pd_run_and_goes_down(deployment: Deployment) -> None:
+    """group serve: a plain SGLang server (no disaggregation, no PD router), benched and compared with the PD
+    run of the bench test (its bench.json)."""
+    common = {"sglang_device": "cpu", "venv_path": VENV, "python": "/usr/bin/python3", **RESTART}
+    inventory = deployment.lab.write_inventory(deployment.workdir / "colocated.yml",
+                                               extra_host_vars={"lab0": {**common, "server_port": 30020}},
+                                               groups={"serve": ["lab0"]})  # fmt: skip
+    run = lambda *argv: run_cli_in(deployment.workdir, [*argv, "-i", str(inventory)])  # noqa: E731
+    try:
+        up = run("pd", "up")
+        assert up.code == 0, up.out[-3000:] + up.err[-3000:]
+        assert "colocated server lab0-serve" in up.out
+        assert "lab0 serve: attention " in up.out  # pd up ends with what the server really runs
+        status = run("pd", "status")
+        assert status.code == 0 and [line.split()[:3] for line in status.out.splitlines()[1:]] == [
+            ["lab0", "serve", "up"]
+        ], status.out
+        args = " ".join(user_processes(deployment.lab, 0))
+        assert "--port 30020" in args and "--disaggregation-mode" not in args and "--enable-metrics" in args
+        out = deployment.workdir / "bench-colocated"
+        pd_run = deployment.workdir / "bench-pd" / "bench.json"
+        sweep = ("--num-prompts", "2", "--input-len", "16", "--output-len", "4", "--concurrency", "1")  # one point
+        bench = run("pd", "bench", *sweep, "-o", str(out), "--compare", str(pd_run), "--slo", "failures=0",
+                    "--label", "colocated")  # fmt: skip
+        assert bench.code == 0, bench.out + bench.err[-3000:]
+        doc = json.loads((out / "bench.json").read_text())
+        assert doc["kind"] == "colocated" and doc["compared_with"] == ["bench-pd"]
+        assert all(p["failures"] == 0 and "--pd-separated" not in p["argv"] for p in doc["points"])
+        html_text = (out / "report.html").read_text()
+        assert "colocated" in html_text and "bench-pd" in html_text and html_text.count("<img ") == 5
+        assert "bench-pd" in bench.out and "colocated" in bench.out  # both runs in the printed table
+    finally:
+        down = run("pd", "down")
+    assert down.code == 0, down.err[-2000:]
+    assert user_processes(deployment.lab, 0) == []

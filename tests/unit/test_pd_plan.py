@@ -90,7 +90,7 @@ def test_extra_args_and_custom_commands() -> None:
 
 def test_a_host_in_both_server_groups_is_refused() -> None:
     hosts = {"h": {"group_names": ["prefill", "decode"], "model_path": "/m"}}
-    with pytest.raises(PlanError, match="both the prefill and the decode group"):
+    with pytest.raises(PlanError, match="more than one of the groups prefill, decode and serve"):
         build(hosts)
 
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `provision pd bench` on one H200 with SGLang's fast paths on (issue 25; docs/gpu-validation/bench-h200x1.md),
+# in steps that each fit one device call (a machine stays up between calls; what runs under provision's
+# supervisor keeps running):
+#   scripts/gpu_bench.sh install-a CARRY_A      # chunk1 wheels -> /tmp/site, the Rust router -> /tmp/site_router
+#   scripts/gpu_bench.sh install-b CARRY_B OUT  # chunk2 + provision's own deps (/tmp/prov), the random model
+#   scripts/gpu_bench.sh pd-up OUT              # pd up (PD pair on GPU0), its timings and serving path
+#   scripts/gpu_bench.sh pd-bench OUT           # status --metrics, pd bench sweep, metrics after, targets, down
+#   scripts/gpu_bench.sh colo-up OUT            # the colocated baseline: pd up
+#   scripts/gpu_bench.sh colo-bench OUT         # pd bench --compare the PD run, down
+set -uo pipefail
+cd "$(dirname "$0")/.."
+step=$1
+shift
+PY=/opt/torch/.venv/bin/python3
+export PYTHONPATH=$PWD:/tmp/prov PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+PD=docs/gpu-validation/inventory-h200x1-bench-pd.yml
+COLO=docs/gpu-validation/inventory-h200x1-bench-colocated.yml
+SWEEP=(--input-len 512 --output-len 128 --num-prompts 64 --concurrency 1,8,32 --warmup 2)
+
+timed() {  # timed NAME OUT CMD...: run, keep stdout/stderr, record exit code and seconds
+  local name=$1 out=$2
+  shift 2
+  local started
+  started=$(date +%s.%N)
+  "$@" >"$out/$name.out" 2>"$out/$name.err"
+  local rc=$?
+  printf '%s rc=%s seconds=%.1f\n' "$name" "$rc" "$(awk "BEGIN{print $(date +%s.%N) - $started}")" | tee -a "$out/steps.txt"
+  return $rc
+}
+prov() { "$PY" -m provision "$@"; }
+graphs() {  # the CUDA graph capture lines of each server's log (begin/end, seconds, memory)
+  grep -h -E "Capture .*(begin|end)|Load weight end|KV Cache is allocated|NIXL KVManager|fired up|flashinfer.*(JIT|jit|compil)" \
+    /tmp/provision/pd/logs/*.log 2>/dev/null | cut -c1-400
+}
+
+case $step in
+  install-a)
+    carry=$1
+    mkdir -p /tmp/site /tmp/site_router
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$carry"/*.whl || exit 1
+    "$PY" -c "import tarfile; tarfile.open('$carry/router.tar.xz').extractall('/tmp/site_router')" || exit 1
+    du -sh /tmp/site /tmp/site_router; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+    ;;
+  install-b)
+    carry=$1 out=$2
+    mkdir -p "$out" /tmp/prov
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$carry"/*.whl || exit 1
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/prov "$carry"/prov/*.whl || exit 1
+    {
+      echo "host: $(hostname)  date: $(date -u +%FT%TZ)"
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+      "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
+      PYTHONPATH=/tmp/site "$PY" -c 'import sglang, flashinfer; print("sglang", sglang.__version__, "flashinfer", flashinfer.__version__)'
+    } >"$out/env.txt" 2>&1
+    cat "$out/env.txt"
+    # bench_serving imports `datasets` (HF) at module level, for datasets random-ids never loads
+    mkdir -p /tmp/stubs/datasets
+    echo 'def load_dataset(*a, **k): raise ImportError("datasets is not installed (offline bundle)")' \
+      >/tmp/stubs/datasets/__init__.py
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/stubs${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$PY" >/tmp/stubs/python
+    chmod +x /tmp/stubs/python
+    timed model "$out" env PYTHONPATH=/tmp/site "$PY" provision/remote/make_tiny_model.py /tmp/provision/llama-3.2-1b-random llama-3.2-1b
+    ;;
+  pd-up | colo-up)
+    out=$1 inv=$PD name=pd
+    [ "$step" = colo-up ] && inv=$COLO name=colo
+    mkdir -p "$out"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader >"$out/$name-gpu-before.txt"
+    timed "$name-up" "$out" prov pd up -i "$inv"
+    tail -25 "$out/$name-up.out" "$out/$name-up.err"
+    timed "$name-status" "$out" prov pd status -i "$inv"
+    cat "$out/$name-status.out"
+    timed "$name-verify" "$out" prov pd verify -i "$inv" --json
+    graphs >"$out/$name-graphs.txt"; cat "$out/$name-graphs.txt" | tail -30
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader >"$out/$name-gpu-after.txt"
+    ;;
+  pd-bench | colo-bench)
+    out=$1 inv=$PD name=pd compare=()
+    if [ "$step" = colo-bench ]; then inv=$COLO name=colo compare=(--compare "$out/pd/bench.json"); fi
+    timed "$name-metrics-before" "$out" prov pd status -i "$inv" --metrics
+    timed "$name-bench" "$out" prov pd bench -i "$inv" "${SWEEP[@]}" -o "$out/$name" --label "$name-h200" \
+      --slo ttft_p99=2s,itl_p99=50ms,failures=0 "${compare[@]}"
+    cat "$out/$name-bench.out"; tail -20 "$out/$name-bench.err"
+    timed "$name-metrics-after" "$out" prov pd status -i "$inv" --metrics
+    cat "$out/$name-metrics-after.out"
+    timed "$name-targets" "$out" prov pd targets -i "$inv"
+    cp /tmp/provision/pd/logs/*.log "$out/" 2>/dev/null
+    for f in "$out"/*.log; do tail -c 200000 "$f" >"$f.tail" && mv "$f.tail" "$f"; done
+    timed "$name-down" "$out" prov pd down -i "$inv"
+    timed "$name-status-down" "$out" prov pd status -i "$inv"
+    ;;
+esac
