@@ -6,6 +6,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,8 +57,6 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, each worker gets a HOME of its own whose entries are links to the real home's, except
     ``.provision``: a local-connection run holds ``~/.provision/run-<host>.lock`` (inventory names like ``one``
     are in many test files), and two workers' runs of the same name would find the host busy."""
-    # the group marker is xdist's: registered here too, so a run without the plugin (-p no:xdist) still collects
-    config.addinivalue_line("markers", "xdist_group(name): tests that share one pytest-xdist worker")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     real = os.environ.get("HOME")
     if not worker or not real or os.environ.get("PROVISION_TEST_REAL_HOME") == real:
@@ -76,33 +75,55 @@ def _uses_ansible_reference(item: pytest.Item) -> bool:
     return str(getattr(runner, "__module__", "")).rpartition(".")[2] == "ansible_ref"
 
 
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in under pytest-xdist, from its node id alone (the controller, which schedules,
+    collects nothing): its file's (module fixtures and in-order files keep one worker), except the cross-file
+    groups above."""
+    path = nodeid.split("::", 1)[0]
+    name = path.rpartition("/")[2]
+    if name in SGLANG_FILES or (name in MACHINE_UNIT_FILES and "/integration/" in f"/{path}"):
+        return MACHINE_GROUP
+    if path.endswith("compat/test_compat.py"):
+        case = nodeid.partition("[")[2].rstrip("]")
+        return f"compat-{chunk_of(case)}" if case else COMPAT_GROUP
+    if name in PACKAGE_DB_FILES:
+        return COMPAT_GROUP
+    return path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``/``loadscope``: whole groups (:func:`xdist_group_of`) to one worker each. xdist's own
+    loadgroup reads an ``@group`` suffix it writes into ``item._nodeid``, which pytest 9 no longer uses as the
+    node id: with it, every test was dealt out alone (two SGLang suites at once, the compat chunks run on every
+    worker). Returns None (xdist's own scheduler) for the other modes."""
+    if config.getvalue("dist") not in ("loadgroup", "loadscope"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers from where a test lives and what it uses (``sglang``, ``compat``, ``lab``: ``scripts/test --fast``
-    deselects them), and each test's xdist group: its file's (module fixtures and in-order files keep one
-    worker), except the two cross-file groups above."""
+    deselects them). A test that uses the session's SGLang stack outside :data:`SGLANG_FILES` is refused: the
+    scheduler, which sees only node ids, would run it beside another server suite."""
     for item in items:
         path = Path(str(item.path))
-        group = path.relative_to(Path(__file__).parent).as_posix()
-        if path.name in SGLANG_FILES or "sglang_stack" in getattr(item, "fixturenames", ()):
-            # every test that can start SGLang servers shares ONE worker: never two server suites at once
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "sglang_stack" in fixtures and path.name not in SGLANG_FILES:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses sglang_stack: add {path.name} to SGLANG_FILES (tests/conftest.py)"
+            )
+        if path.name in SGLANG_FILES:
             item.add_marker(pytest.mark.sglang)
-            group = MACHINE_GROUP
-        elif path.name in MACHINE_UNIT_FILES and path.parent.name == "integration":
-            group = MACHINE_GROUP
-        if path.parent.name == "compat":
-            item.add_marker(pytest.mark.compat)
-            params = getattr(item, "callspec", None)
-            name = params.params.get("name") if params is not None else None
-            group = f"compat-{chunk_of(name)}" if isinstance(name, str) else COMPAT_GROUP
-        elif _uses_ansible_reference(item):
-            item.add_marker(
-                pytest.mark.compat
-            )  # a differential test against ansible-core (tests/support/ansible_ref.py)
-        elif path.name in PACKAGE_DB_FILES:
-            group = COMPAT_GROUP
-        if {"lab", "own_lab", "lab_env", "sglang_stack"} & set(getattr(item, "fixturenames", ())):
+        if path.parent.name == "compat" or _uses_ansible_reference(item):
+            item.add_marker(pytest.mark.compat)  # the harness, or a differential test against ansible-core
+        if {"lab", "own_lab", "lab_env", "sglang_stack"} & fixtures:
             item.add_marker(pytest.mark.lab)
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 # lab fixtures

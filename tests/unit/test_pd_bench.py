@@ -26,7 +26,7 @@ from provision.pd.bench import (
 from provision.pd.bench_report import load, render_html, table, write
 from provision.pd.flags import PlanError
 from provision.pd.validate import validate_pd
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 # the keys SGLang 0.5.17-0.5.23's bench_serving writes (benchmark/serving.py), values of a real CPU run's shape
