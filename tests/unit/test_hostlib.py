@@ -50,6 +50,8 @@ PORT_LATER: dict[str, set[str]] = {
     "model_sync.py": {"atomic write", "envelope"},  # new this round (issue 26), written beside hostlib; the
     # controller also imports it (manifest_of), which a bare `import hostlib` would break: ported with that
     "nixl_probe.py": {"envelope"},
+    "pd_bench.py": {"envelope"},  # new this round (issue 25), written beside hostlib
+    "pd_metrics.py": {"envelope"},  # new this round (issue 25), written beside hostlib
     "nixl_transfer.py": {"atomic write", "envelope"},
     "packages.py": {"envelope"},
     "pd_verify.py": {"envelope"},
