@@ -124,6 +124,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.compat)  # the harness, or a differential test against ansible-core
         if {"lab", "own_lab", "lab_env", "sglang_stack"} & fixtures:
             item.add_marker(pytest.mark.lab)
+    # the longest groups first (the scheduler deals groups out in the order their first test comes): the SGLang
+    # files' one group is the critical path, then the compat chunks; files keep their order inside a group
+    first = {MACHINE_GROUP: 0, **{f"compat-{i}": 1 for i in range(8)}}
+    items[:] = sorted(items, key=lambda item: first.get(xdist_group_of(item.nodeid), 2))
 
 
 # lab fixtures
