@@ -312,6 +312,21 @@ def targets(deployment: Deployment) -> list[dict[str, Any]]:
     return out
 
 
+def _local_server(ctx: ModuleContext) -> tuple[Any, str] | ModuleResult:
+    """This host's plan (it has a server) and the server's URL from the host, or the result to return."""
+    from . import build, hosts_from_task_vars
+    from .spec import local_url
+
+    try:
+        deployment = build(hosts_from_task_vars(ctx.variables), {ctx.host: ctx.expand("~")})
+    except PlanError as exc:
+        return ModuleResult(failed=True, msg=str(exc))
+    plan = deployment.hosts.get(ctx.host)
+    if plan is None or plan.server is None:
+        return ModuleResult(skipped=True, msg=f"no server on {ctx.host}")
+    return plan, local_url(plan.server)
+
+
 @register
 class PdMetrics(Module):
     """The ``sglang:`` samples of this host's server, read on the host (its bind address)."""
@@ -320,18 +335,11 @@ class PdMetrics(Module):
     args = {"timeout": Arg("float", default=10.0)}
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        from . import build, hosts_from_task_vars
-
-        try:
-            deployment = build(hosts_from_task_vars(ctx.variables), {ctx.host: ctx.expand("~")})
-        except PlanError as exc:
-            return ModuleResult(failed=True, msg=str(exc))
-        plan = deployment.hosts.get(ctx.host)
-        if plan is None or plan.server is None:
-            return ModuleResult(skipped=True, msg=f"no server on {ctx.host}")
+        found = _local_server(ctx)
+        if isinstance(found, ModuleResult):
+            return found
+        plan, url = found
         server = plan.server
-        local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.bind, server.bind)
-        url = f"http://{url_host(local)}:{server.port}"
         request = {"urls": [url], "timeout": args["timeout"]}
         try:
             answer = ctx.call_helper("pd_metrics.py", stdin=json.dumps(request).encode(),
@@ -365,18 +373,11 @@ class PdServingPath(Module):
     args = {"timeout": Arg("float", default=10.0)}
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        from . import build, hosts_from_task_vars
-
-        try:
-            deployment = build(hosts_from_task_vars(ctx.variables), {ctx.host: ctx.expand("~")})
-        except PlanError as exc:
-            return ModuleResult(failed=True, msg=str(exc))
-        plan = deployment.hosts.get(ctx.host)
-        if plan is None or plan.server is None:
-            return ModuleResult(skipped=True, msg=f"no server on {ctx.host}")
+        found = _local_server(ctx)
+        if isinstance(found, ModuleResult):
+            return found
+        plan, url = found
         server = plan.server
-        local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.bind, server.bind)
-        url = f"http://{url_host(local)}:{server.port}"
         request = {"info_only": True, "servers": [url], "timeout": args["timeout"]}
         try:
             answer = ctx.call_helper("pd_bench.py", stdin=json.dumps(request).encode(),

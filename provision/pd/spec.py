@@ -195,10 +195,15 @@ class HostPlan:
         }  # fmt: skip
 
 
-def health_url(proc: Proc) -> str:
-    """Where a process is probed from its own host: its bind address (a wildcard bind → loopback)."""
+def local_url(proc: Proc) -> str:
+    """The process's base URL from its own host: its bind address (a wildcard bind → loopback)."""
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(proc.bind, proc.bind)
-    return f"http://{url_host(host)}:{proc.port}{proc.health_path}"
+    return f"http://{url_host(host)}:{proc.port}"
+
+
+def health_url(proc: Proc) -> str:
+    """Where a process is probed from its own host."""
+    return f"{local_url(proc)}{proc.health_path}"
 
 
 def _safe(name: str) -> str:
