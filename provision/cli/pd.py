@@ -48,15 +48,6 @@ if TYPE_CHECKING:  # the commands import the engine when they run (`provision --
     from ..pd.rollout import BatchReport, RolloutResult
 
 
-def __getattr__(name: str) -> Any:
-    """The PD layout check and the PD vars of an inventory live in the API; named here too."""
-    if name in ("check_layout", "inventory_pd_vars"):
-        from .. import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _setup(kw: dict[str, Any], *, query: bool = False) -> tuple[Fleet, Options]:
     """The fleet and the options; a query's own run is shown only with -v (on stderr)."""
     fleet = load_fleet(kw["inventories"], parse_extra_vars(kw["extra_vars"]))
