@@ -68,6 +68,7 @@ from .pd import (
     PdStatus,
     PdUpResult,
     PdVerify,
+    clean_up_failed_up,
     keep_failed_asked,
     pd_down,
     pd_logs,
@@ -81,6 +82,7 @@ from .pd import (
     plan_pd_up,
     rollout_runner,
     stop_run,
+    stopped_line,
 )
 from .runs import (
     FactsResult,
@@ -137,6 +139,7 @@ __all__ = [
     "UnreachableError",
     "UsageError",
     "check_layout",
+    "clean_up_failed_up",
     "default_router",
     "execute",
     "find_playbook",
@@ -167,4 +170,5 @@ __all__ = [
     "run_playbook",
     "shipped_playbooks",
     "stop_run",
+    "stopped_line",
 ]

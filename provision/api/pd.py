@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from ..pd import PlanError, build
 from ..pd.rollout import Progress as RolloutProgress
 from ..pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
 from ..pd.rollout import Step as RolloutStep
-from ..pd.status import all_up
+from ..pd.status import all_up, table
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
 from ..results import Status, TaskResult
@@ -75,6 +75,23 @@ def keep_failed_asked(planned: PlannedRun) -> bool:
     return to_bool(planned.options.extra_vars.get("pd_keep_failed", False), "pd_keep_failed")
 
 
+def clean_up_failed_up(
+    planned: PlannedRun, exit_code: int, *, keep_failed: bool = False, on_event: Listener | None = None
+) -> list[str] | None:
+    """THE cleanup policy of a ``pd up`` run (the API's, the CLI's and the Fabric task's): when it failed (not
+    ok, not interrupted), what it started is stopped again unless ``keep_failed`` or ``-e pd_keep_failed=true``.
+    Returns what was stopped, or None when nothing was (the run passed, was interrupted, or is kept)."""
+    if exit_code in (EXIT_OK, EXIT_INTERRUPTED) or keep_failed or keep_failed_asked(planned):
+        return None
+    return stop_run(planned, on_event)
+
+
+def stopped_line(stopped: list[str]) -> str:
+    """The one line a front end shows after :func:`clean_up_failed_up` stopped ``stopped``."""
+    what = ", ".join(stopped) if stopped else "nothing was left running"
+    return f"pd up failed; stopped what this run started: {what}"
+
+
 @dataclass
 class PdUpResult(RunResult):
     """``pd_up``'s run, and, when it failed, what of it was stopped again (``stopped``) unless kept."""
@@ -92,12 +109,11 @@ def pd_up(
     planned = plan_pd_up(hosts, **opts)
     run = planned.run()
     out = PdUpResult(run.summary, run.results, run.playbook, run.internal_errors)
-    if out.exit_code in (EXIT_OK, EXIT_INTERRUPTED):
-        return out
-    if keep_failed or keep_failed_asked(planned):
-        out.kept = True
-        return out
-    out.stopped = stop_run(planned)
+    stopped = clean_up_failed_up(planned, out.exit_code, keep_failed=keep_failed)
+    if stopped is None:
+        out.kept = out.exit_code not in (EXIT_OK, EXIT_INTERRUPTED)
+    else:
+        out.stopped = stopped
     return out
 
 
@@ -135,6 +151,14 @@ class PdStatus:
     @property
     def up(self) -> bool:
         return all_up(self.rows)
+
+    def table(self) -> str:
+        """The status table, as ``provision pd status`` and the Fabric task print it."""
+        return table(self.rows)
+
+    def error_lines(self) -> list[str]:
+        """One ``HOST: why`` line per host that could not say (for stderr)."""
+        return [f"{host}: {msg}" for host, msg in self.errors.items()]
 
     @property
     def exit_code(self) -> int:
@@ -246,6 +270,10 @@ class PdVerify:
     latency, TTFT)."""
 
     results: list[TaskResult]
+
+    def lines(self, clip: Callable[[str], str] = str) -> list[str]:
+        """One ``HOST: ok|FAILED: message`` line per router host (``clip`` shortens the message)."""
+        return [f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {clip(str(r.msg))}" for r in self.results]
 
     @property
     def exit_code(self) -> int:
