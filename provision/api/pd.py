@@ -1,5 +1,5 @@
 """The PD verbs: ``pd up`` (:func:`plan_pd_up`, :func:`pd_up`, the cleanup policy of a failed up:
-:func:`stop_run`, :func:`keep_failed_asked`), ``pd down``, :func:`pd_status`, :func:`pd_logs`, :func:`pd_verify`,
+:func:`clean_up_failed_up`), ``pd down``, :func:`pd_status`, :func:`pd_logs`, :func:`pd_verify`,
 :func:`pd_serving_paths`, :func:`pd_targets`, :func:`pd_rollout` (over :func:`rollout_runner`).
 """
 

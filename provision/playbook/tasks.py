@@ -1,9 +1,9 @@
-"""Playbooks: the Ansible subset, loaded into typed plays and tasks, validated before any host is touched.
+"""Task lists: one task (:func:`parse_task`: keys, exactly one known module, its arguments), blocks,
+``import_tasks``/``include_tasks``, roles (:func:`load_role`, :func:`load_included`, :func:`include_path`) and
+handlers (:func:`parse_handlers`).
 
-Loading checks YAML syntax, play and task keys, that each task names exactly one known module, the module's
-arguments (names, required, choices), Jinja2 syntax everywhere, and ``import_playbook``. Every error names
-``file:line``. Undefined variables are checked later by :func:`provision.plan.check_variables`, once the
-inventory is known.
+One module because these read each other: a block holds task lists, a role's tasks are a task list, and a task
+that includes a role or a file reads it (for validation) as a task list. Every error names ``file:line``.
 """
 
 from __future__ import annotations
