@@ -33,8 +33,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from provision.api import inventory_pd_vars  # noqa: E402
 from provision.cli.common import parse_extra_vars  # noqa: E402
-from provision.cli.pd import inventory_pd_vars  # noqa: E402
 from provision.data import defaults, playbook_path  # noqa: E402
 from provision.executor import Executor, RunOptions  # noqa: E402
 from provision.inventory import Inventory  # noqa: E402

@@ -55,7 +55,6 @@ from invoke.context import Context
 
 from . import api
 from .errors import EXIT_OK, EXIT_USAGE, ProvisionError
-from .pd.status import table
 from .report import Reporter
 
 __all__ = [
@@ -249,10 +248,9 @@ def pd_up(c: Context, extra_vars: list[str] | None = None, check: bool = False,
         reporter = Reporter()
         planned = api.plan_pd_up(fleet, **opts)
         code = report(planned.run(on_event=reporter.handle), reporter)
-        if code not in (EXIT_OK, 130) and not api.keep_failed_asked(planned):
-            stopped = api.stop_run(planned)
-            what = ", ".join(stopped) if stopped else "nothing was left running"
-            print(api.masked(f"pd up failed; stopped what this run started: {what}"), file=sys.stderr)
+        stopped = api.clean_up_failed_up(planned, code)
+        if stopped is not None:
+            print(api.masked(api.stopped_line(stopped)), file=sys.stderr)
         return code
 
     _stage(c, "pd_up", body, extra_vars or [], check, accept_new_host_keys)
@@ -265,9 +263,9 @@ def pd_status(c: Context, extra_vars: list[str] | None = None, accept_new_host_k
     def body(fleet: api.Fleet, opts: dict[str, Any]) -> int:
         opts.pop("check", None)
         status = api.pd_status(fleet, **opts)
-        print(table(status.rows))
-        for host, msg in status.errors.items():
-            print(api.masked(f"{host}: {msg}"), file=sys.stderr)
+        print(status.table())
+        for line in status.error_lines():
+            print(api.masked(line), file=sys.stderr)
         return status.exit_code
 
     _stage(c, "pd_status", body, extra_vars or [], False, accept_new_host_keys)
@@ -280,8 +278,8 @@ def pd_verify(c: Context, extra_vars: list[str] | None = None, accept_new_host_k
     def body(fleet: api.Fleet, opts: dict[str, Any]) -> int:
         opts.pop("check", None)
         verified = api.pd_verify(fleet, **opts)
-        for r in verified.results:
-            print(api.masked(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {r.msg}"))
+        for line in verified.lines():
+            print(api.masked(line))
         return verified.exit_code
 
     _stage(c, "pd_verify", body, extra_vars or [], False, accept_new_host_keys)

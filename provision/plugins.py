@@ -22,6 +22,7 @@ from typing import Any
 
 from . import templating
 from .errors import PlaybookError
+from .templating.environment import _listing
 
 KINDS = {"filter_plugins": ("FilterModule", "filters"), "test_plugins": ("TestModule", "tests")}
 _lock = threading.Lock()
@@ -69,7 +70,7 @@ def _load(file: Path, class_name: str, method: str) -> dict[str, Callable[..., A
 
 def _register(folder: str, found: dict[str, Callable[..., Any]]) -> None:
     if folder == "filter_plugins":  # an iterator result goes on as a list, as every filter's does
-        found = {k: templating._listing(v) for k, v in found.items()}
+        found = {k: _listing(v) for k, v in found.items()}
     named = {**found, **{f"ansible.legacy.{k}": v for k, v in found.items()}}
     for env in (templating.ENV, templating.FILE_ENV, templating.NAME_ENV):
         (env.filters if folder == "filter_plugins" else env.tests).update(named)

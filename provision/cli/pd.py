@@ -16,7 +16,7 @@
 * ``rollout``: a rolling update of the changed servers, batch by batch, drained through the routers, verified,
   rolled back on failure (:func:`provision.api.pd_rollout` → :mod:`provision.pd.rollout`; this prints it).
 
-Each command calls its verb in :mod:`provision.api` (``pd_up`` is ``plan_pd_up`` + ``stop_run`` here, so
+Each command calls its verb in :mod:`provision.api` (``pd_up`` is ``plan_pd_up`` + ``clean_up_failed_up`` here, so
 that the recap comes between the run and the clean-up) and prints the result. Registered in the main group by
 ``cli.add_command(pd)`` (:mod:`.app`). Imports :mod:`.common` and the API, never :mod:`.app`.
 """
@@ -48,15 +48,6 @@ if TYPE_CHECKING:  # the commands import the engine when they run (`provision --
     from ..pd.rollout import BatchReport, RolloutResult
 
 
-def __getattr__(name: str) -> Any:
-    """The PD layout check and the PD vars of an inventory live in the API; named here too."""
-    if name in ("check_layout", "inventory_pd_vars"):
-        from .. import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _setup(kw: dict[str, Any], *, query: bool = False) -> tuple[Fleet, Options]:
     """The fleet and the options; a query's own run is shown only with -v (on stderr)."""
     fleet = load_fleet(kw["inventories"], parse_extra_vars(kw["extra_vars"]))
@@ -85,13 +76,12 @@ def up(keep_failed: bool, **kw: Any) -> int:
         query = api_options(kw)
         query["on_event"] = quiet_listener(kw["verbosity"])
         show_serving_paths(api.pd_serving_paths(fleet, **query))
-    if code in (EXIT_OK, 130) or keep_failed or api.keep_failed_asked(planned):
+    stopped = api.clean_up_failed_up(planned, code, keep_failed=keep_failed, on_event=quiet_listener(kw["verbosity"]))
+    if stopped is None:
         if code not in (EXIT_OK, 130):
             click.echo("pd up: the processes of this run were left running (--keep-failed)", err=True)
         return code
-    stopped = api.stop_run(planned, on_event=quiet_listener(kw["verbosity"]))
-    what = ", ".join(stopped) if stopped else "nothing was left running"
-    click.echo(mask(f"pd up failed; stopped what this run started: {what}"), err=True)
+    click.echo(mask(api.stopped_line(stopped)), err=True)
     return code
 
 
@@ -124,14 +114,13 @@ def down(**kw: Any) -> int:
 def status(metrics: bool, serving: bool, **kw: Any) -> int:
     """One line per process: host, role, state, pid, uptime, health, port."""
     from .. import api
-    from ..pd.status import table
 
     fleet, opts = _setup(kw, query=True)
     status = api.pd_status(fleet, metrics=metrics, **opts)
     if kw["json_mode"]:
         click.echo(json.dumps(mask_obj({"procs": status.rows}), indent=2, default=str))
     else:
-        click.echo(mask(table(status.rows)))
+        click.echo(mask(status.table()))
         if metrics:
             from ..pd.bench import metrics_table
 
@@ -140,8 +129,8 @@ def status(metrics: bool, serving: bool, **kw: Any) -> int:
         if serving:
             click.echo("")
             show_serving_paths(api.pd_serving_paths(fleet, **opts))
-        for host, msg in status.errors.items():
-            click.echo(mask(f"{host}: {msg}"), err=True)
+        for line in status.error_lines():
+            click.echo(mask(line), err=True)
     return status.exit_code
 
 
@@ -226,8 +215,8 @@ def verify(prompt: str, max_new_tokens: int, verify_timeout: float, all_pairs: b
                for r in verified.results}  # fmt: skip
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     else:
-        for r in verified.results:
-            click.echo(mask(f"{r.host}: {'ok' if not r.failed else 'FAILED'}: {clipped(str(r.msg))}"))
+        for line in verified.lines(clipped):
+            click.echo(mask(line))
     return verified.exit_code
 
 

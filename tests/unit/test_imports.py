@@ -165,6 +165,41 @@ def test_the_transport_and_the_bottom_layer_import_only_downwards() -> None:
     assert graph["provision.commands"] <= {"provision.errors"}
 
 
+# the engine's stage packages (Ansible's names) and what each may import outside itself: package prefixes, so a
+# new file in a package is covered without an edit here
+STAGE_IMPORTS = {
+    "provision.templating": (
+        "provision.commands",
+        "provision.errors",
+        "provision.localfiles",
+        "provision.vault",
+        "provision.yamlsafe",
+    ),
+    "provision.inventory": ("provision.errors", "provision.yamlfile", "provision.yamlsafe"),
+    "provision.playbook": (
+        "provision.catalog",
+        "provision.data",
+        "provision.errors",
+        "provision.modules",
+        "provision.plugins",
+        "provision.templating",
+        "provision.yamlfile",
+    ),
+}
+
+
+def test_the_stage_packages_import_only_their_inputs() -> None:
+    graph = import_graph()
+    for package, allowed in STAGE_IMPORTS.items():
+        members = [name for name in graph if _under(name, package)]
+        assert len(members) > 1, f"{package} is not a package"
+        for name in members:
+            outside = {t for t in graph[name] if not _under(t, (package, *allowed))}
+            assert not outside, f"{name} imports {sorted(outside)}"
+            if name != package:  # the package's __init__ re-exports; its modules never import it back
+                assert package not in graph[name], f"{name} imports its own package's __init__"
+
+
 def test_every_module_file_is_in_the_catalog() -> None:
     from provision import catalog
     from provision.modules.base import REGISTRY

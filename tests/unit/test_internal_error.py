@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provision import api
+from provision.api import runs
 from provision.cli import common
 from provision.modules import REGISTRY, Arg, Module, ModuleContext, ModuleResult
 from tests.support.cli import CliResult, run_cli
@@ -128,7 +128,7 @@ def test_crash_before_the_run_is_one_line_and_exit_2(project: Path, monkeypatch:
     def broken_plan(*args: Any, **kwargs: Any) -> None:
         raise KeyError("broken planner")
 
-    monkeypatch.setattr(api, "check_plan", broken_plan)
+    monkeypatch.setattr(runs, "check_plan", broken_plan)  # plan_playbook plans in api/runs.py
     result = run(project, PLAYBOOK)
     assert result.code == 2
     assert result.err.splitlines() == [

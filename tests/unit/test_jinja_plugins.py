@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from provision import jinja_plugins, lookups, templating
+from provision import templating
 from provision.errors import TemplateError
 from provision.playbook import load_playbook
+from provision.templating import filters, lookups, templar, tests
 
 
 def test_every_filter_and_test_is_known_under_its_fqcn_too() -> None:
-    for name in [*jinja_plugins.FILTERS, "combine", "to_json", "regex_replace", "default", "map"]:
+    for name in [*filters.FILTERS, "combine", "to_json", "regex_replace", "default", "map"]:
         assert f"ansible.builtin.{name}" in templating.ENV.filters, name
         templating.check_filters_tests(f"x | ansible.builtin.{name}", expression=True)
-    for name in [*jinja_plugins.TESTS, "version_compare", "successful", "defined"]:
+    for name in [*tests.TESTS, "version_compare", "successful", "defined"]:
         assert f"ansible.builtin.{name}" in templating.ENV.tests, name
         templating.check_filters_tests(f"x is ansible.builtin.{name}", expression=True)
 
@@ -135,7 +136,7 @@ def test_lookup_result_shapes_and_errors(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match=r"with_dict\) expects a mapping"):
         templating.run_lookup("dict", [[1]], v, "debug")
     with pytest.raises(TemplateError, match=r"count and end"):
-        lookups.run("sequence", ["count=2 end=3"], templating._make_lookup_env(v, v), wantlist=True)
+        lookups.run("sequence", ["count=2 end=3"], templar._make_lookup_env(v, v), wantlist=True)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provision.cli.pd import inventory_pd_vars
+from provision.api import inventory_pd_vars
 from provision.inventory import Inventory
 from provision.pd import build, pd_host_names
 from provision.pd.addr import is_loopback, machine_of

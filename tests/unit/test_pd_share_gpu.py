@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provision.cli.pd import inventory_pd_vars
+from provision.api import inventory_pd_vars
 from provision.inventory import Inventory
 from provision.pd.validate import validate_pd
 

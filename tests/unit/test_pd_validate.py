@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provision.cli.pd import inventory_pd_vars
+from provision.api import inventory_pd_vars
 from provision.inventory import Inventory
 from provision.pd import validate_pd
 

@@ -18,13 +18,12 @@ Jinja2 exceptions never leave this module: they become :class:`provision.errors.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
 import threading
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
-from functools import lru_cache, wraps
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 
 import jinja2
@@ -34,250 +33,40 @@ import jinja2.sandbox
 import jinja2.visitor
 import yaml
 
-from . import jinja_plugins, lookups, yamlsafe
-from .commands import quote
-from .errors import TemplateError, did_you_mean
-
-_SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\s*$", re.DOTALL)
-# a template that is exactly one expression keeps its type: text around it (even a newline) makes it a string
-_NATIVE_EXPR = re.compile(r"\A\{\{(?P<expr>(?:(?!\{\{|\}\}).)*)\}\}\Z", re.DOTALL)
-_RESULT = "provision_result_"
-OMIT = "__omit_place_holder__provision"  # the value of `omit`: an argument rendered to it is left out
-MANAGED = "Ansible managed"  # `ansible_managed` in template files, as ansible-core 2.19 defines it
-
-
-class Unsafe(str):
-    """Text the playbook marked ``!unsafe``: data, never a template (``{{ x }}`` in it stays text), wherever
-    it goes (a var, a module argument, a loop item). The same trust a host's values get, on the author's word."""
-
-    __slots__ = ()
-
-
-def is_template(value: Any) -> bool:
-    return isinstance(value, str) and not isinstance(value, Unsafe) and ("{{" in value or "{%" in value)
-
-
-# ------------------------------------------------------------------------------------ filters and tests
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("yes", "true", "on", "1", "y")
-
-
-def _regex_flags(ignorecase: bool, multiline: bool) -> int:
-    return (re.IGNORECASE if ignorecase else 0) | (re.MULTILINE if multiline else 0)
-
-
-def _regex_replace(value: Any, pattern: str, replacement: str = "", ignorecase: bool = False,
-                   multiline: bool = False, count: int = 0, mandatory_count: int = 0) -> str:  # fmt: skip
-    """Ansible's ``regex_replace``: ``count`` replacements at most (0: all); ``mandatory_count``: exactly that
-    many matches, or the task fails."""
-    text = "" if value is None else str(value)
-    output, subs = re.compile(pattern, _regex_flags(ignorecase, multiline)).subn(replacement, text, count=count)
-    if mandatory_count and mandatory_count != subs:
-        raise TemplateError(
-            f"regex_replace: {pattern!r} should match {mandatory_count} times, but matches {subs} times in {text!r}"
-        )
-    return output
-
-
-def _regex_search(value: Any, pattern: str, *groups: str, ignorecase: bool = False,
-                  multiline: bool = False) -> Any:  # fmt: skip
-    """Ansible's ``regex_search``: the match, or None; with ``'\\1'``/``'\\g<name>'`` arguments, the list of
-    those groups."""
-    wanted: list[Any] = []
-    for group in groups:
-        named = re.match(r"\\g<(\S+)>", str(group))
-        numbered = re.match(r"\\(\d+)", str(group))
-        if named:
-            wanted.append(named.group(1))
-        elif numbered:
-            wanted.append(int(numbered.group(1)))
-        else:
-            raise TemplateError(f"regex_search: unknown argument {group!r} (a group: '\\1' or '\\g<name>')")
-    match = re.search(pattern, str(value), _regex_flags(ignorecase, multiline))
-    if match is None:
-        return None
-    return [match.group(g) for g in wanted] if wanted else match.group(0)
-
-
-def _dict2items(value: Any, key_name: str = "key", value_name: str = "value") -> list[dict[str, Any]]:
-    if not isinstance(value, Mapping):
-        raise TemplateError(f"dict2items requires a mapping, got {type(value).__name__}")
-    return [{key_name: k, value_name: v} for k, v in value.items()]
-
-
-def _items2dict(items: Any, key_name: str = "key", value_name: str = "value") -> dict[Any, Any]:
-    if not isinstance(items, (list, tuple)):
-        raise TemplateError(f"items2dict requires a list, got {type(items).__name__}")
-    out = {}
-    for item in items:
-        if not isinstance(item, Mapping) or key_name not in item or value_name not in item:
-            raise TemplateError(f"items2dict: each item needs {key_name!r} and {value_name!r} keys, got {item!r}")
-        out[item[key_name]] = item[value_name]
-    return out
-
-
-def _b64encode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> str:
-    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
-    return encode(str(value).encode(encoding, "surrogateescape")).decode()
-
-
-def _b64decode(value: Any, encoding: str = "utf-8", urlsafe: bool = False) -> str:
-    decode = base64.urlsafe_b64decode if urlsafe else base64.b64decode
-    return decode(str(value).encode()).decode(encoding, "surrogateescape")
-
-
-def _result_test(key: str) -> Any:
-    def test(value: Any) -> bool:
-        return isinstance(value, Mapping) and bool(value.get(key, False))
-
-    return test
-
-
-def _mandatory(value: Any, msg: str | None = None) -> Any:
-    if isinstance(value, jinja2.Undefined):
-        raise TemplateError(msg or "mandatory variable is not defined")
-    return value
-
-
-def _finalize(value: Any) -> Any:
-    """Ansible renders None as an empty string inside text."""
-    return "" if value is None else value
-
-
-_EMBEDDED = "provision_lookup_term_"  # the global that renders a template written inside a lookup's term
-
-
-def _embedded_terms(node: jinja2.nodes.Expr) -> jinja2.nodes.Expr:
-    """A constant term of a lookup call that holds a template, wrapped so it is rendered when the call runs."""
-    if isinstance(node, jinja2.nodes.Const) and is_template(node.value):
-        return jinja2.nodes.Call(jinja2.nodes.Name(_EMBEDDED, "load"), [node], [], None, None, lineno=node.lineno)
-    if isinstance(node, (jinja2.nodes.List, jinja2.nodes.Tuple)):
-        node.items = [_embedded_terms(item) for item in node.items]
-    return node
-
-
-_CONDITION = "provision_condition_"  # the result of a conditional: its constants' templates are rendered
-_CONDITION_SOURCE = f"{{% set {_CONDITION} = ("
-
-
-class _EmbeddedConstants(jinja2.visitor.NodeTransformer):
-    """In a conditional (``when``, ``assert: that``, ``changed_when``, ``failed_when``, ``until``), every string
-    constant that holds a template (``'{{ name }}' == 'web'``) is rendered when the expression runs, then
-    compared: ansible-core 2.19 still does so for the playbook's own text (with a deprecation warning). Only
-    constants of the expression's source are touched: a value (a host's output) is never rendered."""
-
-    def visit_Const(self, node: jinja2.nodes.Const) -> jinja2.nodes.Node:
-        if isinstance(node.value, str) and is_template(node.value):
-            return jinja2.nodes.Call(jinja2.nodes.Name(_EMBEDDED, "load"), [node], [], None, None, lineno=node.lineno)
-        return node
-
-    def visit_Call(self, node: jinja2.nodes.Call) -> jinja2.nodes.Node:
-        if isinstance(node.node, jinja2.nodes.Name) and node.node.name == _EMBEDDED:
-            return node  # already wrapped (a lookup's term)
-        return self.generic_visit(node)
-
-
-class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
-    """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``),
-    and a template written as a constant inside a lookup's terms (``lookup('file', '{{ playbook_dir }}/x')``)
-    is rendered first, as ansible-core 2.19 still does for the playbook's own constants (never for values)."""
-
-    def _parse(self, source: str, name: str | None, filename: str | None) -> jinja2.nodes.Template:
-        ast = super()._parse(source, name, filename)
-        for call in ast.find_all(jinja2.nodes.Call):
-            if isinstance(call.node, jinja2.nodes.Name) and call.node.name in ("lookup", "query", "q"):
-                call.args = call.args[:1] + [_embedded_terms(arg) for arg in call.args[1:]]
-        if source.startswith(_CONDITION_SOURCE):
-            _EmbeddedConstants().visit(ast)
-        return ast
-
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        result = super().call(__context, __obj, *args, **kwargs)
-        if isinstance(result, (KeysView, ValuesView, ItemsView)):
-            return list(result)
-        return result
-
-
-_LIST_MERGES = ("replace", "keep", "append", "prepend", "append_rp", "prepend_rp")
-
-
-def _merge_lists(a: list[Any], b: list[Any], how: str) -> list[Any]:
-    if how == "keep":
-        return a
-    if how == "append":
-        return a + b
-    if how == "prepend":
-        return b + a
-    if how == "append_rp":
-        return [x for x in a if x not in b] + b
-    if how == "prepend_rp":
-        return b + [x for x in a if x not in b]
-    return b
-
-
-def _combine(*dicts: Any, recursive: bool = False, list_merge: str = "replace") -> dict[str, Any]:
-    """Ansible's ``combine``: later mappings win; ``recursive`` merges nested mappings; ``list_merge`` says how
-    two lists under one key meet (replace, keep, append, prepend, append_rp, prepend_rp), at any depth."""
-    if list_merge not in _LIST_MERGES:
-        raise TemplateError(f"combine: list_merge={list_merge!r} is not one of {', '.join(_LIST_MERGES)}")
-    items: list[Any] = []
-    for d in dicts:
-        items += d if isinstance(d, list) else [d]
-
-    def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(a)
-        for k, v in b.items():
-            old = out.get(k)
-            if k in out and isinstance(old, Mapping) and isinstance(v, Mapping):
-                out[k] = merge(old, v) if recursive else v
-            elif k in out and isinstance(old, list) and isinstance(v, list):
-                out[k] = _merge_lists(old, v, list_merge)
-            else:
-                out[k] = v
-        return out
-
-    result: dict[str, Any] = {}
-    for d in items:
-        if not isinstance(d, Mapping):
-            raise TemplateError(f"combine expects mappings, got {type(d).__name__}")
-        result = merge(result, d)
-    return result
-
-
-def _plain(value: Any) -> Any:
-    """Plain dicts and lists (the YAML dumper refuses the loader's line-numbered mappings)."""
-    if isinstance(value, Unsafe):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _to_yaml(value: Any, **kw: Any) -> str:
-    """Ansible's ``to_yaml``: flow style for the innermost collections, keys sorted."""
-    kw.setdefault("default_flow_style", None)
-    return str(yaml.safe_dump(_plain(value), allow_unicode=True, **kw))
-
-
-def _to_nice_yaml(value: Any, indent: int = 4, **kw: Any) -> str:
-    return str(yaml.safe_dump(_plain(value), indent=indent, allow_unicode=True, default_flow_style=False, **kw))
-
-
-class _Undefined(jinja2.ChainableUndefined, jinja2.StrictUndefined):
-    """Strict (printing, iterating, comparing or testing it for truth fails, naming what is missing), but an
-    attribute or item of it is the same undefined, as in ansible-core 2.19: ``d.missing.x | default('v')`` is
-    ``v`` and ``d.missing.x is defined`` is false, where plain StrictUndefined failed on ``.x``."""
-
-
-class _ShownUndefined(jinja2.Undefined):
-    """In a task name, an undefined name shows as ansible-core 2.19 shows it."""
-
-    def __str__(self) -> str:
-        return f"<< error 1 - {self._undefined_name!r} is undefined >>"
+from .. import yamlsafe
+from ..commands import quote
+from ..errors import TemplateError, did_you_mean
+from . import filters, lookups, tests
+from .environment import (
+    _CONDITION,
+    _EMBEDDED,
+    _NATIVE_EXPR,
+    _RESULT,
+    _SINGLE_EXPR,
+    MANAGED,
+    OMIT,
+    Unsafe,
+    _finalize,
+    _listing,
+    _Sandbox,
+    _ShownUndefined,
+    _Undefined,
+    is_template,
+)
+from .filters_core import (
+    _b64decode,
+    _b64encode,
+    _bool,
+    _combine,
+    _dict2items,
+    _items2dict,
+    _mandatory,
+    _regex_replace,
+    _regex_search,
+    _result_test,
+    _to_nice_yaml,
+    _to_yaml,
+)
 
 
 class _ContextVars(Mapping[str, Any]):
@@ -347,21 +136,6 @@ def _query(ctx: Any, name: str, *terms: Any, errors: str = "strict", **kw: Any) 
     return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=True, errors=errors, **kw)
 
 
-_ITERATORS = (Iterator, KeysView, ValuesView, ItemsView, range)
-
-
-def _listing(fn: Any) -> Any:
-    """A filter whose iterator result goes on as a list, as every filter's does in ansible-core 2.19: ``d |
-    dict2items | selectattr(...) | items2dict`` and ``(l | map('string')) + ['x']`` work as they do there."""
-
-    @wraps(fn)  # keeps Jinja's pass_context/pass_environment marks
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
-        return list(result) if isinstance(result, _ITERATORS) else result
-
-    return wrapper
-
-
 def _make_env(**options: Any) -> jinja2.Environment:
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
@@ -399,9 +173,9 @@ def _make_env(**options: Any) -> jinja2.Environment:
         search=lambda v, p: re.search(p, str(v)) is not None,
         change=_result_test("changed"),
     )
-    env.filters.update(jinja_plugins.FILTERS)
+    env.filters.update(filters.FILTERS)
     env.filters.update({name: _listing(fn) for name, fn in env.filters.items()})
-    env.tests.update(jinja_plugins.TESTS)
+    env.tests.update(tests.TESTS)
     env.globals.update(lookup=_lookup, query=_query, q=_query, **{_EMBEDDED: _render_term})
     for table in (env.filters, env.tests):  # every name also under its FQCN, as ansible-core knows them
         table.update({f"ansible.builtin.{name}": fn for name, fn in list(table.items()) if "." not in name})
@@ -715,89 +489,3 @@ def false_condition(expr: Any, variables: Mapping[str, Any], where: str = "") ->
             " '| bool', '| length > 0' or a comparison)"
         )
     return None if result else expr
-
-
-# ----------------------------------------------------------------------------------------- validation
-def check_syntax(source: str, where: str, *, expression: bool = False) -> None:
-    """Raise TemplateError (with ``where``) when ``source`` is not valid Jinja2."""
-    text = f"{{{{ {source} }}}}" if expression else source
-    try:
-        ENV.parse(text)
-    except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"template syntax error in {where}: {exc.message}") from None
-
-
-def names_used(value: Any, *, expression: bool = False) -> set[str]:
-    """Free variable names used by the templates inside ``value`` (syntax errors raise TemplateError)."""
-    names: set[str] = set()
-    if isinstance(value, str):
-        if expression:
-            match = _SINGLE_EXPR.match(value)
-            text = f"{{{{ {match.group('expr') if match else value} }}}}"
-        elif is_template(value):
-            text = value
-        else:
-            return names
-        try:
-            ast = ENV.parse(text)
-            check_filters_tests(ast, repr(value))
-            names |= jinja2.meta.find_undeclared_variables(ast)
-            if expression:  # a conditional renders the templates of its constants (_EmbeddedConstants)
-                for const in ast.find_all(jinja2.nodes.Const):
-                    if isinstance(const.value, str) and is_template(const.value):
-                        names |= names_used(const.value)
-            for call in ast.find_all(jinja2.nodes.Call):  # a template written inside a lookup's terms
-                if isinstance(call.node, jinja2.nodes.Name) and call.node.name == _EMBEDDED:
-                    term = call.args[0]
-                    if isinstance(term, jinja2.nodes.Const):
-                        names |= names_used(term.value)
-        except jinja2.TemplateSyntaxError as exc:  # also the compiler's TemplateAssertionError
-            raise TemplateError(f"template syntax error in {value!r}: {exc.message}") from None
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            names |= names_used(v, expression=expression)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            names |= names_used(v, expression=expression)
-    elif isinstance(value, bool) or value is None:
-        pass
-    return names - set(ENV.globals)
-
-
-def check_filters_tests(source: str | jinja2.nodes.Template, where: str = "", *, expression: bool = False) -> None:
-    """Raise TemplateError naming the first filter or test of ``source`` that :data:`ENV` does not define.
-
-    ``source`` is template text (or a bare expression with ``expression=True``) or an already parsed AST.
-    The error's ``line`` is the line inside ``source``; ``where`` (a file, a snippet) goes in the message.
-    Jinja2 itself only finds an unknown filter when the template is compiled, or inside ``{% if %}`` not
-    until that branch runs: this finds every one before any host is contacted.
-    """
-    if isinstance(source, str):
-        text = f"{{{{ {source} }}}}" if expression else source
-        try:
-            ast = ENV.parse(text)
-        except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"template syntax error in {where or repr(source)}: {exc.message}") from None
-    else:
-        ast = source
-    for call in ast.find_all(jinja2.nodes.Call):
-        func = call.node
-        if isinstance(func, jinja2.nodes.Name) and func.name in ("lookup", "query", "q") and call.args:
-            first = call.args[0]
-            if isinstance(first, jinja2.nodes.Const) and lookups.plugin_name(first.value) not in lookups.PLUGINS:
-                place = f" in {where}" if where else ""
-                names = ", ".join(sorted(lookups.PLUGINS))
-                raise TemplateError(
-                    f"lookup plugin {first.value!r} is not supported{place} (known: {names})", line=call.lineno
-                )
-    for node in ast.find_all((jinja2.nodes.Filter, jinja2.nodes.Test)):
-        is_filter = isinstance(node, jinja2.nodes.Filter)
-        known = ENV.filters if is_filter else ENV.tests
-        if node.name not in known:
-            kind = "filter" if is_filter else "test"
-            place = f" in {where}" if where else ""
-            refused = jinja_plugins.REFUSED.get(node.name.removeprefix("ansible.builtin."))
-            if is_filter and refused:
-                raise TemplateError(f"filter {node.name!r}{place}: {refused}", line=node.lineno)
-            hint = did_you_mean(node.name, known)
-            raise TemplateError(f"unknown Jinja2 {kind} {node.name!r}{hint}{place}", line=node.lineno)

@@ -1,0 +1,62 @@
+"""Templating, Ansible's stage of that name: Jinja2 with Ansible's habits (StrictUndefined, lazy variables, native
+single expressions), the builtin filters, tests and lookup plugins, and the static checks of templates.
+
+- ``templar`` — :class:`Vars` (lazy layered variables, :func:`inert` data layers), :func:`render`,
+  :func:`evaluate`, :func:`condition`; the environments ``ENV``/``FILE_ENV``/``NAME_ENV`` and the lookup globals.
+- ``environment`` — :class:`Unsafe`, ``OMIT``, the sandbox and the undefined kinds the environments are made of.
+- ``analysis`` — :func:`check_syntax`, :func:`names_used`, :func:`check_filters_tests` (before any host).
+- ``filters_core``, ``filters``, ``tests`` — Ansible's builtin filters and tests (``FILTERS``, ``TESTS``, ``REFUSED``).
+- ``lookups`` (``PLUGINS``, ``run``) over ``lookup_plugins`` (the controller-side file/command/vars lookups).
+
+Imports only ``commands``, ``errors``, ``localfiles``, ``vault`` and ``yamlsafe`` outside the package. The names
+below are the package's API (``from provision import templating; templating.render(...)``).
+"""
+
+from .analysis import check_filters_tests, check_syntax, names_used
+from .environment import MANAGED, OMIT, Unsafe, is_template
+from .templar import (
+    ENV,
+    FILE_ENV,
+    NAME_ENV,
+    Vars,
+    condition,
+    drop_omitted,
+    escape_backslashes,
+    evaluate,
+    evaluate_expression,
+    false_condition,
+    inert,
+    render,
+    render_file,
+    render_name,
+    render_text,
+    run_lookup,
+    truthy,
+)
+
+__all__ = [
+    "ENV",
+    "FILE_ENV",
+    "MANAGED",
+    "NAME_ENV",
+    "OMIT",
+    "Unsafe",
+    "Vars",
+    "check_filters_tests",
+    "check_syntax",
+    "condition",
+    "drop_omitted",
+    "escape_backslashes",
+    "evaluate",
+    "evaluate_expression",
+    "false_condition",
+    "inert",
+    "is_template",
+    "names_used",
+    "render",
+    "render_file",
+    "render_name",
+    "render_text",
+    "run_lookup",
+    "truthy",
+]
