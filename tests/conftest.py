@@ -91,6 +91,7 @@ def xdist_group_of(nodeid: str) -> str:
     return path
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: `pytest -p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup``/``loadscope``: whole groups (:func:`xdist_group_of`) to one worker each. xdist's own
     loadgroup reads an ``@group`` suffix it writes into ``item._nodeid``, which pytest 9 no longer uses as the
