@@ -1,0 +1,97 @@
+"""Host settings that GPU-host playbooks make for RDMA and NCCL: ``pam_limits`` (community.general's:
+``memlock unlimited``) and ``sysctl`` (ansible.posix's), also under their FQCNs. The host side is
+``remote/sysconf.py``, one round trip: the file read, the line fixed with Ansible's rules, written atomically
+(check mode writes nothing; ``--diff`` shows ``pam_limits``'s change, as Ansible). ``backup`` is refused
+before the run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import REGISTRY, Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from .files import text_diff
+
+LIMIT_ITEMS = ("core", "data", "fsize", "memlock", "nofile", "rss", "stack", "cpu", "nproc", "as", "maxlogins",
+               "maxsyslogins", "priority", "locks", "sigpending", "msgqueue", "nice", "rtprio", "chroot")  # fmt: skip
+
+
+def add_fqcn(collection: str, cls: type[Module]) -> None:
+    """A registered module also under its collection's FQCN (``ansible.posix.sysctl``)."""
+    REGISTRY[f"{collection}.{cls.name}"] = cls
+
+
+def _call(ctx: ModuleContext, action: str, request: dict[str, Any]) -> dict[str, Any]:
+    request["check"] = ctx.check
+    return ctx.call_helper("sysconf.py", action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+
+
+@register
+class PamLimits(Module):
+    name = "pam_limits"
+    args = {
+        "domain": Arg(required=True),
+        "limit_type": Arg(required=True, choices=("soft", "hard", "-")),
+        "limit_item": Arg(required=True, choices=LIMIT_ITEMS),
+        "value": Arg(required=True),
+        "use_max": Arg("bool", default=False),
+        "use_min": Arg("bool", default=False),
+        "backup": Arg("bool", default=False),
+        "dest": Arg(default="/etc/security/limits.conf"),
+        "comment": Arg(default=""),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("backup") is True or str(args.get("backup")).lower() in ("yes", "true"):
+            raise ArgError("pam_limits: backup is not supported by provision")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        keys = ("domain", "limit_type", "limit_item", "value", "use_max", "use_min", "dest", "comment")
+        try:
+            answer = _call(ctx, "pam_limits", {k: args[k] for k in keys})
+        except HelperError as exc:
+            return exc.as_result()
+        before, after = answer.pop("before", ""), answer.pop("after", "")
+        result = ModuleResult.from_answer(answer)
+        if ctx.diff and result.changed:
+            result.diff = text_diff(before.encode(), after.encode(), args["dest"])
+        return result
+
+
+@register
+class Sysctl(Module):
+    name = "sysctl"
+    args = {
+        "name": Arg(required=True, aliases=("key",)),
+        "value": Arg(aliases=("val",)),
+        "state": Arg(default="present", choices=("present", "absent")),
+        "reload": Arg("bool", default=True),
+        "sysctl_set": Arg("bool", default=False),
+        "ignoreerrors": Arg("bool", default=False),
+        "sysctl_file": Arg("path", default="/etc/sysctl.conf"),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("state", "present") == "present" and args.get("value", args.get("val")) is None:
+            raise ArgError("sysctl: state is present but all of the following are missing: value")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["name"] == "":
+            return ModuleResult(failed=True, msg="name cannot be blank")
+        if args["state"] == "present" and args["value"] == "":
+            return ModuleResult(failed=True, msg="value cannot be blank")
+        keys = ("name", "value", "state", "reload", "sysctl_set", "ignoreerrors")
+        request = {k: args[k] for k in keys}
+        request["sysctl_file"] = ctx.expand(args["sysctl_file"])
+        try:
+            return ModuleResult.from_answer(_call(ctx, "sysctl", request))
+        except HelperError as exc:
+            return exc.as_result()
+
+
+add_fqcn("community.general", PamLimits)
+add_fqcn("ansible.posix", Sysctl)
+
+__all__ = ["PamLimits", "Sysctl", "add_fqcn"]
