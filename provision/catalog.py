@@ -65,6 +65,8 @@ MODULES: dict[str, str] = {
     "community.general.pam_limits": "provision.modules.sysconf",
     "sysctl": "provision.modules.sysconf",
     "ansible.posix.sysctl": "provision.modules.sysconf",
+    "mount": "provision.modules.sysconf",
+    "ansible.posix.mount": "provision.modules.sysconf",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

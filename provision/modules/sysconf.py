@@ -1,5 +1,6 @@
 """Host settings that GPU-host playbooks make for RDMA and NCCL: ``pam_limits`` (community.general's:
-``memlock unlimited``) and ``sysctl`` (ansible.posix's), also under their FQCNs. The host side is
+``memlock unlimited``), ``sysctl`` and ``mount`` (ansible.posix's; ``mount`` edits the fstab only: states
+``present`` and ``absent_from_fstab``), also under their FQCNs. The host side is
 ``remote/sysconf.py``, one round trip: the file read, the line fixed with Ansible's rules, written atomically
 (check mode writes nothing; ``--diff`` shows ``pam_limits``'s change, as Ansible). ``backup`` is refused
 before the run."""
@@ -23,7 +24,9 @@ def add_fqcn(collection: str, cls: type[Module]) -> None:
 
 def _call(ctx: ModuleContext, action: str, request: dict[str, Any]) -> dict[str, Any]:
     request["check"] = ctx.check
-    return ctx.call_helper("sysconf.py", action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+    answer = ctx.call_helper("sysconf.py", action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+    answer.pop("ok", None)  # the envelope's, not the module's
+    return answer
 
 
 @register
@@ -91,7 +94,51 @@ class Sysctl(Module):
             return exc.as_result()
 
 
+FSTAB_STATES = ("present", "absent_from_fstab")  # the others mount or unmount: not offered
+
+
+@register
+class Mount(Module):
+    name = "mount"
+    args = {
+        "path": Arg("path", required=True, aliases=("name",)),
+        "state": Arg(
+            required=True, choices=(*FSTAB_STATES, "absent", "mounted", "unmounted", "remounted", "ephemeral")
+        ),
+        "src": Arg(),
+        "fstype": Arg(),
+        "opts": Arg(),
+        "opts_no_log": Arg("bool", default=False),
+        "dump": Arg(default="0"),
+        "passno": Arg(default="0"),
+        "boot": Arg("bool", default=True),
+        "fstab": Arg(),
+        "backup": Arg("bool", default=False),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        state = args.get("state")
+        if state is not None and not is_template(state) and state not in FSTAB_STATES:
+            raise ArgError(f"mount: state {state!r} is not supported by provision (only present, absent_from_fstab)")
+        if state == "present" and (args.get("src") is None or args.get("fstype") is None):
+            raise ArgError("mount: state is present but all of the following are missing: src, fstype")
+        if args.get("backup") is True or str(args.get("backup")).lower() in ("yes", "true"):
+            raise ArgError("mount: backup is not supported by provision")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["state"] not in FSTAB_STATES:
+            return ModuleResult(failed=True, msg=f"mount: state {args['state']!r} is not supported by provision")
+        keys = ("path", "state", "src", "fstype", "opts", "dump", "passno", "boot", "fstab")
+        request = {k: args[k] for k in keys}
+        try:
+            return ModuleResult.from_answer(_call(ctx, "mount", request))
+        except HelperError as exc:
+            return exc.as_result()
+
+
 add_fqcn("community.general", PamLimits)
 add_fqcn("ansible.posix", Sysctl)
+add_fqcn("ansible.posix", Mount)
 
-__all__ = ["PamLimits", "Sysctl", "add_fqcn"]
+__all__ = ["Mount", "PamLimits", "Sysctl", "add_fqcn"]

@@ -11,7 +11,9 @@ Ansible's keys (``changed``, ``msg``; ``before``/``after`` for a diff). As Ansib
   validated as Ansible validates them (``nice``/``priority`` in -20..19, else a count or no limit);
 - ``sysctl``: ``key=value`` lines (comments and blank lines kept, every line stripped, a key's later
   duplicates dropped), the current value from ``sysctl -e -n KEY`` (read only); ``sysctl_set`` sets it with
-  ``sysctl -w`` and ``reload`` runs ``sysctl -p FILE`` when anything changed: both need root (``become``).
+  ``sysctl -w`` and ``reload`` runs ``sysctl -p FILE`` when anything changed: both need root (``become``);
+- ``mount`` (``present``, ``absent_from_fstab``): the fstab line of the mount point (a swap line: of its
+  ``src``) made ``src path fstype opts dump passno`` (fields escaped as Ansible escapes them), or removed.
 """
 
 import os
@@ -26,6 +28,8 @@ NO_LIMIT = ("unlimited", "infinity", "-1")
 TRUE_WORDS = ("y", "yes", "on", "1", "true", "t")
 FALSE_WORDS = ("n", "no", "off", "0", "false", "f")
 C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LC_MESSAGES": "C"}
+FSTAB_FIELDS = ("src", "name", "fstype", "opts", "dump", "passno")
+FSTAB_LINE = "%(src)s %(name)s %(fstype)s %(opts)s %(dump)s %(passno)s\n"
 SYSCTL_ERRORS = r'^sysctl: setting key "[^"]+": (Invalid argument|Read-only file system)$'
 
 
@@ -53,7 +57,8 @@ def _valid_limit(item, value, prefix=""):
             valid = False
         if not valid:
             raise Failed("%s Value of %r for item %r is invalid. Value must be a number in the range -20 to 19 "
-                         "inclusive. Refer to the limits.conf(5) manual pages for more details." % (prefix, value, item))  # fmt: skip
+                         "inclusive. Refer to the limits.conf(5) manual pages for more details."
+                         % (prefix, value, item))  # fmt: skip
     elif not (value in NO_LIMIT or value.isdigit()):
         raise Failed("%s Value of %r for item %r is invalid. Value must either be 'unlimited', 'infinity' or -1, all "
                      "of which indicate no limit, or a limit of 0 or larger. Refer to the limits.conf(5) manual pages "
@@ -87,13 +92,13 @@ def pam_limits(req):
     before = _read(path) if exists else ""
     out, message, found, changed = [], "", False, not exists
     for line in before.splitlines(True):
-        fields = re.sub(r"\s+", " ", line).strip()
-        if line.startswith("#") or not fields:
+        squeezed = re.sub(r"\s+", " ", line).strip()
+        if line.startswith("#") or not squeezed:
             out.append(line)
             continue
         if not comment:  # as Ansible: the first commented line's comment sticks for the new line
             comment = line.split("#", 1)[1] if "#" in line else ""
-        fields = fields.split("#", 1)[0].rstrip().split(" ")
+        fields = squeezed.split("#", 1)[0].rstrip().split(" ")
         if len(fields) != 4:
             out.append(line)
             continue
@@ -138,7 +143,7 @@ def _sysctl(argv):
     path = os.pathsep.join([env.get("PATH", ""), "/sbin", "/usr/sbin", "/usr/local/sbin"])
     found = shutil.which(argv[0], path=path)
     if found is None:
-        raise Failed("Failed to find required executable \"sysctl\" in paths: %s" % path)
+        raise Failed('Failed to find required executable "sysctl" in paths: %s' % path)
     return hostlib.run([found, *argv[1:]], timeout=60, env=env)
 
 
@@ -194,5 +199,101 @@ def sysctl(req):
     return {"changed": changed}
 
 
+def _fstab_escape(value):
+    return value if isinstance(value, int) else value.replace("\\", "\\134").replace(" ", "\\040").replace("&", "\\046")
+
+
+def _fstab_lines(path):
+    with open(path) as fh:
+        return [line if line.endswith("\n") else line + "\n" for line in fh.readlines()]
+
+
+def _fstab_fields(fields):
+    return {key: fields[i] for i, key in enumerate(FSTAB_FIELDS[: len(fields)])}
+
+
+def _fstab_match(fields, name, src):
+    """The line of the mount point ``name`` (a swap line: of ``src``), as Ansible matches it."""
+    swap_of_other = src is not None and fields["name"] == "none" and fields["fstype"] == "swap" and fields["src"] != src
+    return fields["name"] == name and not swap_of_other
+
+
+def _fstab_set(args, check):
+    """Ansible's ``set_mount`` (Linux): the line of ``name`` made ``src name fstype opts dump passno``."""
+    want = {k: _fstab_escape(v) for k, v in args.items() if k != "warnings"}
+    out, exists, changed = [], False, False
+    for line in _fstab_lines(args["fstab"]):
+        fields = line.split("#")[0].split()
+        if not line.strip() or line.strip().startswith("#") or len(fields) not in (4, 5, 6):
+            out.append(line)
+            continue
+        have = {
+            "dump": 0,
+            "passno": 0,
+            **_fstab_fields(fields),
+        }  # as Ansible: the optional fields as ints, never equal to '0'
+        if not _fstab_match(have, want["name"], args.get("src")):
+            out.append(line)
+            continue
+        exists = True
+        for key in ("src", "fstype", "opts", "dump", "passno"):
+            if have[key] != want[key]:
+                have[key], changed = want[key], True
+        out.append(FSTAB_LINE % have if changed else line)
+    if not exists:
+        out.append(FSTAB_LINE % want)
+        changed = True
+    if changed:
+        _write(args["fstab"], "".join(out), check)
+    return changed
+
+
+def _fstab_unset(args, check):
+    """Ansible's ``unset_mount``: the lines of ``name`` (six fields only) removed."""
+    out, changed, name = [], False, _fstab_escape(args["name"])
+    for line in _fstab_lines(args["fstab"]):
+        fields = line.split()
+        if line.strip() and not line.strip().startswith("#") and len(fields) == 6:
+            have = _fstab_fields(fields)
+            if _fstab_match(have, name, args.get("src")):
+                changed = True
+                continue
+        out.append(line)
+    if changed:
+        _write(args["fstab"], "".join(out), check)
+    return changed
+
+
+def mount(req):
+    """``state`` present or absent_from_fstab: the fstab only, nothing is mounted or unmounted."""
+    args = {"name": os.path.expanduser(req["path"]), "opts": "defaults", "dump": "0", "passno": "0",
+            "fstab": req.get("fstab") or "/etc/fstab", "boot": "yes", "warnings": []}  # fmt: skip
+    for key in ("src", "fstype", "passno", "opts", "dump", "fstab"):
+        if req.get(key) is not None:
+            args[key] = os.path.expanduser(req[key]) if key == "src" else req[key]
+    opts = args["opts"].split(",")
+    if req.get("boot", True) and "noauto" in opts:
+        args["warnings"].append("Ignore the 'boot' due to 'opts' contains 'noauto'.")
+    elif not req.get("boot", True):
+        args["boot"] = "no"
+        args["opts"] = ",".join(opts + ["noauto"])
+    path = args["fstab"]
+    if not os.path.exists(path):
+        try:
+            if not os.path.exists(os.path.dirname(path)):
+                os.makedirs(os.path.dirname(path))
+            open(path, "a").close()
+        except PermissionError:
+            raise Failed("Failed to open %s due to permission issue" % path) from None
+        except OSError as exc:
+            raise Failed("Failed to open %s due to %s" % (path, exc)) from None
+    edit = _fstab_set if req["state"] == "present" else _fstab_unset
+    changed = edit(args, req.get("check"))
+    args["backup_file"] = ""
+    if not args["warnings"]:  # as ansible-core 2.19: an empty list is no key
+        del args["warnings"]
+    return dict(args, changed=changed)
+
+
 if __name__ == "__main__":
-    sys.exit(hostlib.serve({"pam_limits": pam_limits, "sysctl": sysctl}))
+    sys.exit(hostlib.serve({"pam_limits": pam_limits, "sysctl": sysctl, "mount": mount}))
