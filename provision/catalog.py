@@ -67,6 +67,8 @@ MODULES: dict[str, str] = {
     "ansible.posix.sysctl": "provision.modules.sysconf",
     "mount": "provision.modules.sysconf",
     "ansible.posix.mount": "provision.modules.sysconf",
+    "authorized_key": "provision.modules.sysconf",
+    "ansible.posix.authorized_key": "provision.modules.sysconf",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

@@ -1,9 +1,9 @@
-"""Host settings that GPU-host playbooks make for RDMA and NCCL: ``pam_limits`` (community.general's:
-``memlock unlimited``), ``sysctl`` and ``mount`` (ansible.posix's; ``mount`` edits the fstab only: states
-``present`` and ``absent_from_fstab``), also under their FQCNs. The host side is
-``remote/sysconf.py``, one round trip: the file read, the line fixed with Ansible's rules, written atomically
-(check mode writes nothing; ``--diff`` shows ``pam_limits``'s change, as Ansible). ``backup`` is refused
-before the run."""
+"""Host settings that GPU-host playbooks make (RDMA, NCCL, scratch disks, access): ``pam_limits``
+(community.general's: ``memlock unlimited``), ``sysctl``, ``mount`` (the fstab only: states ``present`` and
+``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs. The host side is
+``remote/sysconf.py`` (``remote/authorized_key.py``), one round trip: the file read, the line fixed with the
+collection module's rules, written atomically (check mode writes nothing; ``--diff`` shows the change of
+``pam_limits`` and ``authorized_key``, as Ansible). ``backup`` is refused before the run."""
 
 from __future__ import annotations
 
@@ -22,11 +22,20 @@ def add_fqcn(collection: str, cls: type[Module]) -> None:
     REGISTRY[f"{collection}.{cls.name}"] = cls
 
 
-def _call(ctx: ModuleContext, action: str, request: dict[str, Any]) -> dict[str, Any]:
+def _call(ctx: ModuleContext, action: str, request: dict[str, Any], script: str = "sysconf.py") -> dict[str, Any]:
     request["check"] = ctx.check
-    answer = ctx.call_helper("sysconf.py", action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+    answer = ctx.call_helper(script, action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
     answer.pop("ok", None)  # the envelope's, not the module's
     return answer
+
+
+def _edited(ctx: ModuleContext, answer: dict[str, Any], path: str) -> ModuleResult:
+    """The result of a helper that edited one file (its ``before``/``after``: the ``--diff``)."""
+    before, after = answer.pop("before", ""), answer.pop("after", "")
+    result = ModuleResult.from_answer(answer)
+    if ctx.diff and result.changed:
+        result.diff = text_diff(before.encode(), after.encode(), path)
+    return result
 
 
 @register
@@ -52,14 +61,9 @@ class PamLimits(Module):
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         keys = ("domain", "limit_type", "limit_item", "value", "use_max", "use_min", "dest", "comment")
         try:
-            answer = _call(ctx, "pam_limits", {k: args[k] for k in keys})
+            return _edited(ctx, _call(ctx, "pam_limits", {k: args[k] for k in keys}), args["dest"])
         except HelperError as exc:
             return exc.as_result()
-        before, after = answer.pop("before", ""), answer.pop("after", "")
-        result = ModuleResult.from_answer(answer)
-        if ctx.diff and result.changed:
-            result.diff = text_diff(before.encode(), after.encode(), args["dest"])
-        return result
 
 
 @register
@@ -137,8 +141,36 @@ class Mount(Module):
             return exc.as_result()
 
 
+@register
+class AuthorizedKey(Module):
+    name = "authorized_key"
+    args = {
+        "user": Arg(required=True),
+        "key": Arg(required=True),
+        "path": Arg("path"),
+        "manage_dir": Arg("bool", default=True),
+        "state": Arg(default="present", choices=("absent", "present")),
+        "key_options": Arg(),
+        "exclusive": Arg("bool", default=False),
+        "comment": Arg(),
+        "validate_certs": Arg("bool", default=True),
+        "follow": Arg("bool", default=False),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = dict(args)
+        if request["path"] is not None:
+            request["path"] = ctx.expand(request["path"])
+        try:
+            answer = _call(ctx, "authorized_key", request, script="authorized_key.py")
+        except HelperError as exc:
+            return exc.as_result()
+        return _edited(ctx, answer, str(answer.get("keyfile") or ""))
+
+
 add_fqcn("community.general", PamLimits)
+add_fqcn("ansible.posix", AuthorizedKey)
 add_fqcn("ansible.posix", Sysctl)
 add_fqcn("ansible.posix", Mount)
 
-__all__ = ["Mount", "PamLimits", "Sysctl", "add_fqcn"]
+__all__ = ["AuthorizedKey", "Mount", "PamLimits", "Sysctl", "add_fqcn"]

@@ -295,5 +295,7 @@ def mount(req):
     return dict(args, changed=changed)
 
 
+ACTIONS = {"pam_limits": pam_limits, "sysctl": sysctl, "mount": mount}
+
 if __name__ == "__main__":
-    sys.exit(hostlib.serve({"pam_limits": pam_limits, "sysctl": sysctl, "mount": mount}))
+    sys.exit(hostlib.serve(ACTIONS))
