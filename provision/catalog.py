@@ -69,6 +69,7 @@ MODULES: dict[str, str] = {
     "ansible.posix.mount": "provision.modules.sysconf",
     "authorized_key": "provision.modules.sysconf",
     "ansible.posix.authorized_key": "provision.modules.sysconf",
+    "known_hosts": "provision.modules.sysconf",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

@@ -1,9 +1,10 @@
 """Host settings that GPU-host playbooks make (RDMA, NCCL, scratch disks, access): ``pam_limits``
 (community.general's: ``memlock unlimited``), ``sysctl``, ``mount`` (the fstab only: states ``present`` and
-``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs. The host side is
-``remote/sysconf.py`` (``remote/authorized_key.py``), one round trip: the file read, the line fixed with the
-collection module's rules, written atomically (check mode writes nothing; ``--diff`` shows the change of
-``pam_limits`` and ``authorized_key``, as Ansible). ``backup`` is refused before the run."""
+``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs, and ansible-core's
+``known_hosts``. The host side is ``remote/sysconf.py`` (``remote/authorized_key.py``,
+``remote/known_hosts.py``), one round trip: the file read, the line fixed with the module's own rules, written
+atomically (check mode writes nothing; ``--diff`` shows the change of ``pam_limits``, ``authorized_key`` and
+``known_hosts``, as Ansible). ``backup`` is refused before the run."""
 
 from __future__ import annotations
 
@@ -168,9 +169,29 @@ class AuthorizedKey(Module):
         return _edited(ctx, answer, str(answer.get("keyfile") or ""))
 
 
+@register
+class KnownHosts(Module):
+    name = "known_hosts"
+    args = {
+        "name": Arg(required=True, aliases=("host",)),
+        "key": Arg(),
+        "path": Arg("path", default="~/.ssh/known_hosts"),
+        "hash_host": Arg("bool", default=False),
+        "state": Arg(default="present", choices=("absent", "present")),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = dict(args, path=ctx.expand(args["path"]))
+        try:
+            answer = _call(ctx, "known_hosts", request, script="known_hosts.py")
+        except HelperError as exc:
+            return exc.as_result()
+        return _edited(ctx, answer, request["path"])
+
+
 add_fqcn("community.general", PamLimits)
 add_fqcn("ansible.posix", AuthorizedKey)
 add_fqcn("ansible.posix", Sysctl)
 add_fqcn("ansible.posix", Mount)
 
-__all__ = ["AuthorizedKey", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
+__all__ = ["AuthorizedKey", "KnownHosts", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
