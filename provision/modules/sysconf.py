@@ -23,20 +23,27 @@ def add_fqcn(collection: str, cls: type[Module]) -> None:
     REGISTRY[f"{collection}.{cls.name}"] = cls
 
 
-def _call(ctx: ModuleContext, action: str, request: dict[str, Any], script: str = "sysconf.py") -> dict[str, Any]:
+def _apply(
+    ctx: ModuleContext, action: str, request: dict[str, Any], script: str = "sysconf.py", path: str | None = None
+) -> ModuleResult:
+    """The helper's answer as the task's result; with ``path`` (a helper that edited one file and answered its
+    ``before``/``after``) the ``--diff`` of that file."""
     request["check"] = ctx.check
-    answer = ctx.call_helper(script, action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+    try:
+        answer = ctx.call_helper(script, action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+    except HelperError as exc:
+        return exc.as_result()
     answer.pop("ok", None)  # the envelope's, not the module's
-    return answer
-
-
-def _edited(ctx: ModuleContext, answer: dict[str, Any], path: str) -> ModuleResult:
-    """The result of a helper that edited one file (its ``before``/``after``: the ``--diff``)."""
     before, after = answer.pop("before", ""), answer.pop("after", "")
     result = ModuleResult.from_answer(answer)
-    if ctx.diff and result.changed:
-        result.diff = text_diff(before.encode(), after.encode(), path)
+    if path is not None and ctx.diff and result.changed:
+        result.diff = text_diff(before.encode(), after.encode(), path or str(answer.get("keyfile") or ""))
     return result
+
+
+def _refuse_backup(name: str, args: Any) -> None:
+    if args.get("backup") is True or str(args.get("backup")).lower() in ("yes", "true"):
+        raise ArgError(f"{name}: backup is not supported by provision")
 
 
 @register
@@ -56,15 +63,11 @@ class PamLimits(Module):
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
-        if args.get("backup") is True or str(args.get("backup")).lower() in ("yes", "true"):
-            raise ArgError("pam_limits: backup is not supported by provision")
+        _refuse_backup(cls.name, args)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         keys = ("domain", "limit_type", "limit_item", "value", "use_max", "use_min", "dest", "comment")
-        try:
-            return _edited(ctx, _call(ctx, "pam_limits", {k: args[k] for k in keys}), args["dest"])
-        except HelperError as exc:
-            return exc.as_result()
+        return _apply(ctx, "pam_limits", {k: args[k] for k in keys}, path=args["dest"])
 
 
 @register
@@ -93,10 +96,7 @@ class Sysctl(Module):
         keys = ("name", "value", "state", "reload", "sysctl_set", "ignoreerrors")
         request = {k: args[k] for k in keys}
         request["sysctl_file"] = ctx.expand(args["sysctl_file"])
-        try:
-            return ModuleResult.from_answer(_call(ctx, "sysctl", request))
-        except HelperError as exc:
-            return exc.as_result()
+        return _apply(ctx, "sysctl", request)
 
 
 FSTAB_STATES = ("present", "absent_from_fstab")  # the others mount or unmount: not offered
@@ -128,18 +128,13 @@ class Mount(Module):
             raise ArgError(f"mount: state {state!r} is not supported by provision (only present, absent_from_fstab)")
         if state == "present" and (args.get("src") is None or args.get("fstype") is None):
             raise ArgError("mount: state is present but all of the following are missing: src, fstype")
-        if args.get("backup") is True or str(args.get("backup")).lower() in ("yes", "true"):
-            raise ArgError("mount: backup is not supported by provision")
+        _refuse_backup(cls.name, args)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         if args["state"] not in FSTAB_STATES:
             return ModuleResult(failed=True, msg=f"mount: state {args['state']!r} is not supported by provision")
         keys = ("path", "state", "src", "fstype", "opts", "dump", "passno", "boot", "fstab")
-        request = {k: args[k] for k in keys}
-        try:
-            return ModuleResult.from_answer(_call(ctx, "mount", request))
-        except HelperError as exc:
-            return exc.as_result()
+        return _apply(ctx, "mount", {k: args[k] for k in keys})
 
 
 @register
@@ -162,11 +157,7 @@ class AuthorizedKey(Module):
         request = dict(args)
         if request["path"] is not None:
             request["path"] = ctx.expand(request["path"])
-        try:
-            answer = _call(ctx, "authorized_key", request, script="authorized_key.py")
-        except HelperError as exc:
-            return exc.as_result()
-        return _edited(ctx, answer, str(answer.get("keyfile") or ""))
+        return _apply(ctx, "authorized_key", request, script="authorized_key.py", path="")  # "": the keyfile
 
 
 @register
@@ -182,11 +173,7 @@ class KnownHosts(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         request = dict(args, path=ctx.expand(args["path"]))
-        try:
-            answer = _call(ctx, "known_hosts", request, script="known_hosts.py")
-        except HelperError as exc:
-            return exc.as_result()
-        return _edited(ctx, answer, request["path"])
+        return _apply(ctx, "known_hosts", request, script="known_hosts.py", path=request["path"])
 
 
 add_fqcn("community.general", PamLimits)
