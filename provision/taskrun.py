@@ -496,14 +496,19 @@ class TaskRunner:
         registered = result.registered()
         scope = variables.child(**({task.register: registered} if task.register else {}), **registered)
         changed, failed = result.changed or result.changed_on_failure, result.failed
-        if task.changed_when is not None:
-            changed = templating.condition(task.changed_when, scope, where)
-            registered["changed"] = changed
-            scope = variables.child(**({task.register: registered} if task.register else {}), **registered)
-        if task.failed_when is not None:
-            failed = templating.condition(task.failed_when, scope, where)
-            if failed and not result.failed:
-                result.msg = result.msg or f"failed_when condition was true: {task.failed_when}"
+        try:
+            if task.changed_when is not None:
+                changed = templating.condition(task.changed_when, scope, where)
+                registered["changed"] = changed
+                scope = variables.child(**({task.register: registered} if task.register else {}), **registered)
+            if task.failed_when is not None:
+                failed = templating.condition(task.failed_when, scope, where)
+                if failed and not result.failed:
+                    result.msg = result.msg or f"failed_when condition was true: {task.failed_when}"
+        except TemplateError as exc:  # as Ansible: the task fails, the module's result (and its change) kept
+            result.status, result.changed_on_failure = Status.FAILED, changed
+            result.msg = exc.msg if exc.msg.endswith(f"({task.where})") else f"{exc.msg} ({task.where})"
+            return
         result.status = Status.FAILED if failed else Status.CHANGED if changed else Status.OK
         result.changed_on_failure = failed and changed
 

@@ -11,6 +11,7 @@ from typing import Any
 import jinja2
 
 from ..errors import ProvisionError, TemplateError
+from ..templating import not_boolean
 from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
 
 UNDEFINED = "VARIABLE IS NOT DEFINED!"
@@ -142,7 +143,10 @@ class Assert(Module):
         for expr in checks:
             if isinstance(expr, str):
                 try:
-                    ok = truthy(_evaluate(ctx, expr, conditional=True))
+                    value = _evaluate(ctx, expr, conditional=True)
+                    if not isinstance(value, bool):  # as ansible-core 2.19 (case conditional_non_boolean)
+                        return ModuleResult(failed=True, msg=not_boolean(value, expr), data={"assertion": expr})
+                    ok = value
                 except Exception as exc:  # undefined vars, syntax errors: the assertion fails with why
                     return ModuleResult(
                         failed=True,

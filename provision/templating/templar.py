@@ -483,9 +483,14 @@ def false_condition(expr: Any, variables: Mapping[str, Any], where: str = "") ->
         return None if expr else expr
     result = evaluate_expression(str(expr), variables, where, conditional=True)
     if not isinstance(result, bool):  # as ansible-core 2.19: a non-empty string was silently false here
-        raise TemplateError(
-            f"Conditional result ({bool(result)}) was derived from value of type {type(result).__name__!r}"
-            f"{f' in {where}' if where else ''}: conditionals must have a boolean result ({str(expr)[:200]!r}; use"
-            " '| bool', '| length > 0' or a comparison)"
-        )
+        raise TemplateError(not_boolean(result, expr, where))
     return None if result else expr
+
+
+def not_boolean(result: Any, expr: Any, where: str = "") -> str:
+    """ansible-core 2.19's failure for a conditional whose ``result`` is not a boolean."""
+    return (
+        f"Conditional result ({bool(result)}) was derived from value of type {type(result).__name__!r}"
+        f"{f' in {where}' if where else ''}: conditionals must have a boolean result ({str(expr)[:200]!r}; use"
+        " '| bool', '| length > 0' or a comparison)"
+    )

@@ -206,6 +206,8 @@ class Harness:
             ANSIBLE_FORKS="5",
             ANSIBLE_INVENTORY_ENABLED="yaml",  # no probing of the other inventory plugins: faster start
             ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False",
+            # ansible.posix and community.general (scripts/reference_collections.py, from scripts/setup test)
+            ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"),
         )
         return env
 

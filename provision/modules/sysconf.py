@@ -1,0 +1,184 @@
+"""Host settings that GPU-host playbooks make (RDMA, NCCL, scratch disks, access): ``pam_limits``
+(community.general's: ``memlock unlimited``), ``sysctl``, ``mount`` (the fstab only: states ``present`` and
+``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs, and ansible-core's
+``known_hosts``. The host side is ``remote/sysconf.py`` (``remote/authorized_key.py``,
+``remote/known_hosts.py``), one round trip: the file read, the line fixed with the module's own rules, written
+atomically (check mode writes nothing; ``--diff`` shows the change of ``pam_limits``, ``authorized_key`` and
+``known_hosts``, as Ansible). ``backup`` is refused before the run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .base import REGISTRY, Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from .files import text_diff
+
+LIMIT_ITEMS = ("core", "data", "fsize", "memlock", "nofile", "rss", "stack", "cpu", "nproc", "as", "maxlogins",
+               "maxsyslogins", "priority", "locks", "sigpending", "msgqueue", "nice", "rtprio", "chroot")  # fmt: skip
+
+
+def add_fqcn(collection: str, cls: type[Module]) -> None:
+    """A registered module also under its collection's FQCN (``ansible.posix.sysctl``)."""
+    REGISTRY[f"{collection}.{cls.name}"] = cls
+
+
+def _apply(
+    ctx: ModuleContext, action: str, request: dict[str, Any], script: str = "sysconf.py", path: str | None = None
+) -> ModuleResult:
+    """The helper's answer as the task's result; with ``path`` (a helper that edited one file and answered its
+    ``before``/``after``) the ``--diff`` of that file."""
+    request["check"] = ctx.check
+    try:
+        answer = ctx.call_helper(script, action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+    except HelperError as exc:
+        return exc.as_result()
+    answer.pop("ok", None)  # the envelope's, not the module's
+    before, after = answer.pop("before", ""), answer.pop("after", "")
+    result = ModuleResult.from_answer(answer)
+    if path is not None and ctx.diff and result.changed:
+        result.diff = text_diff(before.encode(), after.encode(), path or str(answer.get("keyfile") or ""))
+    return result
+
+
+def _refuse_backup(name: str, args: Any) -> None:
+    if args.get("backup") is True or str(args.get("backup")).lower() in ("yes", "true"):
+        raise ArgError(f"{name}: backup is not supported by provision")
+
+
+@register
+class PamLimits(Module):
+    name = "pam_limits"
+    args = {
+        "domain": Arg(required=True),
+        "limit_type": Arg(required=True, choices=("soft", "hard", "-")),
+        "limit_item": Arg(required=True, choices=LIMIT_ITEMS),
+        "value": Arg(required=True),
+        "use_max": Arg("bool", default=False),
+        "use_min": Arg("bool", default=False),
+        "backup": Arg("bool", default=False),
+        "dest": Arg(default="/etc/security/limits.conf"),
+        "comment": Arg(default=""),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        _refuse_backup(cls.name, args)
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        keys = ("domain", "limit_type", "limit_item", "value", "use_max", "use_min", "dest", "comment")
+        return _apply(ctx, "pam_limits", {k: args[k] for k in keys}, path=args["dest"])
+
+
+@register
+class Sysctl(Module):
+    name = "sysctl"
+    args = {
+        "name": Arg(required=True, aliases=("key",)),
+        "value": Arg(aliases=("val",)),
+        "state": Arg(default="present", choices=("present", "absent")),
+        "reload": Arg("bool", default=True),
+        "sysctl_set": Arg("bool", default=False),
+        "ignoreerrors": Arg("bool", default=False),
+        "sysctl_file": Arg("path", default="/etc/sysctl.conf"),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("state", "present") == "present" and args.get("value", args.get("val")) is None:
+            raise ArgError("sysctl: state is present but all of the following are missing: value")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["name"] == "":
+            return ModuleResult(failed=True, msg="name cannot be blank")
+        if args["state"] == "present" and args["value"] == "":
+            return ModuleResult(failed=True, msg="value cannot be blank")
+        keys = ("name", "value", "state", "reload", "sysctl_set", "ignoreerrors")
+        request = {k: args[k] for k in keys}
+        request["sysctl_file"] = ctx.expand(args["sysctl_file"])
+        return _apply(ctx, "sysctl", request)
+
+
+FSTAB_STATES = ("present", "absent_from_fstab")  # the others mount or unmount: not offered
+
+
+@register
+class Mount(Module):
+    name = "mount"
+    args = {
+        "path": Arg("path", required=True, aliases=("name",)),
+        "state": Arg(
+            required=True, choices=(*FSTAB_STATES, "absent", "mounted", "unmounted", "remounted", "ephemeral")
+        ),
+        "src": Arg(),
+        "fstype": Arg(),
+        "opts": Arg(),
+        "opts_no_log": Arg("bool", default=False),
+        "dump": Arg(default="0"),
+        "passno": Arg(default="0"),
+        "boot": Arg("bool", default=True),
+        "fstab": Arg(),
+        "backup": Arg("bool", default=False),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        state = args.get("state")
+        if state is not None and not is_template(state) and state not in FSTAB_STATES:
+            raise ArgError(f"mount: state {state!r} is not supported by provision (only present, absent_from_fstab)")
+        if state == "present" and (args.get("src") is None or args.get("fstype") is None):
+            raise ArgError("mount: state is present but all of the following are missing: src, fstype")
+        _refuse_backup(cls.name, args)
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["state"] not in FSTAB_STATES:
+            return ModuleResult(failed=True, msg=f"mount: state {args['state']!r} is not supported by provision")
+        keys = ("path", "state", "src", "fstype", "opts", "dump", "passno", "boot", "fstab")
+        return _apply(ctx, "mount", {k: args[k] for k in keys})
+
+
+@register
+class AuthorizedKey(Module):
+    name = "authorized_key"
+    args = {
+        "user": Arg(required=True),
+        "key": Arg(required=True),
+        "path": Arg("path"),
+        "manage_dir": Arg("bool", default=True),
+        "state": Arg(default="present", choices=("absent", "present")),
+        "key_options": Arg(),
+        "exclusive": Arg("bool", default=False),
+        "comment": Arg(),
+        "validate_certs": Arg("bool", default=True),
+        "follow": Arg("bool", default=False),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = dict(args)
+        if request["path"] is not None:
+            request["path"] = ctx.expand(request["path"])
+        return _apply(ctx, "authorized_key", request, script="authorized_key.py", path="")  # "": the keyfile
+
+
+@register
+class KnownHosts(Module):
+    name = "known_hosts"
+    args = {
+        "name": Arg(required=True, aliases=("host",)),
+        "key": Arg(),
+        "path": Arg("path", default="~/.ssh/known_hosts"),
+        "hash_host": Arg("bool", default=False),
+        "state": Arg(default="present", choices=("absent", "present")),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = dict(args, path=ctx.expand(args["path"]))
+        return _apply(ctx, "known_hosts", request, script="known_hosts.py", path=request["path"])
+
+
+add_fqcn("community.general", PamLimits)
+add_fqcn("ansible.posix", AuthorizedKey)
+add_fqcn("ansible.posix", Sysctl)
+add_fqcn("ansible.posix", Mount)
+
+__all__ = ["AuthorizedKey", "KnownHosts", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
