@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import guards, instances, ports
 from .addr import is_loopback
 from .flags import PlanError, effective
 from .spec import Deployment, Proc, build
@@ -46,6 +47,7 @@ def validate_pd(hosts: Mapping[str, Mapping[str, Any]], gpus: Mapping[str, int] 
     problems += check_reachable(deployment)
     problems += check_flags(deployment)
     problems += check_gpus(deployment, {**_facts_gpus(hosts), **(gpus or {})})
+    problems += instances.check(deployment) + ports.check(deployment) + guards.check(deployment, hosts)
     return problems
 
 
