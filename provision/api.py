@@ -90,6 +90,8 @@ from .pd import PlanError, build, pd_host_names, validate_pd
 from .pd.rollout import Progress as RolloutProgress
 from .pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
 from .pd.rollout import Step as RolloutStep
+from .pd.ports import host_rows as host_port_rows
+from .pd.scale import ScaleResult, scale
 from .pd.status import all_up
 from .plan import check_plan
 from .playbook import Play, Task, load_playbook, parse_task
@@ -611,6 +613,12 @@ def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, 
     return out
 
 
+def pd_ports(inventory: Inventory, extra: dict[str, Any], host: str) -> list[dict[str, Any]] | None:
+    """The port plan of ``host``'s PD processes (``provision inventory --host``); None: not a PD host."""
+    pd_vars = inventory_pd_vars(inventory, extra)
+    return host_port_rows(build(pd_vars), host) if host in pd_vars else None
+
+
 MODEL_PATH_MISSING = "model_path is not set (a model directory on the host, or a hub id)"
 
 
@@ -923,6 +931,28 @@ def pd_rollout(
         if first is not None and first.get(key) is not None:
             setattr(options, name, to_bool(first.get(key), key))
     return rollout(pd_vars, rollout_runner(fleet, opts), options, progress=progress)
+
+
+def pd_scale(
+    hosts: Fleet | PathLike | Sequence[PathLike], *, add: Sequence[str] = (), remove: Sequence[str] = (),
+    rollout_options: RolloutOptions | None = None, **opts: Unpack[Options],
+) -> ScaleResult:
+    """Servers added to / removed from a serving deployment, the routers not restarted (``provision pd scale``;
+    :mod:`provision.pd.scale`). The new servers start as ``pd up`` starts them (``pd-up.yml`` on them alone)."""
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    extra = {**fleet.extra_vars, **_extra(opts.get("extra_vars"))}
+    pd_vars = inventory_pd_vars(fleet.inventory, extra)
+    after: Options = {**opts, "extra_vars": {**extra, "pd_scale_removed": list(remove)}}
+
+    def start(names: list[str]) -> tuple[bool, str]:
+        planned = plan_pd_up(fleet, **{**opts, "limit": ",".join(names)})
+        done = planned.run(opts.get("on_event"))
+        failed = next((r for r in done.results if r.status in (Status.FAILED, Status.UNREACHABLE) and not r.ignored),
+                      None)  # fmt: skip
+        return done.ok, (f"{failed.host}: {failed.task}: {failed.msg}" if failed else "")
+
+    return scale(pd_vars, rollout_runner(fleet, opts), rollout_runner(fleet, after), start, list(add), list(remove),
+                 rollout_options)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ model sync

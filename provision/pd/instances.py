@@ -34,6 +34,16 @@ def instance_of(variables: Mapping[str, Any]) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def one_role(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> None:
+    """PlanError when one ``pd_instance`` name has members in two groups."""
+    roles: dict[str, str] = {}
+    for proc in servers:
+        name = instance_of(hosts[proc.host])
+        if name is not None and roles.setdefault(name, proc.role) != proc.role:
+            raise PlanError(f"pd_instance {name!r} has members in groups {roles[name]} and {proc.role}: the hosts of "
+                            "one server are in one group")  # fmt: skip
+
+
 def join(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> tuple[list[Proc], list[Proc]]:
     """(the servers the router lists: single-host ones and the leaders, the non-leader ranks). The members of
     each instance get their ``--nnodes``/``--node-rank``/``--dist-init-addr`` lines here."""
@@ -42,11 +52,6 @@ def join(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> tuple[l
         name = instance_of(hosts[proc.host])
         if name is not None:
             members.setdefault((proc.role, name), []).append(proc)
-    roles = {name: role for role, name in members}
-    for role, name in members:
-        if roles[name] != role:
-            raise PlanError(f"pd_instance {name!r} has members in groups {role} and {roles[name]}: the hosts of one "
-                            "server are in one group")  # fmt: skip
     ranks: list[Proc] = []
     for (_, name), procs in members.items():
         leader = procs[0]

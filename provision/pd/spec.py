@@ -186,6 +186,8 @@ class HostPlan:
             "bind": proc.bind, "port": proc.port, "url": proc.url, "health_url": health_url(proc),
             "bootstrap_port": proc.bootstrap_port, "venv": proc.venv, "instance": proc.instance,
             "node_rank": proc.node_rank, "nnodes": proc.nnodes,
+            "ports": [{"port": u.port, "what": u.what, "name": u.name, "pidfile": f"{self.pid_dir}/{proc.name}.json"}
+                      for u in ports.of(proc)],
             "command_tail": proc.command[1:] if proc.venv else proc.command,
         }  # fmt: skip
 
@@ -200,6 +202,7 @@ class HostPlan:
             "server": self.proc_fact(self.server) if self.server else None,
             "router": self.proc_fact(self.router) if self.router else None,
             "procs": [self.proc_fact(p) for p in self.procs],
+            "ports": [u for p in self.procs for u in self.proc_fact(p)["ports"]],
             "dirs": [self.dir, self.log_dir, self.pid_dir],
             "supervisor": self.supervisor, "restart": dict(self.restart),
         }  # fmt: skip
@@ -388,16 +391,18 @@ def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | Non
             plan.server = server_proc(host, servers[0], v, homes.get(host), plan.model_path)
             {"prefill": prefill, "decode": decode, "serve": serve}[servers[0]].append(plan.server)
         plans[host] = plan
+    instances.one_role([*prefill, *decode, *serve], hosts)
     prefill, prefill_ranks = instances.join(prefill, hosts)
     decode, decode_ranks = instances.join(decode, hosts)
-    ports.assign([*prefill, *prefill_ranks, *decode, *decode_ranks, *serve])
+    serve, serve_ranks = instances.join(serve, hosts)
+    ports.assign([*prefill, *prefill_ranks, *decode, *decode_ranks, *serve, *serve_ranks])
     routers: list[Proc] = []
     for host, plan in plans.items():
         if "router" in roles_of(hosts[host]) and (prefill or decode):
             plan.router = router_proc(host, hosts[host], homes.get(host), prefill, decode)
             routers.append(plan.router)
     return Deployment(plans, prefill, decode, routers, {h: hosts[h] for h in plans}, serve,
-                      [*prefill_ranks, *decode_ranks])  # fmt: skip
+                      [*prefill_ranks, *decode_ranks, *serve_ranks])  # fmt: skip
 
 
 def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:

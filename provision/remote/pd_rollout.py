@@ -389,7 +389,107 @@ def files(req):
     return {"ok": True, "done": done}
 
 
+def listeners():
+    """{port: [socket inode, ...]} of every listening TCP socket of this host (``/proc/net/tcp``, ``tcp6``)."""
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A":  # LISTEN
+                out.setdefault(int(cols[1].rsplit(":", 1)[1], 16), []).append(cols[9])
+    return out
+
+
+def holders(inodes):
+    """{inode: pid} for the sockets ``inodes``, as far as this user may look into /proc/PID/fd."""
+    wanted, found = {"socket:[%s]" % i: i for i in inodes}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % name)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (name, fd))
+            except OSError:
+                continue
+            if target in wanted:
+                found[wanted[target]] = int(name)
+    return found
+
+
+def session_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def own_session(pidfile):
+    try:
+        with open(os.path.expanduser(pidfile)) as fh:
+            return json.load(fh).get("sid")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def ports(req):
+    """``{"ports": [{"port", "what", "name", "pidfile"?}]}`` → not ok, naming each planned port another process
+    listens on with its pid and command (``held``; no pid where /proc does not say: another user's). A port
+    held by the process's own session (already running: the ``sid`` of its record, ``pidfile``) is its own."""
+    listening = listeners()
+    planned = [p for p in req["ports"] if int(p["port"]) in listening]
+    pids = holders([i for p in planned for i in listening[int(p["port"])]])
+    held = []
+    for p in planned:
+        pid = next((pids[i] for i in listening[int(p["port"])] if i in pids), None)
+        own = own_session(p.get("pidfile"))
+        if pid is not None and own is not None and session_of(pid) == own:
+            continue
+        command = None
+        if pid is not None:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as fh:
+                    command = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+            except OSError:
+                pass
+        held.append(dict(p, pid=pid, command=command))
+    msg = "; ".join("port %s (%s of %s) is held by %s" % (
+        h["port"], h["what"], h["name"], "pid %s: %s" % (h["pid"], h["command"]) if h["pid"] else "another user's process")
+        for h in held)  # fmt: skip
+    return {"ok": not held, "held": held, "msg": msg + " (stop it, or give this process other ports)" if held else ""}
+
+
+def adopt(req):
+    """The running process takes its rewritten script as its own (``pd scale``: the router's live worker set
+    is already what its new script lists): its record's digest becomes the script's, so a later ``pd up``
+    does not restart it for that change. Only a running process under provision's record (pidfile JSON)."""
+    path = os.path.expanduser(req["pidfile"])
+    try:
+        with open(path) as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return {"ok": True, "done": False, "why": "no record"}
+    script = os.path.expanduser(req["script"])
+    current = hostlib.digest(script) if os.path.exists(script) else None
+    if not isinstance(record, dict) or current is None or record.get("sha256") in (None, current):
+        return {"ok": True, "done": False}
+    record["sha256"] = current
+    hostlib.atomic_write(path, json.dumps(record).encode(), mode=0o600)
+    return {"ok": True, "done": True}
+
+
 ACTIONS = {
+    "adopt": adopt,
+    "ports": ports,
     "router_list": router_list,
     "router_remove": router_remove,
     "router_add": router_add,
