@@ -87,10 +87,10 @@ from .magic import magic_vars
 from .masking import register_inventory_secrets
 from .modules.base import ModuleContext, to_bool
 from .pd import PlanError, build, pd_host_names, validate_pd
+from .pd.ports import host_rows as host_port_rows
 from .pd.rollout import Progress as RolloutProgress
 from .pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
 from .pd.rollout import Step as RolloutStep
-from .pd.ports import host_rows as host_port_rows
 from .pd.scale import ScaleResult, scale
 from .pd.status import all_up
 from .plan import check_plan
@@ -934,8 +934,12 @@ def pd_rollout(
 
 
 def pd_scale(
-    hosts: Fleet | PathLike | Sequence[PathLike], *, add: Sequence[str] = (), remove: Sequence[str] = (),
-    rollout_options: RolloutOptions | None = None, **opts: Unpack[Options],
+    hosts: Fleet | PathLike | Sequence[PathLike],
+    *,
+    add: Sequence[str] = (),
+    remove: Sequence[str] = (),
+    rollout_options: RolloutOptions | None = None,
+    **opts: Unpack[Options],
 ) -> ScaleResult:
     """Servers added to / removed from a serving deployment, the routers not restarted (``provision pd scale``;
     :mod:`provision.pd.scale`). The new servers start as ``pd up`` starts them (``pd-up.yml`` on them alone)."""
@@ -945,7 +949,8 @@ def pd_scale(
     after: Options = {**opts, "extra_vars": {**extra, "pd_scale_removed": list(remove)}}
 
     def start(names: list[str]) -> tuple[bool, str]:
-        planned = plan_pd_up(fleet, **{**opts, "limit": ",".join(names)})
+        only: Options = {**opts, "limit": ",".join(names)}
+        planned = plan_pd_up(fleet, **only)
         done = planned.run(opts.get("on_event"))
         failed = next((r for r in done.results if r.status in (Status.FAILED, Status.UNREACHABLE) and not r.ignored),
                       None)  # fmt: skip

@@ -220,7 +220,7 @@ def playbooks() -> int:
     default="two-host",
     show_default=True,
     help="two-host: a prefill and a decode host; single-host-4p4: one 8-GPU host split 4+4; "
-    "nxm: 2 prefill x 3 decode; local: this machine, CPU mode",
+    "nxm: 2 prefill x 3 decode; local: this machine, CPU mode; multi-host: one prefill server over two hosts",
 )
 @click.option("--force", is_flag=True, help="replace an existing DIRECTORY/inventory.yml")
 def init(directory: str, layout: str, force: bool) -> int:

@@ -48,8 +48,12 @@ def _deepep(host: str, variables: Mapping[str, Any]) -> str | None:
     if not isinstance(rdma, list):
         return (f"{host}: --moe-a2a-backend deepep across hosts needs RDMA, and no facts are known for {host} "
                 "(gather them: provision facts -i INV)")  # fmt: skip
-    active = [d for d in rdma if isinstance(d, Mapping) and any(
-        isinstance(p, Mapping) and str(p.get("state", "")).upper() == "ACTIVE" for p in d.get("ports") or [])]
+    active = [
+        d
+        for d in rdma
+        if isinstance(d, Mapping)
+        and any(isinstance(p, Mapping) and str(p.get("state", "")).upper() == "ACTIVE" for p in d.get("ports") or [])
+    ]
     if not active:
         return f"{host}: --moe-a2a-backend deepep across hosts needs an ACTIVE RDMA port; its facts show none"
     peer = variables.get("pd_peer_memory") if "pd_peer_memory" in variables else None

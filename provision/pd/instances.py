@@ -91,9 +91,10 @@ def check(d: Deployment) -> list[str]:
         members = [leader, *(r for r in d.ranks if r.leader is leader)]
         lead_model = d.hosts[leader.host].model_path
         for proc in members[1:]:
-            if d.hosts[proc.host].model_path != lead_model:
-                problems.append(f"{proc.host}: pd_instance {leader.instance}: model_path {d.hosts[proc.host].model_path!r}"
-                                f" differs from the leader {leader.host}'s {lead_model!r}")  # fmt: skip
+            model = d.hosts[proc.host].model_path
+            if model != lead_model:
+                problems.append(f"{proc.host}: pd_instance {leader.instance}: model_path {model!r} differs from the "
+                                f"leader {leader.host}'s {lead_model!r}")  # fmt: skip
             elif shared_args(proc) != shared_args(leader):
                 diff = _first_difference(shared_args(leader), shared_args(proc))
                 problems.append(f"{proc.host}: pd_instance {leader.instance}: its server flags differ from the leader "
@@ -101,7 +102,8 @@ def check(d: Deployment) -> list[str]:
         tp = _int(effective(leader.args, "--tp-size", "--tp", "--tensor-parallel-size"), 1)
         if tp % leader.nnodes:
             problems.append(f"{leader.host}: pd_instance {leader.instance}: tp {tp} is not divisible by its "
-                            f"{leader.nnodes} nodes (SGLang: tp_size must be divisible by number of nodes)")  # fmt: skip
+                            f"{leader.nnodes} nodes (SGLang: tp_size must be divisible by number of "
+                            "nodes)")  # fmt: skip
         dp = _int(effective(leader.args, "--dp-size", "--dp", "--data-parallel-size"), 1)
         if dp > 1 and "--enable-dp-attention" not in leader.args:
             problems.append(f"{leader.host}: pd_instance {leader.instance}: dp {dp} across {leader.nnodes} nodes needs "
@@ -122,7 +124,7 @@ def _first_difference(a: list[str], b: list[str]) -> str:
     for x, y in zip(a, b, strict=False):
         if x != y:
             return f"{x} vs {y}"
-    return f"{' '.join(a[len(b):]) or '-'} vs {' '.join(b[len(a):]) or '-'}"
+    return f"{' '.join(a[len(b) :]) or '-'} vs {' '.join(b[len(a) :]) or '-'}"
 
 
 def _int(value: Any, default: int) -> int:

@@ -63,7 +63,9 @@ def of(proc: Proc) -> list[PortUse]:
         if proc.node_rank == 0:
             uses.append((port, "http"))
             if proc.role == "prefill":
-                uses.append((_int(effective(args, "--disaggregation-bootstrap-port"), proc.bootstrap_port), "bootstrap"))
+                uses.append(
+                    (_int(effective(args, "--disaggregation-bootstrap-port"), proc.bootstrap_port), "bootstrap")
+                )
         uses.append((_int(effective(args, "--nccl-port"), proc.nccl_port), "nccl"))
         dist = _int((effective(args, "--dist-init-addr") or "").rpartition(":")[2] or None, None)
         if proc.node_rank == 0 and proc.nnodes > 1:

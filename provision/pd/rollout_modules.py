@@ -24,7 +24,8 @@ from typing import Any
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "pd_rollout.py"
-ACTIONS = ("adopt", "ports", "router_list", "router_remove", "router_add", "router_metrics", "drain", "pinned", "pairs", "files", "stack")
+ACTIONS = ("adopt", "ports", "router_list", "router_remove", "router_add", "router_metrics", "drain", "pinned",
+           "pairs", "files", "stack")  # fmt: skip
 CHANGING = ("router_remove", "router_add", "files", "adopt")
 
 

@@ -108,7 +108,8 @@ def scale(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, run_after: RunT
         adopt = _step("adopt", {"pidfile": "{{ pd.pid_dir }}/{{ pd.router.name }}.json",
                                 "script": "{{ pd.router.script }}"}, 30)  # fmt: skip
         Rollout(build(without(hosts, remove)), run_after, options)._ok(
-            routers, [{"name": "pd", "pd_config": None, "register": "pd"}, script, adopt])
+            routers, [{"name": "pd", "pd_config": None, "register": "pd"}, script, adopt]
+        )
         result.routers = routers
     except BatchFailed as exc:
         result.ok, result.failed_host, result.reason = False, exc.host, exc.reason
@@ -139,14 +140,21 @@ def _remove(engine: Rollout, procs: list[Proc], result: ScaleResult) -> None:
     report = BatchReport(0, False, [p.host for p in procs])
     engine.drain(procs, report)
     t = time.monotonic()
-    stop = {"name": "stop", "process": {"name": "{{ pd.server.name }}", "state": "stopped",
-                                        "pidfile_dir": "{{ pd.pid_dir }}", "stop_timeout": "{{ pd.restart.stop_timeout }}"},
-            "become": "{{ pd.become }}"}  # fmt: skip
+    process = {"name": "{{ pd.server.name }}", "state": "stopped", "pidfile_dir": "{{ pd.pid_dir }}",
+               "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
+    stop = {"name": "stop", "process": process, "become": "{{ pd.become }}"}
     engine._ok([p.host for p in procs], [{"name": "pd", "pd_config": None, "register": "pd"}, stop])
     stopped = round(time.monotonic() - t, 3)
     for p in procs:
-        result.removed.append({"host": p.host, "name": p.name, "deregistered_seconds": deregistered,
-                               "stop_seconds": stopped, **{f"drain_{k}": v for k, v in report.drain[p.host].items()}})
+        result.removed.append(
+            {
+                "host": p.host,
+                "name": p.name,
+                "deregistered_seconds": deregistered,
+                "stop_seconds": stopped,
+                **{f"drain_{k}": v for k, v in report.drain[p.host].items()},
+            }
+        )
 
 
 def render(result: ScaleResult) -> str:

@@ -186,7 +186,8 @@ class HostPlan:
             "bind": proc.bind, "port": proc.port, "url": proc.url, "health_url": health_url(proc),
             "bootstrap_port": proc.bootstrap_port, "venv": proc.venv, "instance": proc.instance,
             "node_rank": proc.node_rank, "nnodes": proc.nnodes,
-            "ports": [{"port": u.port, "what": u.what, "name": u.name, "pidfile": f"{self.pid_dir}/{proc.name}.json"}
+            "ports": [{"port": u.port, "bind": u.bind, "what": u.what, "name": u.name,
+                       "pidfile": f"{self.pid_dir}/{proc.name}.json"}
                       for u in ports.of(proc)],
             "command_tail": proc.command[1:] if proc.venv else proc.command,
         }  # fmt: skip

@@ -203,7 +203,8 @@ def check_gpus(d: Deployment, gpus: Mapping[str, int]) -> list[str]:
         if max(ids) >= count:
             problems.append(
                 f"{p.role} {p.host} needs GPUs {min(ids)}-{max(ids)} (tp {tp} x dp {dp}"
-                + (f" over {p.nnodes} nodes" if p.nnodes > 1 else "") + f" from base_gpu_id {base}) "
+                + (f" over {p.nnodes} nodes" if p.nnodes > 1 else "")
+                + f" from base_gpu_id {base}) "
                 f"but the host reports {count} GPU{'s' if count != 1 else ''}"
             )
         for other_ids, other in used.get(p.machine, []):

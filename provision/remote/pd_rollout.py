@@ -44,6 +44,7 @@ Server actions:
 import json
 import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -389,9 +390,20 @@ def files(req):
     return {"ok": True, "done": done}
 
 
+def _address(hexed):
+    """A /proc/net/tcp{,6} local address as text ("" for a wildcard one)."""
+    raw = bytes.fromhex(hexed)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # each 32-bit word is host-order
+    if not any(words):
+        return ""
+    if len(words) == 16 and words[:12] == b"\0" * 10 + b"\xff\xff":
+        words = words[12:]  # ::ffff:a.b.c.d: an IPv4 listener on a dual-stack socket
+    return socket.inet_ntop(socket.AF_INET if len(words) == 4 else socket.AF_INET6, words)
+
+
 def listeners():
-    """{port: [socket inode, ...]} of every listening TCP socket of this host (``/proc/net/tcp``, ``tcp6``)."""
-    out = {}
+    """{port: [(address, socket inode), ...]} of every listening TCP socket here (address "" = every one)."""
+    out = {}  # type: dict[int, list[tuple[str, str]]]
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as fh:
@@ -401,8 +413,33 @@ def listeners():
         for row in rows:
             cols = row.split()
             if len(cols) > 9 and cols[3] == "0A":  # LISTEN
-                out.setdefault(int(cols[1].rsplit(":", 1)[1], 16), []).append(cols[9])
+                addr, _, port = cols[1].partition(":")
+                out.setdefault(int(port, 16), []).append((_address(addr), cols[9]))
     return out
+
+
+def _bind_of(bind):
+    """The planned bind address as a listener's text ("" for a wildcard; a name resolved here, else "")."""
+    if bind in (None, "", "0.0.0.0", "::"):
+        return ""
+    try:
+        return socket.inet_ntop(socket.AF_INET, socket.inet_aton(bind))
+    except OSError:
+        pass
+    try:
+        return socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, bind.strip("[]")))
+    except OSError:
+        pass
+    try:
+        return socket.gethostbyname(bind)
+    except OSError:
+        return ""
+
+
+def _clashing(entry, listening):
+    """The inodes of the listeners that take ``entry``'s port on its bind address."""
+    bind = _bind_of(entry.get("bind"))
+    return [inode for addr, inode in listening.get(int(entry["port"]), ()) if not addr or not bind or addr == bind]
 
 
 def holders(inodes):
@@ -446,11 +483,12 @@ def ports(req):
     listens on with its pid and command (``held``; no pid where /proc does not say: another user's). A port
     held by the process's own session (already running: the ``sid`` of its record, ``pidfile``) is its own."""
     listening = listeners()
-    planned = [p for p in req["ports"] if int(p["port"]) in listening]
-    pids = holders([i for p in planned for i in listening[int(p["port"])]])
+    planned = [(p, _clashing(p, listening)) for p in req["ports"]]
+    planned = [(p, inodes) for p, inodes in planned if inodes]
+    pids = holders([i for _, inodes in planned for i in inodes])
     held = []
-    for p in planned:
-        pid = next((pids[i] for i in listening[int(p["port"])] if i in pids), None)
+    for p, inodes in planned:
+        pid = next((pids[i] for i in inodes if i in pids), None)
         own = own_session(p.get("pidfile"))
         if pid is not None and own is not None and session_of(pid) == own:
             continue
@@ -458,13 +496,12 @@ def ports(req):
         if pid is not None:
             try:
                 with open("/proc/%d/cmdline" % pid, "rb") as fh:
-                    command = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200]
+                    command = " ".join(fh.read().replace(b"\0", b" ").decode("utf-8", "replace").split())[:200]
             except OSError:
                 pass
         held.append(dict(p, pid=pid, command=command))
-    msg = "; ".join("port %s (%s of %s) is held by %s" % (
-        h["port"], h["what"], h["name"], "pid %s: %s" % (h["pid"], h["command"]) if h["pid"] else "another user's process")
-        for h in held)  # fmt: skip
+    msg = "; ".join("port %s (%s of %s) is held by %s" % (h["port"], h["what"], h["name"], "pid %s: %s" % (
+        h["pid"], h["command"]) if h["pid"] else "another user's process") for h in held)  # fmt: skip
     return {"ok": not held, "held": held, "msg": msg + " (stop it, or give this process other ports)" if held else ""}
 
 

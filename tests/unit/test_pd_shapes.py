@@ -15,16 +15,15 @@ from typing import Any
 import pytest
 
 from provision.cli.pd import inventory_pd_vars
+from provision.errors import InputError
 from provision.inventory import Inventory
 from provision.pd import build, validate_pd
 from provision.pd.flags import effective
-from provision.errors import InputError
 from provision.pd.ports import of as ports_of
 from provision.pd.ports import plan
 from provision.pd.scale import plan as scale_plan
 from provision.pd.scale import without
 from provision.pd.spec import health_url
-
 from provision.remote import path as remote_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +58,9 @@ def test_multi_host_instance_render() -> None:
         assert effective(proc.args, "--dist-init-addr") == "10.0.0.1:30200"
     assert rank.leader is lead and health_url(rank) == "http://10.0.0.1:30000/health"
     router = d.routers[0].args
-    assert router.count("--prefill") == 1 and "http://10.0.0.1:30000" in router and "http://10.0.0.2:30000" not in router
+    assert (
+        router.count("--prefill") == 1 and "http://10.0.0.1:30000" in router and "http://10.0.0.2:30000" not in router
+    )
     assert d.hosts["pf1"].server is rank  # the rank runs (pd up starts it, pd status shows it)
     fact = d.hosts["pf1"].fact()["server"]
     assert (fact["instance"], fact["node_rank"], fact["nnodes"]) == ("p", 1, 2)
@@ -124,7 +125,11 @@ def test_port_plan_unique_per_machine() -> None:
     ports = [u.port for u in uses]
     assert len(ports) == len(set(ports)), uses
     assert {(u.host, u.what): u.port for u in uses if u.what == "nccl"} == {
-        ("m-0", "nccl"): 30100, ("m-1", "nccl"): 30101, ("m-2", "nccl"): 30102, ("m-3", "nccl"): 30103}
+        ("m-0", "nccl"): 30100,
+        ("m-1", "nccl"): 30101,
+        ("m-2", "nccl"): 30102,
+        ("m-3", "nccl"): 30103,
+    }
     assert {u.what for u in uses} == {"http", "bootstrap", "nccl", "router", "router-metrics"}
     assert validate_pd(four_names()) == []
 
@@ -192,11 +197,11 @@ def test_staging_buffer_when_tp_differs() -> None:
 
 # ------------------------------------------------------------------ the plan against real processes
 BINDER = """
-import socket, sys, time
+import os, socket, sys, time
 socks = []
 for port in sys.argv[1:]:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", int(port)))  # no SO_REUSEADDR: a port another process holds is a bind error
+    s.bind((os.environ.get("BIND", "127.0.0.1"), int(port)))  # no SO_REUSEADDR: a held port is a bind error
     s.listen(8)
     socks.append(s)
 print("bound", flush=True)
@@ -213,9 +218,9 @@ def local_four(base: int) -> dict[str, dict[str, Any]]:
     return hosts
 
 
-def spawn(ports: list[int]) -> subprocess.Popen[str]:
+def spawn(ports: list[int], bind: str = "127.0.0.1") -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", BINDER, *map(str, ports)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "BIND": bind})  # fmt: skip
 
 
 def test_four_names_of_one_machine_up_and_down_five_times() -> None:
@@ -252,10 +257,28 @@ def test_a_held_planned_port_is_refused_naming_pid_and_command() -> None:
         answer = helper("ports", {"ports": mine})
         assert not answer["ok"]
         assert answer["msg"].startswith(f"port 42102 (nccl of m-2-decode) is held by pid {holder.pid}: ")
-        assert "import socket" in answer["msg"]  # its command line
+        assert "-c import os, socket, sys, time" in answer["msg"]  # its command line, on one line
+        http = [u for u in mine if u["what"] == "http"]
+        assert helper("ports", {"ports": http})["ok"]  # its other ports are free
         own = Path(tempfile.mkdtemp()) / "m-2-decode.json"  # the process's own session holds it: its own
         own.write_text(json.dumps({"sid": os.getsid(holder.pid)}))
         assert helper("ports", {"ports": [dict(u, pidfile=str(own)) for u in mine]})["ok"]
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+        holder.stdout.close()  # type: ignore[union-attr]
+        holder.stderr.close()  # type: ignore[union-attr]
+
+
+def test_a_port_held_on_another_address_of_the_machine_is_not_a_clash() -> None:
+    """The lab's hosts are loopback addresses of one machine: the same HTTP port on another address is free."""
+    holder = spawn([43000], bind="127.0.0.2")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
+        planned = {"port": 43000, "what": "http", "name": "x"}
+        assert helper("ports", {"ports": [dict(planned, bind="127.0.0.1")]})["ok"]
+        assert not helper("ports", {"ports": [dict(planned, bind="127.0.0.2")]})["ok"]
+        assert not helper("ports", {"ports": [dict(planned, bind="0.0.0.0")]})["ok"]
     finally:
         holder.kill()
         holder.wait(timeout=30)
