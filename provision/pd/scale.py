@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
 from .flags import PlanError
-from .rollout import EXIT_FAILED, EXIT_OK, BatchFailed, BatchReport, Rollout, RolloutOptions, RunTasks, _step, _worker
+from .rollout import BatchFailed, BatchReport, Outcome, Rollout, RolloutOptions, RunTasks, _step, _worker
 from .spec import Deployment, Proc, build
 from .validate import validate_pd
 
@@ -35,7 +35,7 @@ StartServers = Callable[[list[str]], tuple[bool, str]]  # pd-up.yml on those hos
 
 
 @dataclass
-class ScaleResult:
+class ScaleResult(Outcome):
     ok: bool
     added: list[dict[str, Any]] = field(default_factory=list)  # host, name, start/verify/register seconds, peer
     removed: list[dict[str, Any]] = field(default_factory=list)  # host, name, deregister/drain/stop seconds
@@ -43,13 +43,6 @@ class ScaleResult:
     failed_host: str | None = None
     reason: str | None = None
     seconds: float = 0.0
-
-    @property
-    def code(self) -> int:
-        return EXIT_OK if self.ok else EXIT_FAILED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "code": self.code}
 
 
 def without(hosts: Mapping[str, Mapping[str, Any]], gone: list[str]) -> dict[str, Mapping[str, Any]]:
