@@ -330,3 +330,22 @@ def test_scale_plan_and_the_router_script_after_a_removal() -> None:
 def test_scale_refuses_a_rank() -> None:
     with pytest.raises(InputError, match="pf1 is a non-leader rank of pd_instance p"):
         scale_plan(two_rank(), [], ["pf1"])
+
+
+def test_export_refuses_multi_host_servers() -> None:
+    from provision.pd.export import export
+    from provision.pd.flags import PlanError
+
+    with pytest.raises(PlanError, match="pd_instance p: multi-host servers are not exported yet"):
+        export(build(two_rank()), "slurm")
+
+
+def test_the_tasks_plan_leaves_out_the_hosts_being_removed() -> None:
+    """``pd scale --remove``: the routers' scripts are rendered by pd_config with ``pd_scale_removed`` set."""
+    from provision.pd import hosts_from_task_vars
+
+    hosts = scale_hosts()
+    groups = {"prefill": ["m-0", "m-1"], "decode": ["m-2", "m-3"], "router": ["m-0"]}
+    seen = hosts_from_task_vars({"hostvars": hosts, "groups": groups, "pd_scale_removed": ["m-2"]})
+    assert list(seen) == ["m-0", "m-1", "m-3"]
+    assert "http://10.0.0.9:30002" not in build(seen).routers[0].args
