@@ -349,3 +349,21 @@ def test_the_tasks_plan_leaves_out_the_hosts_being_removed() -> None:
     seen = hosts_from_task_vars({"hostvars": hosts, "groups": groups, "pd_scale_removed": ["m-2"]})
     assert list(seen) == ["m-0", "m-1", "m-3"]
     assert "http://10.0.0.9:30002" not in build(seen).routers[0].args
+
+
+def test_scale_and_inventory_host_from_the_cli() -> None:
+    """``pd scale`` refuses a name that is no server in one line, exit 5, before any host (nxm.yml's hosts do not
+    exist); ``inventory --host`` shows the port plan."""
+    from tests.support.cli import run_cli
+
+    nxm = str(REPO / "inventory" / "nxm.yml")
+    result = run_cli(["pd", "scale", "-i", nxm, "--remove", "nope"])
+    assert result.code == 5 and "pd scale: nope is not a prefill or decode host of the inventory" in result.err
+    shown = run_cli(["inventory", "-i", str(REPO / "inventory" / "multi-host.yml"), "--host", "gpu01"])
+    assert shown.code == 0
+    assert {(u["what"], u["port"]) for u in json.loads(shown.out)["_pd_ports"]} == {
+        ("http", 30000),
+        ("bootstrap", 8998),
+        ("nccl", 30100),
+        ("dist-init", 30200),
+    }
