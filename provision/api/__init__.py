@@ -61,7 +61,7 @@ from ..results import HostStats, RunSummary, Status, TaskResult
 from .bench import BenchOptions, BenchResult, pd_bench
 from .export import PdExport, pd_export
 from .fleet import Fleet, Options, default_router, load, masked, parse_extra_vars, run_options
-from .layout import check_layout, inventory_pd_vars
+from .layout import check_layout, inventory_pd_vars, pd_ports
 from .model import model_sync
 from .pd import (
     PdLogs,
@@ -73,6 +73,7 @@ from .pd import (
     pd_down,
     pd_logs,
     pd_rollout,
+    pd_scale,
     pd_serving_paths,
     pd_status,
     pd_targets,
@@ -154,7 +155,9 @@ __all__ = [
     "pd_down",
     "pd_export",
     "pd_logs",
+    "pd_ports",
     "pd_rollout",
+    "pd_scale",
     "pd_serving_paths",
     "pd_status",
     "pd_targets",

@@ -1,10 +1,11 @@
 """The PD layout of an inventory, checked before anything runs: :func:`check_layout` (roles, model path, the
-plan's validation) and :func:`inventory_pd_vars` (each PD host's vars, as the plan reads them).
+plan's validation), :func:`inventory_pd_vars` (each PD host's vars, as the plan reads them) and :func:`pd_ports`
+(a host's port plan).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import templating
 from ..data import defaults
@@ -13,10 +14,8 @@ from ..errors import (
 )
 from ..inventory import Inventory
 from ..magic import magic_vars
-from ..pd import pd_host_names, validate_pd
-
-if TYPE_CHECKING:
-    pass
+from ..pd import build, pd_host_names, validate_pd
+from ..pd.ports import host_rows as host_port_rows
 
 
 def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, templating.Vars]:
@@ -29,6 +28,12 @@ def inventory_pd_vars(inventory: Inventory, extra: dict[str, Any]) -> dict[str, 
             shipped, inventory.hosts[name].vars, extra, magic_vars(inventory, name, groups=groups)
         )
     return out
+
+
+def pd_ports(inventory: Inventory, extra: dict[str, Any], host: str) -> list[dict[str, Any]] | None:
+    """The port plan of ``host``'s PD processes (``provision inventory --host``); None: not a PD host."""
+    pd_vars = inventory_pd_vars(inventory, extra)
+    return host_port_rows(build(pd_vars), host) if host in pd_vars else None
 
 
 MODEL_PATH_MISSING = "model_path is not set (a model directory on the host, or a hub id)"

@@ -1,6 +1,6 @@
 """The PD verbs: ``pd up`` (:func:`plan_pd_up`, :func:`pd_up`, the cleanup policy of a failed up:
 :func:`clean_up_failed_up`), ``pd down``, :func:`pd_status`, :func:`pd_logs`, :func:`pd_verify`,
-:func:`pd_serving_paths`, :func:`pd_targets`, :func:`pd_rollout` (over :func:`rollout_runner`).
+:func:`pd_serving_paths`, :func:`pd_targets`, :func:`pd_rollout` (over :func:`rollout_runner`), :func:`pd_scale`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..pd import PlanError, build
 from ..pd.rollout import Progress as RolloutProgress
 from ..pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
 from ..pd.rollout import Step as RolloutStep
+from ..pd.scale import ScaleResult, scale
 from ..pd.status import all_up, table
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
@@ -358,3 +359,30 @@ def pd_rollout(
 
 
 # ------------------------------------------------------------------------------------------------ model sync
+
+
+def pd_scale(
+    hosts: Fleet | PathLike | Sequence[PathLike],
+    *,
+    add: Sequence[str] = (),
+    remove: Sequence[str] = (),
+    rollout_options: RolloutOptions | None = None,
+    **opts: Unpack[Options],
+) -> ScaleResult:
+    """Servers added to / removed from a serving deployment, the routers not restarted (``provision pd scale``;
+    :mod:`provision.pd.scale`). The new servers start as ``pd up`` starts them (``pd-up.yml`` on them alone)."""
+    fleet = _fleet(hosts, opts.get("extra_vars"))
+    extra = {**fleet.extra_vars, **_extra(opts.get("extra_vars"))}
+    pd_vars = inventory_pd_vars(fleet.inventory, extra)
+    after: Options = {**opts, "extra_vars": {**extra, "pd_scale_removed": list(remove)}}
+
+    def start(names: list[str]) -> tuple[bool, str]:
+        only: Options = {**opts, "limit": ",".join(names)}
+        planned = plan_pd_up(fleet, **only)
+        done = planned.run(opts.get("on_event"))
+        failed = next((r for r in done.results if r.status in (Status.FAILED, Status.UNREACHABLE) and not r.ignored),
+                      None)  # fmt: skip
+        return done.ok, (f"{failed.host}: {failed.task}: {failed.msg}" if failed else "")
+
+    return scale(pd_vars, rollout_runner(fleet, opts), rollout_runner(fleet, after), start, list(add), list(remove),
+                 rollout_options)  # fmt: skip

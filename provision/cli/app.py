@@ -171,6 +171,9 @@ def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_
         shown = _masked_vars({**shipped, **inv.hosts[host_name].vars})
         sources = {**dict.fromkeys(shipped, DEFAULT_SOURCE), **inv.origins.get(host_name, {})}
         doc = {**shown, "_sources": {name: sources.get(name, "inventory") for name in shown}}
+        ports = _pd_ports(inv, parse_extra_vars(extra_vars), host_name)
+        if ports is not None:
+            doc["_pd_ports"] = ports
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     else:
         doc = inv.to_list_json()
@@ -178,6 +181,16 @@ def inventory_cmd(inventories: tuple[str, ...], extra_vars: tuple[str, ...], as_
             doc["_meta"]["hostvars"][name] = _masked_vars(hv)
         click.echo(json.dumps(mask_obj(doc), indent=2, default=str))
     return 0
+
+
+def _pd_ports(inv: Any, extra: dict[str, Any], host: str) -> list[dict[str, Any]] | str | None:
+    """The port plan of a PD host (the one line of a plan that cannot be made, instead)."""
+    from .. import api
+
+    try:
+        return api.pd_ports(inv, extra, host)
+    except api.PlanError as exc:
+        return str(exc)
 
 
 def _masked_vars(variables: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +220,7 @@ def playbooks() -> int:
     default="two-host",
     show_default=True,
     help="two-host: a prefill and a decode host; single-host-4p4: one 8-GPU host split 4+4; "
-    "nxm: 2 prefill x 3 decode; local: this machine, CPU mode",
+    "nxm: 2 prefill x 3 decode; local: this machine, CPU mode; multi-host: one prefill server over two hosts",
 )
 @click.option("--force", is_flag=True, help="replace an existing DIRECTORY/inventory.yml")
 def init(directory: str, layout: str, force: bool) -> int:

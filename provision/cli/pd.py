@@ -269,6 +269,30 @@ def rollout_cmd(batch: str, canary: int, allow_downtime: bool, drain_timeout: fl
     return result.code
 
 
+@pd.command("scale")
+@common_options
+@click.option("--add", "add", multiple=True, help="a prefill/decode host of the inventory to start and register")
+@click.option("--remove", "remove", multiple=True, help="a server to take out of the routers, drain and stop")
+@click.option("--drain-timeout", type=Seconds(), default=120.0, show_default=True,
+              help="seconds to wait for a removed server's requests to finish")  # fmt: skip
+def scale_cmd(add: tuple[str, ...], remove: tuple[str, ...], drain_timeout: float, **kw: Any) -> int:
+    """Add or remove servers of a serving deployment through the routers' worker API: no router restart."""
+    from .. import api
+    from ..pd.rollout import RolloutOptions
+    from ..pd.scale import render
+
+    fleet, opts = _setup(kw, query=True)
+    options = RolloutOptions(drain_timeout=drain_timeout, all_pairs=False)
+    result = api.pd_scale(fleet, add=[n for a in add for n in a.split(",") if n],
+                          remove=[n for r in remove for n in r.split(",") if n], rollout_options=options,
+                          **opts)  # fmt: skip
+    if kw["json_mode"]:
+        click.echo(json.dumps(mask_obj(result.to_dict()), indent=2, default=str))
+    else:
+        click.echo(mask(render(result)))
+    return result.code
+
+
 @pd.command("export")
 @common_options
 @click.option(

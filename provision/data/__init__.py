@@ -125,7 +125,7 @@ def defaults() -> dict[str, Any]:
     return copy.deepcopy(_defaults_text())
 
 
-LAYOUTS = ("two-host", "single-host-4p4", "nxm", "local")  # provision init --layout, in data/inventories/
+LAYOUTS = ("two-host", "single-host-4p4", "nxm", "local", "multi-host")  # provision init --layout, in data/inventories/
 
 
 def starter_inventory(layout: str, path: str | None = None) -> str:

@@ -40,7 +40,8 @@ def hosts_from_task_vars(variables: Mapping[str, Any]) -> dict[str, Mapping[str,
     every host's vars, ``hostvars`` included, without end."""
     raw = variables.raw() if isinstance(variables, Vars) else variables
     hostvars = raw["hostvars"]
-    return {h: hostvars[h] for h in pd_host_names(raw["groups"])}
+    gone = raw.get("pd_scale_removed") or ()  # `pd scale --remove`: the plan as it is after (pd/scale.py)
+    return {h: hostvars[h] for h in pd_host_names(raw["groups"]) if h not in gone}
 
 
 __all__ = [

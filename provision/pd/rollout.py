@@ -106,8 +106,21 @@ class BatchReport:
     rollback: dict[str, Any] = field(default_factory=dict)
 
 
+class Outcome:
+    """What a rollout's or a scale's result shares: ``code`` (0 ok, 2 failed) and ``to_dict`` (for ``--json``)."""
+
+    ok: bool
+
+    @property
+    def code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "code": self.code}  # type: ignore[call-overload]  # its subclasses are dataclasses
+
+
 @dataclass
-class RolloutResult:
+class RolloutResult(Outcome):
     ok: bool
     changes: list[ServerChange]
     unchanged: list[str]
@@ -117,13 +130,6 @@ class RolloutResult:
     failed_host: str | None = None
     reason: str | None = None
     seconds: float = 0.0
-
-    @property
-    def code(self) -> int:
-        return EXIT_OK if self.ok else EXIT_FAILED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "code": self.code}
 
 
 Progress = Callable[[RolloutResult, "BatchReport | None"], None]

@@ -24,8 +24,9 @@ from typing import Any
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
 
 HELPER = "pd_rollout.py"
-ACTIONS = ("router_list", "router_remove", "router_add", "router_metrics", "drain", "pinned", "pairs", "files", "stack")
-CHANGING = ("router_remove", "router_add", "files")
+ACTIONS = ("adopt", "ports", "router_list", "router_remove", "router_add", "router_metrics", "drain", "pinned",
+           "pairs", "files", "stack")  # fmt: skip
+CHANGING = ("router_remove", "router_add", "files", "adopt")
 
 
 @register

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..nixl.ucx import ucx_env
 from ..sglang.cpu_compat import CPU_DECODE_FLAGS, CPU_ROUTER_HEALTH_CHECK_TIMEOUT, cpu_env, cpu_server_flags
-from . import vartypes
+from . import instances, ports, vartypes
 from .addr import address_of, is_ip, machine_of, url_host
 from .flags import PlanError, effective, flag_lines, words
 
@@ -59,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     "pd_start_limit_burst": 5,
     "pd_start_limit_interval": 900,
     "pd_stop_timeout": 20,
+    "nccl_port": None,  # --nccl-port: server_port + 100 (pd/ports.py: the port plan)
+    "dist_init_port": None,  # a multi-host instance's --dist-init-addr port: the leader's server_port + 200
+    "pd_instance": None,  # hosts with the same name are one server over several hosts (pd/instances.py)
     "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
@@ -104,6 +107,12 @@ class Proc:
     bootstrap_port: int | None = None
     prometheus_port: int | None = None
     venv: str | None = None  # the venv whose python the default command runs (the launch script pins it at start)
+    nccl_port: int | None = None  # --nccl-port (servers)
+    instance: str | None = None  # pd_instance: one server over several hosts (pd/instances.py)
+    node_rank: int = 0
+    nnodes: int = 1
+    leader: Proc | None = field(default=None, repr=False, compare=False)  # rank 0 of its instance
+    dist_init_port: int | None = None  # the leader's --dist-init-addr port
 
     @property
     def args(self) -> list[str]:
@@ -175,7 +184,11 @@ class HostPlan:
             "role": proc.role, "name": proc.name, "script": self.script(proc), "log": self.log(proc),
             "command": proc.command, "flags": proc.flags, "args": proc.args, "address": proc.address,
             "bind": proc.bind, "port": proc.port, "url": proc.url, "health_url": health_url(proc),
-            "bootstrap_port": proc.bootstrap_port, "venv": proc.venv,
+            "bootstrap_port": proc.bootstrap_port, "venv": proc.venv, "instance": proc.instance,
+            "node_rank": proc.node_rank, "nnodes": proc.nnodes,
+            "ports": [{"port": u.port, "bind": u.bind, "what": u.what, "name": u.name,
+                       "pidfile": f"{self.pid_dir}/{proc.name}.json"}
+                      for u in ports.of(proc)],
             "command_tail": proc.command[1:] if proc.venv else proc.command,
         }  # fmt: skip
 
@@ -190,6 +203,7 @@ class HostPlan:
             "server": self.proc_fact(self.server) if self.server else None,
             "router": self.proc_fact(self.router) if self.router else None,
             "procs": [self.proc_fact(p) for p in self.procs],
+            "ports": [u for p in self.procs for u in self.proc_fact(p)["ports"]],
             "dirs": [self.dir, self.log_dir, self.pid_dir],
             "supervisor": self.supervisor, "restart": dict(self.restart),
         }  # fmt: skip
@@ -202,7 +216,10 @@ def local_url(proc: Proc) -> str:
 
 
 def health_url(proc: Proc) -> str:
-    """Where a process is probed from its own host."""
+    """Where a process is probed from its own host; a non-leader rank of a multi-host server through its leader
+    (it serves no HTTP; the leader answers once every rank has joined)."""
+    if proc.leader is not None and proc.leader is not proc:
+        return f"{proc.leader.url}{proc.health_path}"
     return f"{local_url(proc)}{proc.health_path}"
 
 
@@ -249,6 +266,7 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
         flags.append(["--disaggregation-bootstrap-port", str(bootstrap)])
     flags.append(["--host", bind, "--port", str(port)])
     cpu = var(v, "sglang_device") == "cpu"
+    nccl = int_var(v, "nccl_port", host, 1) if var(v, "nccl_port") is not None else None  # else ports.assign
     flags.append(["--tp-size", str(int_var(v, "tp", host, 1, 1024))])
     if int_var(v, "dp", host, 1, 1024) != 1:
         flags.append(["--dp-size", str(int_var(v, "dp", host, 1, 1024))])
@@ -267,7 +285,7 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
     flags += flag_lines(words(var(v, "sglang_extra_args"), f"{host}: sglang_extra_args"))
     command, venv = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)
     return Proc(host, role, f"{_safe(host)}-{role}", address, bind, port, command, flags, machine_of(host, v),
-                bootstrap_port=bootstrap, venv=venv)  # fmt: skip
+                bootstrap_port=bootstrap, venv=venv, nccl_port=nccl)  # fmt: skip
 
 
 def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list[Proc], decode: list[Proc]) -> Proc:
@@ -335,6 +353,7 @@ class Deployment:
     routers: list[Proc]
     variables: dict[str, Mapping[str, Any]]
     serve: list[Proc] = field(default_factory=list)  # colocated servers (group serve): the baseline
+    ranks: list[Proc] = field(default_factory=list)  # the non-leader ranks of multi-host servers (pd_instance)
 
     @property
     def colocated(self) -> bool:
@@ -373,12 +392,18 @@ def build(hosts: Mapping[str, Mapping[str, Any]], homes: Mapping[str, str] | Non
             plan.server = server_proc(host, servers[0], v, homes.get(host), plan.model_path)
             {"prefill": prefill, "decode": decode, "serve": serve}[servers[0]].append(plan.server)
         plans[host] = plan
+    instances.one_role([*prefill, *decode, *serve], hosts)
+    prefill, prefill_ranks = instances.join(prefill, hosts)
+    decode, decode_ranks = instances.join(decode, hosts)
+    serve, serve_ranks = instances.join(serve, hosts)
+    ports.assign([*prefill, *prefill_ranks, *decode, *decode_ranks, *serve, *serve_ranks])
     routers: list[Proc] = []
     for host, plan in plans.items():
         if "router" in roles_of(hosts[host]) and (prefill or decode):
             plan.router = router_proc(host, hosts[host], homes.get(host), prefill, decode)
             routers.append(plan.router)
-    return Deployment(plans, prefill, decode, routers, {h: hosts[h] for h in plans}, serve)
+    return Deployment(plans, prefill, decode, routers, {h: hosts[h] for h in plans}, serve,
+                      [*prefill_ranks, *decode_ranks, *serve_ranks])  # fmt: skip
 
 
 def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import guards, instances, ports
 from .addr import is_loopback
 from .flags import PlanError, effective
 from .spec import Deployment, Proc, build
@@ -46,6 +47,7 @@ def validate_pd(hosts: Mapping[str, Mapping[str, Any]], gpus: Mapping[str, int] 
     problems += check_reachable(deployment)
     problems += check_flags(deployment)
     problems += check_gpus(deployment, {**_facts_gpus(hosts), **(gpus or {})})
+    problems += instances.check(deployment) + ports.check(deployment) + guards.check(deployment, hosts)
     return problems
 
 
@@ -186,7 +188,7 @@ def _router_bootstraps(router: Proc) -> dict[str, int]:
 def check_gpus(d: Deployment, gpus: Mapping[str, int]) -> list[str]:
     problems: list[str] = []
     used: dict[str, list[tuple[set[int], Proc]]] = {}
-    for p in d.servers:
+    for p in [*d.servers, *d.ranks]:
         if d.hosts[p.host].device != "cuda" or p.host not in gpus:
             continue
         count = gpus[p.host]
@@ -194,13 +196,15 @@ def check_gpus(d: Deployment, gpus: Mapping[str, int]) -> list[str]:
         dp = _int(effective(p.args, *DP_FLAGS), 1)
         base = _int(effective(p.args, "--base-gpu-id"), 0)
         step = _int(effective(p.args, "--gpu-id-step"), 1)
-        ids = {base + i * step for i in range(tp * dp)}
+        ids = {base + i * step for i in range(max(1, tp * dp // p.nnodes))}  # a multi-host server: its share
         if count == 0:
             problems.append(f"{p.role} {p.host}: the host reports no GPU (to try without GPUs: sglang_device: cpu)")
             continue
         if max(ids) >= count:
             problems.append(
-                f"{p.role} {p.host} needs GPUs {min(ids)}-{max(ids)} (tp {tp} x dp {dp} from base_gpu_id {base}) "
+                f"{p.role} {p.host} needs GPUs {min(ids)}-{max(ids)} (tp {tp} x dp {dp}"
+                + (f" over {p.nnodes} nodes" if p.nnodes > 1 else "")
+                + f" from base_gpu_id {base}) "
                 f"but the host reports {count} GPU{'s' if count != 1 else ''}"
             )
         for other_ids, other in used.get(p.machine, []):

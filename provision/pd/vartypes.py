@@ -17,9 +17,10 @@ from .flags import PlanError
 
 PATHS = ("venv_path", "pd_dir", "pd_pid_dir", "pd_compat_dir", "pd_tiny_model_dir", "pd_cpu_model_path", "model_path")
 TEXTS = ("sglang_device", "router_policy", "kv_cache_dtype", "pd_nixl_backend", "server_bind_host", "router_bind_host",
-         "pd_host_ip", "hf_token", "pd_supervisor")  # fmt: skip
+         "pd_host_ip", "hf_token", "pd_supervisor", "pd_instance")  # fmt: skip
 INTEGERS = ("server_port", "bootstrap_port", "router_port", "router_prometheus_port", "tp", "dp", "base_gpu_id",
-            "page_size", "cpu_max_total_tokens", "router_health_failure_threshold", "pd_start_limit_burst")  # fmt: skip
+            "page_size", "cpu_max_total_tokens", "router_health_failure_threshold", "pd_start_limit_burst",
+            "nccl_port", "dist_init_port")  # fmt: skip
 SECONDS = ("router_health_check_interval", "router_health_check_timeout", "pd_restart_delay", "pd_restart_max_delay",
            "pd_start_limit_interval", "pd_stop_timeout")  # fmt: skip
 WORDS = ("sglang_extra_args", "router_extra_args", "sglang_server_cmd", "sglang_router_cmd")  # text or a list

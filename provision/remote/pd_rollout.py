@@ -44,6 +44,7 @@ Server actions:
 import json
 import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -389,7 +390,143 @@ def files(req):
     return {"ok": True, "done": done}
 
 
+def _address(hexed):
+    """A /proc/net/tcp{,6} local address as text ("" for a wildcard one)."""
+    raw = bytes.fromhex(hexed)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # each 32-bit word is host-order
+    if not any(words):
+        return ""
+    if len(words) == 16 and words[:12] == b"\0" * 10 + b"\xff\xff":
+        words = words[12:]  # ::ffff:a.b.c.d: an IPv4 listener on a dual-stack socket
+    return socket.inet_ntop(socket.AF_INET if len(words) == 4 else socket.AF_INET6, words)
+
+
+def listeners():
+    """{port: [(address, socket inode), ...]} of every listening TCP socket here (address "" = every one)."""
+    out = {}  # type: dict[int, list[tuple[str, str]]]
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A":  # LISTEN
+                addr, _, port = cols[1].partition(":")
+                out.setdefault(int(port, 16), []).append((_address(addr), cols[9]))
+    return out
+
+
+def _bind_of(bind):
+    """The planned bind address as a listener's text ("" for a wildcard; a name resolved here, else "")."""
+    if bind in (None, "", "0.0.0.0", "::"):
+        return ""
+    try:
+        return socket.inet_ntop(socket.AF_INET, socket.inet_aton(bind))
+    except OSError:
+        pass
+    try:
+        return socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, bind.strip("[]")))
+    except OSError:
+        pass
+    try:
+        return socket.gethostbyname(bind)
+    except OSError:
+        return ""
+
+
+def _clashing(entry, listening):
+    """The inodes of the listeners that take ``entry``'s port on its bind address."""
+    bind = _bind_of(entry.get("bind"))
+    return [inode for addr, inode in listening.get(int(entry["port"]), ()) if not addr or not bind or addr == bind]
+
+
+def holders(inodes):
+    """{inode: pid} for the sockets ``inodes``, as far as this user may look into /proc/PID/fd."""
+    wanted, found = {"socket:[%s]" % i: i for i in inodes}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % name)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (name, fd))
+            except OSError:
+                continue
+            if target in wanted:
+                found[wanted[target]] = int(name)
+    return found
+
+
+def session_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def own_session(pidfile):
+    try:
+        with open(os.path.expanduser(pidfile)) as fh:
+            return json.load(fh).get("sid")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def ports(req):
+    """``{"ports": [{"port", "what", "name", "pidfile"?}]}`` → not ok, naming each planned port another process
+    listens on with its pid and command (``held``; no pid where /proc does not say: another user's). A port
+    held by the process's own session (already running: the ``sid`` of its record, ``pidfile``) is its own."""
+    listening = listeners()
+    planned = [(p, _clashing(p, listening)) for p in req["ports"]]
+    planned = [(p, inodes) for p, inodes in planned if inodes]
+    pids = holders([i for _, inodes in planned for i in inodes])
+    held = []
+    for p, inodes in planned:
+        pid = next((pids[i] for i in inodes if i in pids), None)
+        own = own_session(p.get("pidfile"))
+        if pid is not None and own is not None and session_of(pid) == own:
+            continue
+        command = None
+        if pid is not None:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as fh:
+                    command = " ".join(fh.read().replace(b"\0", b" ").decode("utf-8", "replace").split())[:200]
+            except OSError:
+                pass
+        held.append(dict(p, pid=pid, command=command))
+    msg = "; ".join("port %s (%s of %s) is held by %s" % (h["port"], h["what"], h["name"], "pid %s: %s" % (
+        h["pid"], h["command"]) if h["pid"] else "another user's process") for h in held)  # fmt: skip
+    return {"ok": not held, "held": held, "msg": msg + " (stop it, or give this process other ports)" if held else ""}
+
+
+def adopt(req):
+    """The running process takes its rewritten script as its own (``pd scale``: the router's live worker set
+    is already what its new script lists): its record's digest becomes the script's, so a later ``pd up``
+    does not restart it for that change. Only a running process under provision's record (pidfile JSON)."""
+    path = os.path.expanduser(req["pidfile"])
+    try:
+        with open(path) as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return {"ok": True, "done": False, "why": "no record"}
+    script = os.path.expanduser(req["script"])
+    current = hostlib.digest(script) if os.path.exists(script) else None
+    if not isinstance(record, dict) or current is None or record.get("sha256") in (None, current):
+        return {"ok": True, "done": False}
+    record["sha256"] = current
+    hostlib.atomic_write(path, json.dumps(record).encode(), mode=0o600)
+    return {"ok": True, "done": True}
+
+
 ACTIONS = {
+    "adopt": adopt,
+    "ports": ports,
     "router_list": router_list,
     "router_remove": router_remove,
     "router_add": router_add,

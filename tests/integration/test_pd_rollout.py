@@ -6,7 +6,8 @@ The tests run in order and share the deployment (four CPU servers: about 10 GB o
 up → a rollout of a changed server flag and a changed ``pd_env`` (zero failed client requests, each server
 restarted once with the new command line and env, every batch verified, the router untouched) → a rollout
 whose new launch command cannot start (the canary rolls back, the others keep their pids, zero client
-failures, exit 2) → a rollout with nothing to change touches nothing → lab2's venv link switched to a new env
+failures, exit 2) → a rollout with nothing to change touches nothing → ``pd scale --remove`` and ``--add``
+of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's venv link switched to a new env
 and its decode killed: the supervisor brings it back on its old env, ``pd up`` leaves it there, ``pd rollout``
 moves it (reason ``stack``, zero client failures) → a router-only change restarts only the router →
 ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a TTFT and the same token ids, in
@@ -226,6 +227,42 @@ def test_nothing_changed_nothing_restarted(deployment: Deployment) -> None:
     assert deployment.pids() == before
     human = deployment.provision("pd", "rollout")
     assert human.code == 0 and "nothing to roll" in human.out
+
+
+def test_scale_a_decode_out_and_in_under_a_client(deployment: Deployment) -> None:
+    """``pd scale --remove lab3`` then ``--add lab3`` while a client sends requests through the router: zero
+    failed requests, the router's pid unchanged (its worker API, no restart), its script rewritten each time
+    (lab3 out, then in again) and adopted: ``pd status`` does not call it stale, so ``pd up`` leaves it."""
+    before = deployment.pids()
+    script = ".provision/pd/lab0-router.sh"
+    lab3 = f"http://{deployment.lab.hosts[3].address}:30000"
+    started = time.monotonic()
+    with Client(router_url(deployment)) as client:
+        time.sleep(3)
+        removed = deployment.provision("pd", "scale", "--remove", "lab3", "--json")
+        out_script = deployment.lab.run_as(0, ["cat", script]).stdout
+        time.sleep(3)  # lab2 alone serves the decodes meanwhile
+        added = deployment.provision("pd", "scale", "--add", "lab3", "--json")
+        time.sleep(3)
+    seconds = time.monotonic() - started
+    print(f"\npd scale --remove + --add of lab3-decode: {seconds:.1f}s, client {client.served} served, "
+          f"{len(client.failures)} failed; {removed.out[-800:]} {added.out[-800:]}")  # fmt: skip
+    assert removed.code == 0, removed.out[-3000:] + removed.err[-3000:]
+    assert added.code == 0, added.out[-3000:] + added.err[-3000:]
+    assert client.failures == [], (client.failures[:10], deployment.router_log())
+    assert client.served > 0
+    report = json.loads(added.out)
+    assert [a["host"] for a in report["added"]] == ["lab3"] and report["added"][0]["verify_tokens"] >= 1
+    assert [r["host"] for r in json.loads(removed.out)["removed"]] == ["lab3"]
+    assert lab3 not in out_script and lab3 in deployment.lab.run_as(0, ["cat", script]).stdout
+    after = deployment.pids()
+    assert after["lab0-router"] == before["lab0-router"]  # never restarted
+    assert after["lab3-decode"] != before["lab3-decode"]  # stopped, then started again
+    for name in ("lab0-prefill", "lab1-prefill", "lab2-decode"):
+        assert after[name] == before[name], f"{name} was touched"
+    rows = json.loads(deployment.provision("pd", "status", "--json").out)["procs"]
+    router = next(r for r in rows if r["name"] == "lab0-router")
+    assert router["script_changed"] is False  # it adopted its new script: the next pd up leaves it running
 
 
 def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(deployment: Deployment) -> None:
