@@ -24,6 +24,7 @@ from .. import remote
 from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout, OutputTooLarge
 from .base import OUTPUT_MAX, CommandResult, host_json
+from .trace import Phases
 
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer.py"})
 HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
@@ -71,6 +72,8 @@ class PythonAgent:
         self._send_lock = threading.Lock()  # a heartbeat never lands inside a request
         self._buf = bytearray()
         self.dead = False
+        self.preread: dict[str, bytes | None] = {}  # files read with the run lock (see lock)
+        self.phases: Phases | None = None  # the connection's round-trip trace (provision.transport.trace)
         source = remote.source("agent.py")
         try:
             stream.send(b"%d\n" % len(source) + source)
@@ -201,10 +204,15 @@ class PythonAgent:
         finally:
             self._lock.release()
 
-    def lock(self, name: str, holder: str) -> tuple[str, str]:
-        """Take the host's run lock in the agent (held until it exits): (``locked`` or ``busy ...``, home)."""
+    def lock(self, name: str, holder: str, reads: tuple[str, ...] = (), limit: int = 0) -> tuple[str, str]:
+        """Take the host's run lock in the agent (held until it exits): (``locked`` or ``busy ...``, home).
+        ``reads``: files read in the same round trip (at most ``limit`` bytes each), kept in :attr:`preread`."""
         with self._lock:
-            answer, _ = self._exchange({"op": "lock", "name": name, "holder": holder}, 30.0, "the run lock")
+            request: dict[str, Any] = {"op": "lock", "name": name, "holder": holder}
+            if reads:
+                request.update(read=list(reads), max=limit)
+            answer, _ = self._exchange(request, 30.0, "the run lock")
+            self.preread = _files(answer.get("files"), reads)
             return _decoded(answer)[0].decode(errors="replace").strip(), str(answer.get("home") or "")
 
     def read(self, path: str, limit: int) -> bytes | bool | None:
@@ -241,6 +249,8 @@ class PythonAgent:
             raise AgentUnavailable(str(exc)) from None
         if self._on_answer is not None:
             self._on_answer()
+        if self.phases is not None:
+            self.phases.add(f"agent-{request.get('op') or 'call'}", started)
         return answer, time.monotonic() - started
 
     def close(self) -> None:
@@ -269,6 +279,24 @@ def _checked(answer: Any, op: str | None) -> dict[str, Any]:
             except (ValueError, binascii.Error):
                 raise ValueError(f"the agent's answer is malformed ({key} is not base64)") from None
     return answer
+
+
+def _files(files: Any, asked: tuple[str, ...]) -> dict[str, bytes | None]:
+    """The lock answer's ``files``: only the paths asked for, each ``[0, base64]`` (its bytes) or ``[2, ""]``
+    (none); anything else is left out (the caller reads it again the usual way)."""
+    out: dict[str, bytes | None] = {}
+    if not isinstance(files, dict):
+        return out
+    for path in asked:
+        one = files.get(path)
+        if not (isinstance(one, list) and len(one) == 2 and one[0] in (0, 2) and isinstance(one[1], str)):
+            continue
+        try:
+            data = base64.b64decode(one[1], validate=True)
+        except (ValueError, binascii.Error):
+            continue
+        out[path] = data if one[0] == 0 else None
+    return out
 
 
 def _decoded(answer: dict[str, Any]) -> tuple[bytes, bytes]:

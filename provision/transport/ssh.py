@@ -42,6 +42,7 @@ from .base import (
     temp_path_beside,
 )
 from .known_hosts import fingerprint
+from .trace import Phases
 
 # --------------------------------------------------------------------------------------------- host keys
 _known_hosts_lock = threading.Lock()
@@ -117,6 +118,21 @@ class _ChannelStream:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def _exec_pipelined(channel: paramiko.Channel, command: str) -> None:
+    """``exec`` on a channel without waiting for the host's reply (paramiko's ``exec_command`` waits: one round
+    trip): the agent's source and first request follow at once, in the same flight. sshd handles a channel's
+    messages in order, so they reach the command's stdin; a refused exec closes the channel (paramiko's
+    ``_request_failed``), which the agent's first read sees as its end (:class:`AgentUnavailable`)."""
+    m = paramiko.Message()
+    m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    m.add_int(channel.remote_chanid)
+    m.add_string("exec")
+    m.add_boolean(True)
+    m.add_string(command)
+    channel._event_pending()  # type: ignore[attr-defined]
+    channel.transport._send_user_message(m)  # type: ignore[union-attr]
 
 
 def _send_heartbeat(channel: paramiko.Channel) -> None:
@@ -233,6 +249,11 @@ class SSHConnection:
         self._beats_lock = threading.Lock()
         # one SFTP session per connection, held for each whole SFTP operation (see _sftp_session)
         self._sftp_lock = threading.Lock()
+        self.phases = Phases()  # round trips by phase (PROVISION_TRACE_RTT)
+        # a first read asked for before connecting goes with the run lock's request (see get); its answer is
+        # kept only until anything else is done on the host
+        self._want_reads: list[str] = []
+        self._preread: dict[str, bytes | None] = {}
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -311,6 +332,7 @@ class SSHConnection:
                 v.get("ansible_ssh_private_key_file"),
             )
             target = f"{conn.user}@{conn.host}:{conn.port}"
+            started = time.monotonic()
             try:
                 self._open(conn)
             except _RevokedKey as exc:
@@ -338,6 +360,7 @@ class SSHConnection:
                 raise UnreachableError(self.name, f"cannot connect to {target}: not a valid host name") from None
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise UnreachableError(self.name, f"cannot connect to {target}: {connect_reason(exc)}") from None
+            self.phases.add("tcp+ssh+auth", started)
             transport = conn.client.get_transport()
             if transport is not None and isinstance(transport.sock, socket.socket):
                 # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
@@ -352,8 +375,10 @@ class SSHConnection:
                     name = f"provision-heartbeat-{self.name}"
                     threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True, name=name).start()
             if self.opts.run_lock:
+                started = time.monotonic()
                 try:
                     self._take_run_lock(conn)
+                    self.phases.add("bootstrap+lock+home", started)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         conn.close()
@@ -425,7 +450,7 @@ class SSHConnection:
         interpreter = self._interpreter()
         try:
             agent = self._start_agent(transport, interpreter)
-            answer, home = agent.lock(lock_name(self.name), lock_holder())
+            answer, home = agent.lock(lock_name(self.name), lock_holder(), tuple(self._want_reads), AGENT_READ_MAX)
         except (AgentUnavailable, OutputTooLarge):  # no agent: no python3 yet, or not an agent at all
             self._take_run_lock_alone(transport, interpreter)
             return
@@ -434,6 +459,7 @@ class SSHConnection:
             self._beating(agent, agent.beat)
             self._lock_agent = interpreter
             self._home = home or None
+            self._preread = agent.preread
             return
         agent.close()
         if answer.startswith("busy"):
@@ -493,6 +519,7 @@ class SSHConnection:
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         started = time.monotonic()
+        self._preread.clear()
         if self.opts.agent_exec and on_output is None and not cmd.become and len(stdin or b"") <= AGENT_EXEC_MAX:
             done = self._run_in_agent(cmd, timeout, stdin or b"", started)
             if done is not None:
@@ -517,6 +544,7 @@ class SSHConnection:
                 self._beating(channel, None)
                 channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
         self.commands_run += 1
+        self.phases.add("channel-command", started)
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
     def _run_in_agent(self, cmd: Command, timeout: float | None, data: bytes, started: float) -> CommandResult | None:
@@ -577,6 +605,7 @@ class SSHConnection:
     # -- the persistent python helper
     def python_agent(self, interpreter: str) -> PythonAgent:
         transport = self._transport()  # connects first: taking the run lock may start this very agent
+        self._preread.clear()
         agent = self._agents.get(interpreter)
         if agent is None or agent.dead:
             if agent is not None:
@@ -594,10 +623,12 @@ class SSHConnection:
     def _start_agent(self, transport: paramiko.Transport, interpreter: str) -> PythonAgent:
         try:
             channel = transport.open_session(timeout=self.opts.channel_timeout)
-            channel.exec_command(PythonAgent.command(interpreter, self._heartbeat).direct())
+            _exec_pipelined(channel, PythonAgent.command(interpreter, self._heartbeat).direct())
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise AgentUnavailable(str(exc)) from None
-        return PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
+        agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
+        agent.phases = self.phases
+        return agent
 
     def _agent_answered(self) -> None:
         self.agent_calls += 1  # a round trip like a command: counted in both
@@ -639,13 +670,16 @@ class SSHConnection:
         then ``posix_rename``. The temp file is removed on any failure or interrupt (and by :meth:`close`
         while a write is in flight). A write refused by the host (permission denied, disk full) is a
         HostError with the reason; only a lost connection is unreachable."""
+        self._preread.clear()
         path = self.expand_path(path)
         tmp = temp_path_beside(path)
         sftp: paramiko.SFTPClient | None = None
         self._inflight.add(tmp)
+        started = time.monotonic()
         try:
             with self._sftp_session() as sftp:
                 atomic_put(_SftpFiles(sftp, self), data, path, mode, tmp)
+            self.phases.add("sftp-put", started)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._file_error(f"cannot write {path}", exc, sftp) from None
         finally:
@@ -665,6 +699,15 @@ class SSHConnection:
         return HostError(self.name, f"{what}: {reason}")
 
     def get(self, path: str) -> bytes | None:
+        if self._conn is None and self.opts.run_lock:
+            self._want_reads = [path]  # read in the run lock's round trip
+        self.connect()
+        self._want_reads = []
+        if path in self._preread:
+            data = self._preread.pop(path)
+            self._preread.clear()
+            return data
+        self._preread.clear()
         path = self.expand_path(path)
         agent = self._agents.get(self._interpreter())
         if agent is not None and not agent.dead:  # no SFTP subsystem started for a small read
@@ -688,6 +731,14 @@ class SSHConnection:
             raise self._file_error(f"cannot read {path}", exc, sftp) from None
 
     def close(self) -> None:
+        started = time.monotonic()
+        try:
+            self._close()
+        finally:
+            self.phases.add("close", started)
+            self.phases.report(self.name)
+
+    def _close(self) -> None:
         self._watch_stop.set()
         with self._beats_lock:
             self._beats.clear()
