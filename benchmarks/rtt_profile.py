@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--rtt", type=float, default=20.0)
-    parser.add_argument("--extra", nargs="*", default=[], help="more provision run arguments (--persist 60)")
+    parser.add_argument("--extra", default="", help="more provision run arguments, one string ('--persist 60')")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="provision-rtt-") as tmp, Lab(args.hosts, Path(tmp) / "lab") as lab:
         work = Path(tmp) / "work"
@@ -40,7 +41,7 @@ def main() -> None:
             files = proxy.write_files(work / "proxied")
             env = {**os.environ, "PROVISION_SSH_CONFIG": str(files["ssh_config"]), "PYTHONPATH": str(ROOT)}
             argv = [sys.executable, "-m", "provision", "run", "play.yml", "-i", str(files["inventory"]),
-                    "-f", "300", *args.extra]  # fmt: skip
+                    "-f", "300", *shlex.split(args.extra)]  # fmt: skip
 
             def run(rtt: float, verbose: bool = False) -> tuple[float, str]:
                 proxy.set_rtt(rtt)
@@ -53,15 +54,15 @@ def main() -> None:
                     raise SystemExit(proc.stdout[-2000:] + proc.stderr[-2000:])
                 return wall, proc.stdout + proc.stderr
 
-            run(0)  # converge
+            run(0)  # converge (and with --persist, leave the connections kept)
             base = min(run(0)[0] for _ in range(3))
             slow, out = run(args.rtt, verbose=True)
             turns = proxy.turns()
             print(f"wall at RTT 0: {base:.2f}s, at RTT {args.rtt:g} ms: {slow:.2f}s "
                   f"-> {(slow - base) / (args.rtt / 1000):.1f} sequential RTT")  # fmt: skip
-            print(f"proxy turns per host: min {min(turns.values())} max {max(turns.values())}; "
-                  f"connections per host: {max(proxy.connections().values())}")  # fmt: skip
-            for flow in proxy.flows:
+            print(f"proxy turns per host: min {min(turns.values(), default=0)} max {max(turns.values(), default=0)}; "
+                  f"new connections per host: {max(proxy.connections().values(), default=0)}")  # fmt: skip
+            for flow in [f for f in proxy.flows if f.turns]:
                 marks = [round((m - flow.opened) * 1000) for m in flow.marks]
                 print(f"{flow.host}: turns at ms {marks}, {flow.client_bytes} B up, {flow.server_bytes} B down")
             for line in out.splitlines():

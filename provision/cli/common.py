@@ -108,6 +108,8 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      is_eager=True, callback=remember_verbosity),
         click.option("--accept-new-host-keys", is_flag=True, help="trust unknown host keys and save them"),
         click.option("--connect-timeout", type=Seconds(), default=10.0, show_default=True),
+        click.option("--persist", type=click.FloatRange(min=0), default=0.0,
+                     help="keep the SSH connections this long (s) after the run (provision persist stop ends it)"),
         click.option("-T", "--timeout", "command_timeout", type=Seconds(), default=1800.0, show_default=True,
                      help="default timeout of each remote command (s)"),
     ]  # fmt: skip
@@ -173,6 +175,7 @@ def api_options(kw: dict[str, Any], **more: Any) -> Options:
         timeout=kw["command_timeout"],
         connect_timeout=kw["connect_timeout"],
         accept_new_host_keys=kw["accept_new_host_keys"],
+        persist=kw["persist"],
     )
     opts.update(more)  # type: ignore[typeddict-item]
     return opts

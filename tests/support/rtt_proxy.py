@@ -43,6 +43,8 @@ class Flow:
     server_bytes: int = 0
     last: str = ""  # "c" (client sent last) or "s"
     marks: list[float] = field(default_factory=list)  # when each turn started (monotonic)
+    closed: bool = False
+    new: bool = True  # opened since the last reset
 
 
 class RttProxy:
@@ -65,9 +67,10 @@ class RttProxy:
         async def shut() -> None:
             for server in self._servers:
                 server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
@@ -78,8 +81,12 @@ class RttProxy:
         self.delay = rtt_ms / 2000.0
 
     def reset(self) -> None:
+        """Counts from now on (connections that stay open, a kept one, count their new turns)."""
         with self._lock:
-            self.flows.clear()
+            self.flows = [f for f in self.flows if not f.closed]
+            for flow in self.flows:
+                flow.turns, flow.marks, flow.client_bytes, flow.server_bytes, flow.last = 0, [], 0, 0, ""
+                flow.opened, flow.new = time.monotonic(), False
 
     def turns(self) -> dict[str, int]:
         """Per host: the turns of all its connections since the last :meth:`reset`."""
@@ -93,7 +100,7 @@ class RttProxy:
         out: dict[str, int] = {}
         with self._lock:
             for flow in self.flows:
-                out[flow.host] = out.get(flow.host, 0) + 1
+                out[flow.host] = out.get(flow.host, 0) + int(flow.new)
         return out
 
     async def _listen(self) -> None:
@@ -121,6 +128,7 @@ class RttProxy:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await asyncio.gather(self._pipe(reader, up_w, flow, "c"), self._pipe(up_r, writer, flow, "s"))
+        flow.closed = True
 
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, flow: Flow, side: str) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
