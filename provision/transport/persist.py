@@ -1,11 +1,11 @@
 """Connections kept between runs (``--persist SECONDS``): a per-user keeper process holds each host's SSH
 connection, so the next run within the window skips the TCP and SSH handshakes and the authentication.
 
-The keeper (``python -m provision.transport.persist serve``) listens on ``keeper.sock`` (mode 0600) in a
-private directory (:func:`keeper_dir`: 0700, owned by the user, never a link; anything else is refused). A run
-asks it, per host, for ONE stream: a new session channel on the kept connection with the run's agent command
-exec'd on it (pipelined: the agent's source and first request follow at once). The keeper then only splices
-bytes between the run's Unix socket and that channel, so:
+The keeper (:mod:`provision.transport.keeper`) listens on ``keeper.sock`` (mode 0600) in a private directory
+(:func:`keeper_dir`: 0700, owned by the user, never a link; anything else is refused). A run asks it, per host,
+for ONE stream: a new session channel on the kept connection with the run's agent command exec'd on it
+(pipelined: the agent's source and first request follow at once). The keeper then only splices bytes between
+the run's Unix socket and that channel, so:
 
 * a remote command dies with the run that started it: when the run ends or is killed (``kill -9`` included)
   its socket closes, the keeper closes the channel, the agent sees the end of its stdin (or 3 H seconds
@@ -36,7 +36,6 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -189,7 +188,7 @@ def keeper_socket(start: bool = True) -> socket.socket | None:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             subprocess.Popen(
-                [sys.executable, "-m", "provision.transport.persist", "serve", str(folder)],
+                [sys.executable, "-m", "provision.transport.keeper", "serve", str(folder)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True,
             )  # fmt: skip
@@ -261,154 +260,3 @@ def status() -> dict[str, Any] | None:
             return _request(sock, {"op": "status"})
         except (OSError, ValueError):
             return None  # it is just stopping
-
-
-# ---------------------------------------------------------------------------------------------- the keeper
-class Keeper:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.path = folder / SOCKET
-        self.idle = 60.0
-        self.streams = 0
-        self.last = time.monotonic()
-        self.lock = threading.Lock()
-        self.kept: dict[str, Any] = {}  # key -> SSHConnection
-        self.key_locks: dict[str, threading.Lock] = {}
-        self.stopping = threading.Event()
-
-    def serve(self) -> None:
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            server.bind(str(self.path))  # 0600 from creation
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
-        server.listen(1024)
-        server.settimeout(1.0)
-        try:
-            while not self.stopping.is_set():
-                with self.lock:
-                    if self.streams == 0 and time.monotonic() - self.last > self.idle:
-                        break
-                try:
-                    client, _ = server.accept()
-                except TimeoutError:
-                    continue
-                threading.Thread(target=self.client, args=(client,), daemon=True).start()
-        finally:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            server.close()
-            for conn in list(self.kept.values()):
-                with contextlib.suppress(Exception):
-                    conn.close()
-
-    def client(self, sock: socket.socket) -> None:
-        with contextlib.closing(sock):
-            try:
-                request = _answer(sock)
-            except (OSError, ValueError):
-                return
-            op = request.get("op")
-            if op == "stop":
-                self.stopping.set()
-                sock.sendall(b'{"ok": true}\n')
-            elif op == "status":
-                with self.lock:
-                    doc = {"ok": True, "pid": os.getpid(), "kept": len(self.kept), "streams": self.streams,
-                           "idle": self.idle}  # fmt: skip
-                sock.sendall(json.dumps(doc).encode() + b"\n")
-            elif op == "open":
-                self.open(sock, request)
-
-    def _connection(self, request: Mapping[str, Any]) -> Any:
-        from .ssh import SSHConnection
-
-        key = str(request["key"])
-        with self.lock:
-            key_lock = self.key_locks.setdefault(key, threading.Lock())
-        with key_lock:
-            conn = self.kept.get(key)
-            transport = conn._conn.client.get_transport() if conn is not None and conn._conn is not None else None
-            if transport is None or not transport.is_active():
-                opts = dict(request["opts"])
-                opts["known_hosts"] = tuple(opts.get("known_hosts") or ())
-                conn = SSHConnection(str(request["name"]), dict(request["vars"]), ConnectOptions(**opts))
-                conn._direct()  # host keys checked here, as in a run
-                self.kept[key] = conn
-            return conn
-
-    def open(self, sock: socket.socket, request: Mapping[str, Any]) -> None:
-        from .ssh import _exec_pipelined
-
-        with self.lock:
-            self.streams += 1
-            self.idle = float(request.get("idle") or self.idle)
-        try:
-            try:
-                conn = self._connection(request)
-                channel = conn._transport().open_session(timeout=conn.opts.channel_timeout)
-                _exec_pipelined(channel, str(request["command"]))
-            except (HostKeyUnknown, HostKeyChanged, UnreachableError) as exc:
-                doc = {"ok": False, "error": type(exc).__name__, "message": exc.msg}
-                sock.sendall(json.dumps(doc).encode() + b"\n")
-                return
-            except Exception as exc:  # paramiko's, on a kept connection that just died
-                doc = {"ok": False, "error": "UnreachableError", "message": f"kept connection: {exc}"}
-                sock.sendall(json.dumps(doc).encode() + b"\n")
-                return
-            sock.sendall(b'{"ok": true}\n')
-            _splice(sock, channel)
-        finally:
-            with self.lock:
-                self.streams -= 1
-                self.last = time.monotonic()
-
-
-def _splice(sock: socket.socket, channel: Any) -> None:
-    """Bytes both ways until either end closes; then the channel is closed (the agent's stdin ends)."""
-    sock.setblocking(True)
-    sock.settimeout(None)
-
-    def down() -> None:
-        with contextlib.suppress(Exception):
-            while True:
-                data = channel.recv(65536)
-                if not data:
-                    break
-                sock.sendall(data)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # the run sees the agent's end
-
-    reader = threading.Thread(target=down, daemon=True)
-    reader.start()
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                break
-            channel.sendall(data)
-    except Exception:
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            channel.close()
-        reader.join(5)
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "serve":
-        folder = Path(argv[1])
-        lock = open(folder / "keeper.lock", "a")  # noqa: SIM115 - held for the keeper's life
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return 0  # another keeper serves this user
-        Keeper(folder).serve()
-        return 0
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
