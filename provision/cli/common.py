@@ -94,6 +94,10 @@ class Seconds(click.ParamType):
 def remember_verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
     """Known before anything is loaded: -vvv shows the traceback of an input error too."""
     STATE["verbosity"] = value
+    if value >= 3:  # the round trips by phase, one ``rtt:`` line per host (provision.transport.trace)
+        from ..transport import trace
+
+        trace.enable()
     return value
 
 
