@@ -347,13 +347,14 @@ class SSHConnection:
         first read in the same flight; heartbeats on our side, as on a channel of our own."""
         started = time.monotonic()
         interpreter = self._interpreter()
-        command = PythonAgent.command(interpreter, self._heartbeat).direct()
+        first = self._lock_request()
+        command = PythonAgent.command(interpreter, self._heartbeat, first).direct()
         keep = persist.seconds(self.opts, self._vars)
         stream = persist.open_stream(self.name, self._vars, self.opts, command, keep)
-        agent = PythonAgent(self.name, stream, self._agent_answered)
+        agent = PythonAgent(self.name, stream, self._agent_answered, preloaded=True)
         agent.phases = self.phases
         try:
-            answer, home = agent.lock(lock_name(self.name), lock_holder(), tuple(self._want_reads), AGENT_READ_MAX)
+            answer, home = agent.lock(*self._lock_args(), sent=True)
         except (AgentUnavailable, OutputTooLarge):
             agent.close()
             raise AgentUnavailable("no agent on the kept connection") from None
@@ -499,8 +500,8 @@ class SSHConnection:
         assert transport is not None
         interpreter = self._interpreter()
         try:
-            agent = self._start_agent(transport, interpreter)
-            answer, home = agent.lock(lock_name(self.name), lock_holder(), tuple(self._want_reads), AGENT_READ_MAX)
+            agent = self._start_agent(transport, interpreter, self._lock_request())
+            answer, home = agent.lock(*self._lock_args(), sent=True)
         except (AgentUnavailable, OutputTooLarge):  # no agent: no python3 yet, or not an agent at all
             self._take_run_lock_alone(transport, interpreter)
             return
@@ -673,13 +674,23 @@ class SSHConnection:
             self._beating(agent, agent.beat)
         return agent
 
-    def _start_agent(self, transport: paramiko.Transport, interpreter: str) -> PythonAgent:
+    def _lock_args(self) -> tuple[str, str, tuple[str, ...], int]:
+        return lock_name(self.name), lock_holder(), tuple(self._want_reads), AGENT_READ_MAX
+
+    def _lock_request(self) -> dict[str, Any]:
+        """The run lock's request (with the first read), sent in the agent's command line: see
+        :meth:`PythonAgent.command`."""
+        return PythonAgent.lock_request(*self._lock_args())
+
+    def _start_agent(
+        self, transport: paramiko.Transport, interpreter: str, first: dict[str, Any] | None = None
+    ) -> PythonAgent:
         try:
             channel = transport.open_session(timeout=self.opts.channel_timeout)
-            _exec_pipelined(channel, PythonAgent.command(interpreter, self._heartbeat).direct())
+            _exec_pipelined(channel, PythonAgent.command(interpreter, self._heartbeat, first).direct())
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise AgentUnavailable(str(exc)) from None
-        agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
+        agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered, preloaded=first is not None)
         agent.phases = self.phases
         return agent
 
