@@ -153,6 +153,7 @@ def _splice(sock: socket.socket, channel: Any) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "serve":
+        os.environ.pop("PROVISION_SSH_CONFIG", None)  # each request names its own (None: the default files)
         folder = Path(argv[1])
         lock = open(folder / "keeper.lock", "a")  # noqa: SIM115 - held for the keeper's life
         try:
