@@ -32,12 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.lab import Lab  # noqa: E402
+from tests.support.rtt_proxy import RttProxy  # noqa: E402
 
 PLAYBOOK = """\
 - hosts: all
@@ -113,29 +115,28 @@ def _run(tool: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[fl
 class Tools:
     """The three command lines, set up for one lab in ``work``."""
 
-    def __init__(self, lab: Lab, work: Path) -> None:
+    def __init__(self, lab: Lab, work: Path, proxy: RttProxy) -> None:
         self.lab = lab
         self.work = work
+        files = proxy.write_files(work / "proxied")  # every tool goes through the same delaying proxy
+        self.inventory = files["inventory"]
+        forks = str(len(lab.hosts))
+        self.forks = forks
         (work / "motd.j2").write_text(TEMPLATE)
         for tool in ("provision", "ansible"):
             (work / f"{tool}.yml").write_text(PLAYBOOK.format(tool=tool))
         (work / "deploy.py").write_text(PYINFRA_DEPLOY.replace("TEMPLATE", repr(str(work / "motd.j2"))))
-        hosts = [
-            (h.address, {"ssh_port": h.port, "ssh_user": h.user, "ssh_key": str(lab.client_key),
-                         "ssh_known_hosts_file": str(lab.known_hosts_path),
-                         "ssh_strict_host_key_checking": "yes"})
-            for h in lab.hosts
-        ]  # fmt: skip
+        hosts = proxy.pyinfra_hosts(files["known_hosts"])
         (work / "pyinfra_inventory.py").write_text(f"hosts = {hosts!r}\n")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as installed: .pyc used
-        self.env = {**env, "PROVISION_SSH_CONFIG": str(lab.ssh_config_path), "PYTHONPATH": str(ROOT)}
+        self.env = {**env, "PROVISION_SSH_CONFIG": str(files["ssh_config"]), "PYTHONPATH": str(ROOT)}
         control = work / "cp"
         control.mkdir()
         self.ansible_env = {
             **self.env,
-            "ANSIBLE_FORKS": "50",
+            "ANSIBLE_FORKS": forks,
             "ANSIBLE_PIPELINING": "True",
-            "ANSIBLE_SSH_ARGS": f"-F {lab.ssh_config_path} -o ControlMaster=auto -o ControlPersist=600s",
+            "ANSIBLE_SSH_ARGS": f"-F {files['ssh_config']} -o ControlMaster=auto -o ControlPersist=600s",
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control),
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
@@ -144,17 +145,19 @@ class Tools:
             "ANSIBLE_NOCOLOR": "1",
         }
 
-    def provision(self) -> tuple[float, int, int]:
+    def provision(self, persist: bool = False) -> tuple[float, int, int]:
         """(wall, changed, peak RSS bytes of the provision process)."""
         argv = [sys.executable, "-c", RSS_WRAPPER, "run", "provision.yml",
-                "-i", str(self.lab.inventory_path), "-f", "50", "--json"]  # fmt: skip
-        wall, proc = _run("provision", argv, self.env, self.work)
+                "-i", str(self.inventory), "-f", self.forks, "--json"]  # fmt: skip
+        if persist:
+            argv += ["--persist", "120"]
+        wall, proc = _run("provision-persisted" if persist else "provision", argv, self.env, self.work)
         doc = json.loads(proc.stdout)
         changed = sum(s.get("changed", 0) for s in doc["stats"].values())
         return wall, changed, int(proc.stderr.strip().splitlines()[-1])
 
     def ansible(self) -> tuple[float, int]:
-        argv = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(self.lab.inventory_path),
+        argv = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(self.inventory),
                 "ansible.yml"]  # fmt: skip
         wall, proc = _run("ansible", argv, self.ansible_env, self.work)
         recap = proc.stdout[proc.stdout.rindex("PLAY RECAP") :]  # the json callback is in ansible.posix now
@@ -162,7 +165,7 @@ class Tools:
 
     def pyinfra(self) -> tuple[float, int]:
         argv = [shutil.which("pyinfra") or "pyinfra", "pyinfra_inventory.py", "deploy.py", "-y",
-                "--parallel", "50", "--no-wait"]  # fmt: skip
+                "--parallel", self.forks, "--no-wait"]  # fmt: skip
         wall, _ = _run("pyinfra", argv, self.env, self.work)
         return wall, -1  # pyinfra's shell operations always run: it has no "changed" to compare
 
@@ -179,74 +182,103 @@ RSS_WRAPPER = (
 )
 
 
-def bench(n: int, repeat: int, tools: list[str]) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="provision-fleet-") as tmp, Lab(n, Path(tmp) / "lab") as lab:
+def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict[str, object]]:
+    """One lab of ``n`` hosts behind the proxy; per RTT, the re-run medians of each tool (``provision`` fresh,
+    ``provision-persisted``: ``--persist``, after one run that leaves the connections kept)."""
+    out: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="provision-fleet-") as tmp, Lab(n, Path(tmp) / "lab") as lab, \
+            RttProxy(lab) as proxy:  # fmt: skip
         work = Path(tmp) / "work"
         work.mkdir()
-        t = Tools(lab, work)
-        runs = {"provision": t.provision, "pyinfra": t.pyinfra, "ansible": t.ansible}
-        converge = {tool: runs[tool]()[0] for tool in tools}
-        CPU.clear()  # the re-runs only
-        walls: dict[str, list[float]] = {tool: [] for tool in tools}
-        rss: list[int] = []
-        for _ in range(repeat):
+        t = Tools(lab, work, proxy)
+        runs = {"provision": t.provision, "provision-persisted": partial(t.provision, persist=True),
+                "pyinfra": t.pyinfra, "ansible": t.ansible}  # fmt: skip
+        try:
             for tool in tools:
-                out = runs[tool]()
-                walls[tool].append(out[0])
-                if tool != "pyinfra" and out[1] != 0:
-                    raise SystemExit(f"{tool}: a converged re-run reported {out[1]} changes")
-                if tool == "provision":
-                    rss.append(int(out[2]))  # type: ignore[misc]
-        medians = {tool: statistics.median(w) for tool, w in walls.items()}
-        result: dict[str, object] = {"hosts": n, "converge_s": converge, "rerun_median_s": medians,
-                                     "rerun_all_s": walls}  # fmt: skip
-        result["cpu_s"] = {
-            tool: {
-                "own": statistics.median(c[0] for c in CPU[tool]),
-                "machine": statistics.median(c[1] for c in CPU[tool]),
-            }
-            for tool in tools
-        }  # the tool's own process tree, and the whole machine (the lab's sshds and host-side work too)
-        if rss:
-            result["provision_peak_rss_mb"] = max(rss) / 2**20
-            result["provision_rss_per_host_kb"] = max(rss) / n / 1024
-        return result
+                runs[tool]()  # converge (and, persisted, leave the connections kept)
+            for rtt in rtts:
+                proxy.set_rtt(rtt)
+                if "provision-persisted" in tools:
+                    runs["provision-persisted"]()  # connections made at this RTT
+                CPU.clear()  # the re-runs only
+                walls: dict[str, list[float]] = {tool: [] for tool in tools}
+                rss: list[int] = []
+                for _ in range(repeat):
+                    for tool in tools:
+                        res = runs[tool]()
+                        walls[tool].append(res[0])
+                        if tool != "pyinfra" and res[1] != 0:
+                            raise SystemExit(f"{tool}: a converged re-run reported {res[1]} changes")
+                        if tool == "provision":
+                            rss.append(int(res[2]))  # type: ignore[misc]
+                result: dict[str, object] = {"hosts": n, "rtt_ms": rtt, "load": os.getloadavg()[0],
+                                             "rerun_median_s": {k: statistics.median(w) for k, w in walls.items()},
+                                             "rerun_all_s": walls}  # fmt: skip
+                result["cpu_s"] = {
+                    tool: {"own": statistics.median(c[0] for c in CPU[tool]),
+                           "machine": statistics.median(c[1] for c in CPU[tool])}
+                    for tool in tools
+                }  # fmt: skip  # the tool's own process tree, and the whole machine (sshds, host-side work)
+                if rss:
+                    result["provision_peak_rss_mb"] = max(rss) / 2**20
+                out.append(result)
+                print(json.dumps(result), file=sys.stderr, flush=True)  # progress: a long matrix
+        finally:
+            if "provision-persisted" in tools:
+                subprocess.run([sys.executable, "-m", "provision", "persist", "stop"], env=t.env, check=False,
+                               capture_output=True, timeout=60)  # fmt: skip
+    return out
+
+
+def slope(results: list[dict[str, object]], n: int, tool: str) -> float | None:
+    """Sequential round trips: the least-squares slope of the wall time against the RTT (seconds per second)."""
+    pts = [(float(r["rtt_ms"]) / 1000, r["rerun_median_s"][tool]) for r in results  # type: ignore[index]
+           if r["hosts"] == n]  # fmt: skip
+    if len(pts) < 2:
+        return None
+    mx = statistics.mean(x for x, _ in pts)
+    my = statistics.mean(y for _, y in pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, nargs="+", default=[8, 64])
+    parser.add_argument("--rtt", type=float, nargs="+", default=[0.0], help="round-trip times to add (ms)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--tools", nargs="+", default=["provision", "pyinfra", "ansible"])
+    parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "pyinfra", "ansible"])
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     args = parser.parse_args()
-    missing = [
-        t for t in args.tools if t != "provision" and not shutil.which("ansible-playbook" if t == "ansible" else t)
-    ]
+    missing = [t for t in args.tools if not t.startswith("provision")
+               and not shutil.which("ansible-playbook" if t == "ansible" else t)]  # fmt: skip
     if missing:
         raise SystemExit(f"not installed: {', '.join(missing)} (pip install -e '.[bench]')")
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
-    results = [bench(n, args.repeat, args.tools) for n in args.hosts]
+    results = [r for n in args.hosts for r in bench(n, args.rtt, args.repeat, args.tools)]
     if args.json:
         print(json.dumps(results, indent=2))
         return
     print(f"no-op re-run of a converged 9-task play, median of {args.repeat} (seconds); cores: {os.cpu_count()}")
-    print(f"{'hosts':>6} " + " ".join(f"{t:>10}" for t in args.tools) + "   ratios (x provision)      provision RSS")
+    names = {"provision": "prov", "provision-persisted": "prov-kept"}
+    print(f"{'hosts':>5} {'RTT':>4} " + " ".join(f"{names.get(t, t):>9}" for t in args.tools)
+          + "  ratios (x provision fresh / kept)   prov CPU ms/host/task  load")  # fmt: skip
     for r in results:
         med = r["rerun_median_s"]
-        assert isinstance(med, dict)
-        ratios = "  ".join(f"{t} {med[t] / med['provision']:.1f}x" for t in args.tools if t != "provision")
-        rss = (
-            f"{r['provision_peak_rss_mb']:.0f} MB ({r['provision_rss_per_host_kb']:.0f} KB/host)"
-            if "provision_peak_rss_mb" in r
-            else ""
-        )
-        print(f"{r['hosts']:>6} " + " ".join(f"{med[t]:>10.2f}" for t in args.tools) + f"   {ratios:<24} {rss}")
         cpu = r["cpu_s"]
-        assert isinstance(cpu, dict)
-        print("   CPU s (own / whole machine): "
-              + "  ".join(f"{t} {cpu[t]['own']:.2f} / {cpu[t]['machine']:.2f}" for t in args.tools))  # fmt: skip
+        assert isinstance(med, dict) and isinstance(cpu, dict)
+        base = [t for t in ("provision", "provision-persisted") if t in med]
+        ratios = "  ".join(f"{t} " + "/".join(f"{med[t] / med[b]:.1f}x" for b in base)
+                           for t in args.tools if not t.startswith("provision"))  # fmt: skip
+        per = f"{cpu['provision']['own'] * 1000 / int(r['hosts']) / 9:.2f}" if "provision" in cpu else "-"  # type: ignore[arg-type]
+        print(f"{r['hosts']:>5} {r['rtt_ms']:>4g} " + " ".join(f"{med[t]:>9.2f}" for t in args.tools)
+              + f"  {ratios:<36} {per:>8}  {r['load']:.1f}")  # fmt: skip
+    for n in args.hosts:
+        for tool in args.tools:
+            k = slope(results, n, tool)
+            if k is not None:
+                print(f"{n} hosts, {tool}: {k:.1f} sequential RTT (slope of wall against RTT)")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ class Options(TypedDict, total=False):
     timeout: float  # -T: default timeout of each remote command, seconds (1800)
     connect_timeout: float  # --connect-timeout (10)
     accept_new_host_keys: bool  # --accept-new-host-keys: trust unknown host keys and save them
+    persist: float  # --persist: seconds to keep the SSH connections after the run (0: not kept)
     ssh_config: str | None  # another ssh_config (default ~/.ssh/config or $PROVISION_SSH_CONFIG)
     verbosity: int  # -v count: only what the events' listeners do with it
     on_event: Listener | None  # receives every event of the run (provision.events)
@@ -223,6 +224,7 @@ def run_options(fleet: Fleet, opts: Options) -> RunOptions:
             connect_timeout=connect_timeout,
             accept_new_host_keys=bool(opts.get("accept_new_host_keys", False)),
             ssh_config=opts.get("ssh_config"),
+            persist=float(opts.get("persist") or 0.0),
         ),
     )
 

@@ -58,6 +58,7 @@ from .common import (
 )
 from .model import model
 from .pd import pd
+from .persist_cmd import persist_cmd
 from .vault_cmd import vault_cmd
 from .wheelhouse import wheelhouse
 
@@ -343,6 +344,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 cli.add_command(pd)
+cli.add_command(persist_cmd)
 cli.add_command(wheelhouse)
 cli.add_command(model)
 cli.add_command(vault_cmd)

@@ -94,6 +94,10 @@ class Seconds(click.ParamType):
 def remember_verbosity(ctx: click.Context, param: click.Parameter, value: int) -> int:
     """Known before anything is loaded: -vvv shows the traceback of an input error too."""
     STATE["verbosity"] = value
+    if value >= 3:  # the round trips by phase, one ``rtt:`` line per host (provision.transport.trace)
+        from ..transport import trace
+
+        trace.enable()
     return value
 
 
@@ -108,6 +112,8 @@ def common_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      is_eager=True, callback=remember_verbosity),
         click.option("--accept-new-host-keys", is_flag=True, help="trust unknown host keys and save them"),
         click.option("--connect-timeout", type=Seconds(), default=10.0, show_default=True),
+        click.option("--persist", type=click.FloatRange(min=0), default=0.0,
+                     help="keep the SSH connections this long (s) after the run (provision persist stop ends it)"),
         click.option("-T", "--timeout", "command_timeout", type=Seconds(), default=1800.0, show_default=True,
                      help="default timeout of each remote command (s)"),
     ]  # fmt: skip
@@ -173,6 +179,7 @@ def api_options(kw: dict[str, Any], **more: Any) -> Options:
         timeout=kw["command_timeout"],
         connect_timeout=kw["connect_timeout"],
         accept_new_host_keys=kw["accept_new_host_keys"],
+        persist=kw["persist"],
     )
     opts.update(more)  # type: ignore[typeddict-item]
     return opts

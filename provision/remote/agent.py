@@ -12,7 +12,8 @@ Besides scripts (no ``op``), four operations, so that one interpreter per host s
 
 * ``{"op": "lock", "name": N, "holder": text}``: take the run lock ``~/.provision/run-N.lock`` (flock) and hold
   it for the agent's life (what ``RUN_LOCKER`` does on a channel of its own); answers ``out`` = ``locked`` or
-  ``busy <the holder's line>``, and ``home``.
+  ``busy <the holder's line>``, and ``home``; with ``"read": [paths], "max": bytes``, also ``files``: path ->
+  ``[rc, base64]`` (rc 0, or 2 for no such file) for each that could be read (the controller's first read).
 * ``{"op": "read", "path": P, "max": bytes}``: a file's bytes (``rc`` 0), ``rc`` 2 when there is none, ``rc`` 3
   when it is larger than ``max`` (the controller uses SFTP then), ``rc`` 1 with the error otherwise.
 * ``{"op": "batch", "requests": [script call, ...]}``: the script calls (requests without ``op``) one after the
@@ -306,8 +307,14 @@ def _serve(request, cache):
         script = base64.b64decode(request["script"])
         rc, out, err = _exec(script, base64.b64decode(request.get("stdin") or ""), request.get("timeout"))
         return _answer(rc, out, err)
-    if op == "lock":
-        return _answer(0, _lock(request["name"], request["holder"]), b"", home=os.path.expanduser("~"))
+    if op == "lock":  # with the files the controller will read first (its first get, folded in: no round trip)
+        files = {}
+        for path in request.get("read") or []:
+            rc, out, _ = _read(os.path.expanduser(path), int(request.get("max") or 0))
+            if rc in (0, 2):
+                files[path] = [rc, base64.b64encode(out).decode()]
+        locked = _lock(request["name"], request["holder"])
+        return _answer(0, locked, b"", home=os.path.expanduser("~"), files=files)
     if op == "read":
         rc, out, err = _read(request["path"], int(request["max"]))
         return _answer(rc, out, err)
@@ -335,6 +342,10 @@ def main():
     os.chdir(os.path.expanduser("~"))
     fin = _Input(fd_in, beat)
     cache = {}  # type: dict[str, object]
+    if len(sys.argv) > 3:  # the first request came with the command (argv: H, source, request)
+        data = json.dumps(_serve(json.loads(base64.b64decode(sys.argv[3]).decode("utf-8")), cache)).encode("utf-8")
+        fout.write(b"%d\n" % len(data) + data)
+        fout.flush()
     while True:
         line = fin.line()
         if not line.strip():

@@ -17,6 +17,7 @@ import contextlib
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,27 +25,33 @@ from .. import remote
 from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout, OutputTooLarge
 from .base import OUTPUT_MAX, CommandResult, host_json
+from .trace import Phases
 
 QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer.py"})
 HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
 FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
-# reads the agent's source unbuffered (nothing of the first request may be swallowed by a buffer), runs it
+# the agent's source from argv (zlib, base64: with the first request, see PythonAgent.command), else read
+# from stdin unbuffered (nothing of the first request may be swallowed by a buffer); runs it
 BOOTSTRAP = """\
-import os
-h = b''
-while not h.endswith(b'\\n'):
-    c = os.read(0, 1)
-    if not c:
-        raise SystemExit(1)
-    h += c
-n = int(h)
-s = b''
-while len(s) < n:
-    c = os.read(0, n - len(s))
-    if not c:
-        raise SystemExit(1)
-    s += c
+import os, sys
+if len(sys.argv) > 2:
+    import base64, zlib
+    s = zlib.decompress(base64.b64decode(sys.argv[2]))
+else:
+    h = b''
+    while not h.endswith(b'\\n'):
+        c = os.read(0, 1)
+        if not c:
+            raise SystemExit(1)
+        h += c
+    n = int(h)
+    s = b''
+    while len(s) < n:
+        c = os.read(0, n - len(s))
+        if not c:
+            raise SystemExit(1)
+        s += c
 exec(compile(s, 'provision-agent', 'exec'))
 """
 
@@ -62,7 +69,9 @@ class Stream(Protocol):
 
 
 class PythonAgent:
-    def __init__(self, host: str, stream: Stream, on_answer: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, host: str, stream: Stream, on_answer: Callable[[], None] | None = None, preloaded: bool = False
+    ) -> None:
         self.host = host
         self._on_answer = on_answer
         self._stream = stream
@@ -71,6 +80,10 @@ class PythonAgent:
         self._send_lock = threading.Lock()  # a heartbeat never lands inside a request
         self._buf = bytearray()
         self.dead = False
+        self.preread: dict[str, bytes | None] = {}  # files read with the run lock (see lock)
+        self.phases: Phases | None = None  # the connection's round-trip trace (provision.transport.trace)
+        if preloaded:  # source and first request came with the command: see command(first=...)
+            return
         source = remote.source("agent.py")
         try:
             stream.send(b"%d\n" % len(source) + source)
@@ -79,10 +92,26 @@ class PythonAgent:
             raise AgentUnavailable(str(exc)) from None
 
     @staticmethod
-    def command(interpreter: str, heartbeat: float = 0.0) -> Command:
+    def command(interpreter: str, heartbeat: float = 0.0, first: dict[str, Any] | None = None) -> Command:
         """``heartbeat``: H > 0 when :meth:`beat` will be called every H seconds (the agent exits after 3 H
-        seconds without a byte); 0: the agent waits for the end of its stdin only."""
-        return Command.of(interpreter, "-c", BOOTSTRAP, f"{heartbeat:g}" if heartbeat > 0 else "0")
+        seconds without a byte); 0: the agent waits for the end of its stdin only. ``first``: the agent's
+        source (compressed) and this first request travel in the command line itself, so its answer comes
+        back one round trip after the exec, with no wait for sshd's window to open the channel's stdin (a
+        session channel's window is 0 until the command runs); nothing secret goes there (the run lock's
+        request: a lock name, the holder's line, paths). The agent is then made with ``preloaded=True``."""
+        beat = f"{heartbeat:g}" if heartbeat > 0 else "0"
+        if first is None:
+            return Command.of(interpreter, "-c", BOOTSTRAP, beat)
+        packed = base64.b64encode(zlib.compress(remote.source("agent.py"), 9)).decode()
+        request = base64.b64encode(json.dumps(first).encode()).decode()
+        return Command.of(interpreter, "-c", BOOTSTRAP, beat, packed, request)
+
+    @staticmethod
+    def lock_request(name: str, holder: str, reads: tuple[str, ...] = (), limit: int = 0) -> dict[str, Any]:
+        request: dict[str, Any] = {"op": "lock", "name": name, "holder": holder}
+        if reads:
+            request.update(read=list(reads), max=limit)
+        return request
 
     def beat(self) -> None:
         """Send a heartbeat (a bare newline, which the agent skips between requests); skipped while a request
@@ -201,10 +230,16 @@ class PythonAgent:
         finally:
             self._lock.release()
 
-    def lock(self, name: str, holder: str) -> tuple[str, str]:
-        """Take the host's run lock in the agent (held until it exits): (``locked`` or ``busy ...``, home)."""
+    def lock(
+        self, name: str, holder: str, reads: tuple[str, ...] = (), limit: int = 0, sent: bool = False
+    ) -> tuple[str, str]:
+        """Take the host's run lock in the agent (held until it exits): (``locked`` or ``busy ...``, home).
+        ``reads``: files read in the same round trip (at most ``limit`` bytes each), kept in :attr:`preread`.
+        ``sent``: the request went with the command (:meth:`command` ``first``): only its answer is read."""
         with self._lock:
-            answer, _ = self._exchange({"op": "lock", "name": name, "holder": holder}, 30.0, "the run lock")
+            request = self.lock_request(name, holder, reads, limit)
+            answer, _ = self._exchange(request, 30.0, "the run lock", send=not sent)
+            self.preread = _files(answer.get("files"), reads)
             return _decoded(answer)[0].decode(errors="replace").strip(), str(answer.get("home") or "")
 
     def read(self, path: str, limit: int) -> bytes | bool | None:
@@ -222,16 +257,19 @@ class PythonAgent:
             return False
         return _decoded(answer)[0]
 
-    def _exchange(self, request: dict[str, Any], timeout: float | None, what: str) -> tuple[dict[str, Any], float]:
-        """One request and its answer (the caller holds ``_lock``)."""
+    def _exchange(
+        self, request: dict[str, Any], timeout: float | None, what: str, send: bool = True
+    ) -> tuple[dict[str, Any], float]:
+        """One request and its answer (the caller holds ``_lock``); ``send`` False: it was sent already."""
         if self.dead:
             raise AgentUnavailable("agent is gone")
         data = json.dumps(request).encode()
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout + 15.0
         try:
-            with self._send_lock:
-                self._stream.send(b"%d\n" % len(data) + data)
+            if send:
+                with self._send_lock:
+                    self._stream.send(b"%d\n" % len(data) + data)
             answer = _checked(host_json(self._read_frame(deadline)), request.get("op"))
         except TimeoutError:
             self.close()
@@ -241,6 +279,8 @@ class PythonAgent:
             raise AgentUnavailable(str(exc)) from None
         if self._on_answer is not None:
             self._on_answer()
+        if self.phases is not None:
+            self.phases.add(f"agent-{request.get('op') or 'call'}", started)
         return answer, time.monotonic() - started
 
     def close(self) -> None:
@@ -269,6 +309,24 @@ def _checked(answer: Any, op: str | None) -> dict[str, Any]:
             except (ValueError, binascii.Error):
                 raise ValueError(f"the agent's answer is malformed ({key} is not base64)") from None
     return answer
+
+
+def _files(files: Any, asked: tuple[str, ...]) -> dict[str, bytes | None]:
+    """The lock answer's ``files``: only the paths asked for, each ``[0, base64]`` (its bytes) or ``[2, ""]``
+    (none); anything else is left out (the caller reads it again the usual way)."""
+    out: dict[str, bytes | None] = {}
+    if not isinstance(files, dict):
+        return out
+    for path in asked:
+        one = files.get(path)
+        if not (isinstance(one, list) and len(one) == 2 and one[0] in (0, 2) and isinstance(one[1], str)):
+            continue
+        try:
+            data = base64.b64decode(one[1], validate=True)
+        except (ValueError, binascii.Error):
+            continue
+        out[path] = data if one[0] == 0 else None
+    return out
 
 
 def _decoded(answer: dict[str, Any]) -> tuple[bytes, bytes]:

@@ -45,6 +45,7 @@ class ConnectOptions:
     # SSH: run commands through the host's python agent (no channel and no interpreter start per command);
     # False: every command on a channel of its own, through the runner (as commands with streamed output are)
     agent_exec: bool = True
+    persist: float = 0.0  # --persist: seconds the user's keeper keeps the connection after the run (transport.persist)
 
     def heartbeat_interval(self) -> float:
         """H: how often the controller sends a heartbeat on the stdin of every command, run-lock holder and

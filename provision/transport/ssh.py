@@ -25,7 +25,7 @@ import paramiko
 
 from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, OutputTooLarge, UnreachableError
-from . import known_hosts
+from . import known_hosts, persist
 from .agent import AgentUnavailable, PythonAgent
 from .base import (
     COUNTERS,
@@ -42,6 +42,7 @@ from .base import (
     temp_path_beside,
 )
 from .known_hosts import fingerprint
+from .trace import Phases
 
 # --------------------------------------------------------------------------------------------- host keys
 _known_hosts_lock = threading.Lock()
@@ -117,6 +118,21 @@ class _ChannelStream:
 
     def close(self) -> None:
         self.channel.close()
+
+
+def _exec_pipelined(channel: paramiko.Channel, command: str) -> None:
+    """``exec`` on a channel without waiting for the host's reply (paramiko's ``exec_command`` waits: one round
+    trip): the agent's source and first request follow at once, in the same flight. sshd handles a channel's
+    messages in order, so they reach the command's stdin; a refused exec closes the channel (paramiko's
+    ``_request_failed``), which the agent's first read sees as its end (:class:`AgentUnavailable`)."""
+    m = paramiko.Message()
+    m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    m.add_int(channel.remote_chanid)
+    m.add_string("exec")
+    m.add_boolean(True)
+    m.add_string(command)
+    channel._event_pending()  # type: ignore[attr-defined]
+    channel.transport._send_user_message(m)  # type: ignore[union-attr]
 
 
 def _send_heartbeat(channel: paramiko.Channel) -> None:
@@ -233,6 +249,12 @@ class SSHConnection:
         self._beats_lock = threading.Lock()
         # one SFTP session per connection, held for each whole SFTP operation (see _sftp_session)
         self._sftp_lock = threading.Lock()
+        self.phases = Phases()  # round trips by phase (PROVISION_TRACE_RTT)
+        # a first read asked for before connecting goes with the run lock's request (see get); its answer is
+        # kept only until anything else is done on the host
+        self._want_reads: list[str] = []
+        self._preread: dict[str, bytes | None] = {}
+        self._kept = False  # the agent runs on the user's keeper's connection (--persist)
 
     # -- opening
     def _config(self) -> fabric.Config:
@@ -299,67 +321,121 @@ class SSHConnection:
             conn.connect_kwargs["sock"] = channel
         conn.open()
 
-    def connect(self) -> fabric.Connection:
+    def connect(self) -> None:
+        """The session: the agent through the user's keeper (``--persist``), else a connection of the run's own."""
         with self._lock:
-            if self._conn is not None:
-                return self._conn
-            v = self._vars
-            conn = self._make(
-                str(v.get("ansible_host") or self.name),
-                v.get("ansible_user"),
-                int(v["ansible_port"]) if v.get("ansible_port") else None,
-                v.get("ansible_ssh_private_key_file"),
-            )
-            target = f"{conn.user}@{conn.host}:{conn.port}"
-            try:
-                self._open(conn)
-            except _RevokedKey as exc:
-                raise HostKeyChanged(
-                    self.name,
-                    f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is REVOKED in "
-                    "known_hosts: refusing to connect",
-                ) from None
-            except _UnknownKey as exc:
-                raise HostKeyUnknown(
-                    self.name,
-                    f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is not in known_hosts; "
-                    "verify it, add it with ssh-keyscan, or rerun with --accept-new-host-keys",
-                ) from None
-            except paramiko.BadHostKeyException as exc:
-                raise HostKeyChanged(
-                    self.name,
-                    f"HOST KEY FOR {exc.hostname} HAS CHANGED (got {exc.key.get_name()} "
-                    f"{fingerprint(exc.key)}); refusing to connect — someone may be intercepting, "
-                    "or the host was reinstalled: remove the old key from known_hosts after checking",
-                ) from None
-            except paramiko.AuthenticationException as exc:
-                raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
-            except UnicodeError:  # a host name the resolver cannot encode (an add_host name, say)
-                raise UnreachableError(self.name, f"cannot connect to {target}: not a valid host name") from None
-            except (paramiko.SSHException, OSError, EOFError) as exc:
-                raise UnreachableError(self.name, f"cannot connect to {target}: {connect_reason(exc)}") from None
-            transport = conn.client.get_transport()
-            if transport is not None and isinstance(transport.sock, socket.socket):
-                # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
-                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            COUNTERS.opened()
-            if transport is not None:
-                self._watch_stop = stop = threading.Event()
-                threading.Thread(
-                    target=self._watch, args=(transport, stop), daemon=True, name=f"provision-keepalive-{self.name}"
-                ).start()
-                if self._heartbeat > 0:
-                    name = f"provision-heartbeat-{self.name}"
-                    threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True, name=name).start()
-            if self.opts.run_lock:
+            if self._conn is not None or self._kept:
+                return
+            if self.opts.run_lock and not self._password and persist.seconds(self.opts, self._vars) > 0:
                 try:
-                    self._take_run_lock(conn)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        conn.close()
-                    raise
-            self._conn = conn
-            return conn
+                    self._open_kept()
+                    return
+                except (OSError, ValueError, persist.KeeperUnsafe, AgentUnavailable):
+                    pass  # no usable keeper: this run connects on its own
+            self._open_direct(self.opts.run_lock)
+
+    def _direct(self) -> fabric.Connection:
+        """The run's own SSH connection (made on first need: with --persist, only what needs a channel)."""
+        with self._lock:
+            if self._conn is None:
+                self._open_direct(self.opts.run_lock and not self._kept)
+            assert self._conn is not None
+            return self._conn
+
+    def _open_kept(self) -> None:
+        """The run's agent on the kept connection (the keeper makes it when there is none): the run lock and the
+        first read in the same flight; heartbeats on our side, as on a channel of our own."""
+        started = time.monotonic()
+        interpreter = self._interpreter()
+        first = self._lock_request()
+        command = PythonAgent.command(interpreter, self._heartbeat, first).direct()
+        keep = persist.seconds(self.opts, self._vars)
+        stream = persist.open_stream(self.name, self._vars, self.opts, command, keep)
+        agent = PythonAgent(self.name, stream, self._agent_answered, preloaded=True)
+        agent.phases = self.phases
+        try:
+            answer, home = agent.lock(*self._lock_args(), sent=True)
+        except (AgentUnavailable, OutputTooLarge):
+            agent.close()
+            raise AgentUnavailable("no agent on the kept connection") from None
+        if answer != "locked":
+            agent.close()
+            if answer.startswith("busy"):
+                raise busy(self.name, answer)
+            raise AgentUnavailable("the agent did not take the run lock")
+        self._agents[interpreter] = agent
+        self._lock_agent = interpreter
+        self._home = home or None
+        self._preread = agent.preread
+        self._kept = True
+        self._beating(agent, agent.beat)
+        if self._heartbeat > 0:
+            self._watch_stop = stop = threading.Event()
+            name = f"provision-heartbeat-{self.name}"
+            threading.Thread(target=self._heartbeats, args=(None, stop), daemon=True, name=name).start()
+        self.phases.add("kept:bootstrap+lock+home", started)
+
+    def _open_direct(self, run_lock: bool) -> None:
+        v = self._vars
+        conn = self._make(
+            str(v.get("ansible_host") or self.name),
+            v.get("ansible_user"),
+            int(v["ansible_port"]) if v.get("ansible_port") else None,
+            v.get("ansible_ssh_private_key_file"),
+        )
+        target = f"{conn.user}@{conn.host}:{conn.port}"
+        started = time.monotonic()
+        try:
+            self._open(conn)
+        except _RevokedKey as exc:
+            raise HostKeyChanged(
+                self.name,
+                f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is REVOKED in "
+                "known_hosts: refusing to connect",
+            ) from None
+        except _UnknownKey as exc:
+            raise HostKeyUnknown(
+                self.name,
+                f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is not in known_hosts; "
+                "verify it, add it with ssh-keyscan, or rerun with --accept-new-host-keys",
+            ) from None
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyChanged(
+                self.name,
+                f"HOST KEY FOR {exc.hostname} HAS CHANGED (got {exc.key.get_name()} "
+                f"{fingerprint(exc.key)}); refusing to connect — someone may be intercepting, "
+                "or the host was reinstalled: remove the old key from known_hosts after checking",
+            ) from None
+        except paramiko.AuthenticationException as exc:
+            raise UnreachableError(self.name, f"authentication failed for {target}: {exc}") from None
+        except UnicodeError:  # a host name the resolver cannot encode (an add_host name, say)
+            raise UnreachableError(self.name, f"cannot connect to {target}: not a valid host name") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(self.name, f"cannot connect to {target}: {connect_reason(exc)}") from None
+        self.phases.add("tcp+ssh+auth", started)
+        transport = conn.client.get_transport()
+        if transport is not None and isinstance(transport.sock, socket.socket):
+            # small request/response exchanges: without this, Nagle + delayed ACK add ~40 ms per command
+            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        COUNTERS.opened()
+        if transport is not None:
+            self._watch_stop = stop = threading.Event()
+            threading.Thread(
+                target=self._watch, args=(transport, stop), daemon=True, name=f"provision-keepalive-{self.name}"
+            ).start()
+            if self._heartbeat > 0:
+                name = f"provision-heartbeat-{self.name}"
+                threading.Thread(target=self._heartbeats, args=(transport, stop), daemon=True, name=name).start()
+        if run_lock:
+            started = time.monotonic()
+            try:
+                self._take_run_lock(conn)
+                self.phases.add("bootstrap+lock+home", started)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.close()
+                raise
+        self._conn = conn
 
     def _watch(self, transport: paramiko.Transport, stop: threading.Event) -> None:
         """Keepalives WITH replies (paramiko's own never waits for one): every ``interval`` seconds a
@@ -384,14 +460,14 @@ class SSHConnection:
                     transport.close()
                 return
 
-    def _heartbeats(self, transport: paramiko.Transport, stop: threading.Event) -> None:
+    def _heartbeats(self, transport: paramiko.Transport | None, stop: threading.Event) -> None:
         """Heartbeats: every H seconds one :data:`HEARTBEAT` byte on the stdin of every live command channel,
         the run-lock holder's and each agent's (registered once all else they had to send is sent). Each of
         them exits after 3 H seconds without a byte, TERMing/KILLing what it started: a frozen controller or
         a link that dropped without a FIN reaching the host kills nothing otherwise (sshd's TCP keepalive
         takes about two hours). Its own thread, apart from the keepalive watchdog: a send that blocks on a
         wedged transport must not keep the watchdog from closing it; nothing is added to a command."""
-        while not stop.wait(self._heartbeat) and transport.is_active():
+        while not stop.wait(self._heartbeat) and (transport is None or transport.is_active()):
             with self._beats_lock:
                 beats = list(self._beats.values())
             for beat in beats:
@@ -424,8 +500,8 @@ class SSHConnection:
         assert transport is not None
         interpreter = self._interpreter()
         try:
-            agent = self._start_agent(transport, interpreter)
-            answer, home = agent.lock(lock_name(self.name), lock_holder())
+            agent = self._start_agent(transport, interpreter, self._lock_request())
+            answer, home = agent.lock(*self._lock_args(), sent=True)
         except (AgentUnavailable, OutputTooLarge):  # no agent: no python3 yet, or not an agent at all
             self._take_run_lock_alone(transport, interpreter)
             return
@@ -434,6 +510,7 @@ class SSHConnection:
             self._beating(agent, agent.beat)
             self._lock_agent = interpreter
             self._home = home or None
+            self._preread = agent.preread
             return
         agent.close()
         if answer.startswith("busy"):
@@ -476,10 +553,10 @@ class SSHConnection:
     @property
     def connected(self) -> bool:
         """Whether the session is open (nothing contacts the host before its first command)."""
-        return self._conn is not None
+        return self._conn is not None or self._kept
 
     def _transport(self) -> paramiko.Transport:
-        transport = self.connect().client.get_transport()
+        transport = self._direct().client.get_transport()
         if transport is None or not transport.is_active():
             raise UnreachableError(self.name, self._stalled or "the SSH session was closed by the host")
         return transport
@@ -493,6 +570,7 @@ class SSHConnection:
         on_output: Callable[[str], None] | None = None,
     ) -> CommandResult:
         started = time.monotonic()
+        self._preread.clear()
         if self.opts.agent_exec and on_output is None and not cmd.become and len(stdin or b"") <= AGENT_EXEC_MAX:
             done = self._run_in_agent(cmd, timeout, stdin or b"", started)
             if done is not None:
@@ -517,6 +595,7 @@ class SSHConnection:
                 self._beating(channel, None)
                 channel.close()  # also on KeyboardInterrupt: the host's runner sees EOF and kills the command
         self.commands_run += 1
+        self.phases.add("channel-command", started)
         return finished(self.name, cmd, timeout, rc, out, err, started)
 
     def _run_in_agent(self, cmd: Command, timeout: float | None, data: bytes, started: float) -> CommandResult | None:
@@ -576,8 +655,12 @@ class SSHConnection:
 
     # -- the persistent python helper
     def python_agent(self, interpreter: str) -> PythonAgent:
-        transport = self._transport()  # connects first: taking the run lock may start this very agent
+        self.connect()  # connects first: taking the run lock may start this very agent
+        self._preread.clear()
         agent = self._agents.get(interpreter)
+        if agent is not None and not agent.dead:
+            return agent
+        transport = self._transport()
         if agent is None or agent.dead:
             if agent is not None:
                 self._beating(agent, None)
@@ -591,13 +674,25 @@ class SSHConnection:
             self._beating(agent, agent.beat)
         return agent
 
-    def _start_agent(self, transport: paramiko.Transport, interpreter: str) -> PythonAgent:
+    def _lock_args(self) -> tuple[str, str, tuple[str, ...], int]:
+        return lock_name(self.name), lock_holder(), tuple(self._want_reads), AGENT_READ_MAX
+
+    def _lock_request(self) -> dict[str, Any]:
+        """The run lock's request (with the first read), sent in the agent's command line: see
+        :meth:`PythonAgent.command`."""
+        return PythonAgent.lock_request(*self._lock_args())
+
+    def _start_agent(
+        self, transport: paramiko.Transport, interpreter: str, first: dict[str, Any] | None = None
+    ) -> PythonAgent:
         try:
             channel = transport.open_session(timeout=self.opts.channel_timeout)
-            channel.exec_command(PythonAgent.command(interpreter, self._heartbeat).direct())
+            _exec_pipelined(channel, PythonAgent.command(interpreter, self._heartbeat, first).direct())
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise AgentUnavailable(str(exc)) from None
-        return PythonAgent(self.name, _ChannelStream(channel), self._agent_answered)
+        agent = PythonAgent(self.name, _ChannelStream(channel), self._agent_answered, preloaded=first is not None)
+        agent.phases = self.phases
+        return agent
 
     def _agent_answered(self) -> None:
         self.agent_calls += 1  # a round trip like a command: counted in both
@@ -614,7 +709,7 @@ class SSHConnection:
         with self._sftp_lock:
             channel = self._sftp.get_channel() if self._sftp is not None else None
             if self._sftp is None or channel is None or channel.closed:  # none yet, or closed by a failure
-                self._sftp = self.connect().sftp()
+                self._sftp = self._direct().sftp()
                 channel = self._sftp.get_channel()
                 if channel is not None:
                     channel.settimeout(max(self.opts.channel_timeout, 60.0))
@@ -639,13 +734,16 @@ class SSHConnection:
         then ``posix_rename``. The temp file is removed on any failure or interrupt (and by :meth:`close`
         while a write is in flight). A write refused by the host (permission denied, disk full) is a
         HostError with the reason; only a lost connection is unreachable."""
+        self._preread.clear()
         path = self.expand_path(path)
         tmp = temp_path_beside(path)
         sftp: paramiko.SFTPClient | None = None
         self._inflight.add(tmp)
+        started = time.monotonic()
         try:
             with self._sftp_session() as sftp:
                 atomic_put(_SftpFiles(sftp, self), data, path, mode, tmp)
+            self.phases.add("sftp-put", started)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._file_error(f"cannot write {path}", exc, sftp) from None
         finally:
@@ -665,6 +763,15 @@ class SSHConnection:
         return HostError(self.name, f"{what}: {reason}")
 
     def get(self, path: str) -> bytes | None:
+        if self._conn is None and self.opts.run_lock:
+            self._want_reads = [path]  # read in the run lock's round trip
+        self.connect()
+        self._want_reads = []
+        if path in self._preread:
+            kept = self._preread.pop(path)
+            self._preread.clear()
+            return kept
+        self._preread.clear()
         path = self.expand_path(path)
         agent = self._agents.get(self._interpreter())
         if agent is not None and not agent.dead:  # no SFTP subsystem started for a small read
@@ -688,6 +795,14 @@ class SSHConnection:
             raise self._file_error(f"cannot read {path}", exc, sftp) from None
 
     def close(self) -> None:
+        started = time.monotonic()
+        try:
+            self._close()
+        finally:
+            self.phases.add("close", started)
+            self.phases.report(self.name)
+
+    def _close(self) -> None:
         self._watch_stop.set()
         with self._beats_lock:
             self._beats.clear()
@@ -713,4 +828,5 @@ class SSHConnection:
             if self._conn is not None:
                 self._conn.close()
         self._conn = None
+        self._kept = False
         self._sftp = None

@@ -103,17 +103,17 @@ def test_converged_play_costs_a_constant_number_of_round_trips(lab, inventory: I
     plain, _ = _apply(inventory, playbook, False)
     on, off = batched.commands_run(), plain.commands_run()
     reads = N_FILES + 8  # the tasks up to the `seen` copy that read their state (not debug)
-    # off: the run lock, the pending handlers, one read per task (`seen` too), the shell
-    assert set(off.values()) == {2 + reads + 2}, off
-    # on: the run lock, the pending handlers, ONE batch for every read up to `seen` (lab1's failing `file`
+    # off: the run lock (the pending handlers' read goes with it), one read per task (`seen` too), the shell
+    assert set(off.values()) == {1 + reads + 2}, off
+    # on: the run lock (and the pending handlers), ONE batch for every read up to `seen` (lab1's failing `file`
     # task included), then `seen` (it reads what the tasks before it registered: a segment of its own), the shell
-    assert set(on.values()) == {5}, on
+    assert set(on.values()) == {4}, on
     assert batched.prefetch.batches == 1 and batched.prefetch.hits == len(lab.hosts) * reads
     # serial batches: each batch reads ahead for its own hosts
     playbook.write_text(playbook.read_text().replace("  gather_facts: false\n", "  gather_facts: false\n  serial: 2\n"))
     serial, results = _apply(inventory, playbook, True)
     assert not [(r.host, r.task) for r in results if r.changed]
-    assert set(serial.commands_run().values()) == {5} and serial.prefetch.batches == len(lab.hosts) // 2
+    assert set(serial.commands_run().values()) == {4} and serial.prefetch.batches == len(lab.hosts) // 2
 
 
 @pytest.mark.parametrize("mode", ["run", "check", "diff"])

@@ -278,18 +278,23 @@ def test_signal_to_the_controller_exits_with_one_line_and_kills_the_remote_comma
     print(f"\n{signal.Signals(sig).name}: remote command gone {took:.2f}s after the controller exited")
 
 
-def test_sigkilled_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:
-    lab.run_as(0, ["rm", "-f", "kill.pid"])
-    proc = start_cli(lab, tmp_path, "kill.pid")
+def sigkill_mid_command(lab: Lab, i: int, proc: subprocess.Popen[Any], pidfile: str) -> float | None:
+    """SIGKILL the run ``proc`` once host i's command wrote ``pidfile``: the seconds until that command and its
+    ``sleep 300`` were gone, None if they outlived 10 s."""
     try:
-        pid = read_pid(lab, 0, "kill.pid", 30)
-        sleeps = pids_of(lab.hosts[0].user, "sleep 300")
+        pid = read_pid(lab, i, pidfile, 30)
+        sleeps = pids_of(lab.hosts[i].user, "sleep 300")
         assert sleeps
         proc.kill()
         proc.communicate(timeout=15)
     finally:
         proc.kill()
-    took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
+    return wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
+
+
+def test_sigkilled_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:
+    lab.run_as(0, ["rm", "-f", "kill.pid"])
+    took = sigkill_mid_command(lab, 0, start_cli(lab, tmp_path, "kill.pid"), "kill.pid")
     assert took is not None, "the remote command outlived the SIGKILLed controller"
     print(f"\nSIGKILL: remote command gone {took:.2f}s after the controller died")
 

@@ -1,0 +1,169 @@
+"""The keeper of kept SSH connections (``--persist``): see :mod:`provision.transport.persist`, whose client
+starts it as ``python -m provision.transport.keeper serve DIR``. It holds connections only; each run's agent
+runs on a channel of its own that lives exactly as long as the run's socket to the keeper."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
+from .base import ConnectOptions
+from .persist import SOCKET, _answer
+from .ssh import SSHConnection, _exec_pipelined
+
+
+class Keeper:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / SOCKET
+        self.idle = 60.0
+        self.streams = 0
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+        self.kept: dict[str, Any] = {}  # key -> SSHConnection
+        self.key_locks: dict[str, threading.Lock] = {}
+        self.stopping = threading.Event()
+
+    def serve(self) -> None:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            server.bind(str(self.path))  # 0600 from creation
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        server.listen(1024)
+        server.settimeout(1.0)
+        try:
+            while not self.stopping.is_set():
+                with self.lock:
+                    if self.streams == 0 and time.monotonic() - self.last > self.idle:
+                        break
+                try:
+                    client, _ = server.accept()
+                except TimeoutError:
+                    continue
+                threading.Thread(target=self.client, args=(client,), daemon=True).start()
+        finally:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            server.close()
+            for conn in list(self.kept.values()):
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def client(self, sock: socket.socket) -> None:
+        with contextlib.closing(sock):
+            try:
+                request = _answer(sock)
+            except (OSError, ValueError):
+                return
+            op = request.get("op")
+            if op == "stop":
+                self.stopping.set()
+                sock.sendall(b'{"ok": true}\n')
+            elif op == "status":
+                with self.lock:
+                    doc = {"ok": True, "pid": os.getpid(), "kept": len(self.kept), "streams": self.streams,
+                           "idle": self.idle}  # fmt: skip
+                sock.sendall(json.dumps(doc).encode() + b"\n")
+            elif op == "open":
+                self.open(sock, request)
+
+    def _connection(self, request: Mapping[str, Any]) -> Any:
+        key = str(request["key"])
+        with self.lock:
+            key_lock = self.key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            conn = self.kept.get(key)
+            transport = conn._conn.client.get_transport() if conn is not None and conn._conn is not None else None
+            if transport is None or not transport.is_active():
+                opts = dict(request["opts"])
+                opts["known_hosts"] = tuple(opts.get("known_hosts") or ())
+                conn = SSHConnection(str(request["name"]), dict(request["vars"]), ConnectOptions(**opts))
+                conn._direct()  # host keys checked here, as in a run
+                self.kept[key] = conn
+            return conn
+
+    def open(self, sock: socket.socket, request: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.streams += 1
+            self.idle = float(request.get("idle") or self.idle)
+        try:
+            try:
+                conn = self._connection(request)
+                channel = conn._transport().open_session(timeout=conn.opts.channel_timeout)
+                _exec_pipelined(channel, str(request["command"]))
+            except (HostKeyUnknown, HostKeyChanged, UnreachableError) as exc:
+                doc = {"ok": False, "error": type(exc).__name__, "message": exc.msg}
+                sock.sendall(json.dumps(doc).encode() + b"\n")
+                return
+            except Exception as exc:  # paramiko's, on a kept connection that just died
+                doc = {"ok": False, "error": "UnreachableError", "message": f"kept connection: {exc}"}
+                sock.sendall(json.dumps(doc).encode() + b"\n")
+                return
+            sock.sendall(b'{"ok": true}\n')
+            _splice(sock, channel)
+        finally:
+            with self.lock:
+                self.streams -= 1
+                self.last = time.monotonic()
+
+
+def _splice(sock: socket.socket, channel: Any) -> None:
+    """Bytes both ways until either end closes; then the channel is closed (the agent's stdin ends)."""
+    sock.setblocking(True)
+    sock.settimeout(None)
+
+    def down() -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                data = channel.recv(65536)
+                if not data:
+                    break
+                sock.sendall(data)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # the run sees the agent's end
+
+    reader = threading.Thread(target=down, daemon=True)
+    reader.start()
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            channel.sendall(data)
+    except Exception:
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            channel.close()
+        reader.join(5)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "serve":
+        os.environ.pop("PROVISION_SSH_CONFIG", None)  # each request names its own (None: the default files)
+        folder = Path(argv[1])
+        lock = open(folder / "keeper.lock", "a")  # noqa: SIM115 - held for the keeper's life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # another keeper serves this user
+        Keeper(folder).serve()
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

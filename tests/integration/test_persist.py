@@ -1,0 +1,160 @@
+"""``--persist SECONDS``: connections kept between runs by the user's keeper, with every guarantee of a run's own
+connection (provision.transport.persist). Each test has a keeper of its own ($XDG_RUNTIME_DIR of its own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_trust_transport import alive, sigkill_mid_command, wait_for
+from tests.support.lab import Lab
+from tests.support.rtt_proxy import RttProxy
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+
+WHO = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - command: id -un
+      register: who
+      changed_when: false
+    - copy: {{content: "{{{{ who.stdout }}}}\\n", dest: "persist-who-{tag}"}}
+"""
+
+SLEEP = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - shell: echo $$ > persist-sleep.pid; sleep 300; echo never
+"""
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of a test's runs: its own keeper directory; the keeper is stopped at the end."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_RUNTIME_DIR": str(folder)}
+    yield env
+    subprocess.run([sys.executable, "-m", "provision", "persist", "stop"], env=env, capture_output=True, timeout=60)
+
+
+def _cli(env: dict[str, str], cwd: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "provision", *argv], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def _status(env: dict[str, str], cwd: Path) -> dict[str, object]:
+    done = _cli(env, cwd, "persist", "status")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_a_second_run_reuses_the_kept_connection_and_stop_ends_it(lab: Lab, tmp_path: Path,
+                                                                   runtime: dict[str, str]) -> None:  # fmt: skip
+    with RttProxy(lab) as proxy:
+        files = proxy.write_files(tmp_path / "proxied")
+        env = {**runtime, "PROVISION_SSH_CONFIG": str(files["ssh_config"])}
+        (tmp_path / "who.yml").write_text(WHO.format(tag="a"))
+        inv = str(files["inventory"])
+        for run in range(2):  # every playbook twice: the second changes nothing
+            done = _cli(env, tmp_path, "run", "who.yml", "-i", inv, "-l", "lab0", "--persist", "60", "--json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            changed = sum(s["changed"] for s in json.loads(done.stdout)["stats"].values())
+            assert changed == (1 if run == 0 else 0)
+            if run == 0:  # the keeper's, and the run's own for its SFTP write (a write is not kept)
+                assert proxy.connections()["lab0"] == 2
+                proxy.reset()
+        assert proxy.connections().get("lab0", 0) == 0, "the second run made a connection of its own"
+        assert proxy.turns()["lab0"] > 0, "the second run went through the kept connection"
+        assert lab.run_as(0, ["cat", "persist-who-a"]).stdout.strip() == lab.hosts[0].user
+        assert _status(env, tmp_path)["kept"] == 1
+        stopped = _cli(env, tmp_path, "persist", "stop")
+        assert stopped.stdout.strip() == "stopped"
+        assert wait_for(lambda: not _status(env, tmp_path).get("ok"), 10) is not None
+        assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / "keeper.sock").exists()
+
+
+def test_the_keeper_socket_is_private_to_the_user(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    (tmp_path / "who.yml").write_text(WHO.format(tag="p"))
+    done = _cli({**runtime, **lab.ssh_env()}, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}"
+    info = os.lstat(folder)
+    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
+    sock = os.lstat(folder / "keeper.sock")
+    assert stat.S_ISSOCK(sock.st_mode) and stat.S_IMODE(sock.st_mode) == 0o600 and sock.st_uid == os.getuid()
+
+
+def test_a_keeper_directory_open_to_others_is_refused(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
+    folder = Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o777)
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    (tmp_path / "who.yml").write_text(WHO.format(tag="o"))
+    done = _cli({**runtime, **lab.ssh_env()}, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
+    assert done.returncode == 0, done.stdout + done.stderr  # the run connects on its own
+    assert not (folder / "keeper.sock").exists(), "a keeper listened in a directory others can write"
+
+
+def test_a_changed_inventory_never_reuses_a_connection_made_for_another(lab: Lab, tmp_path: Path,
+                                                                       runtime: dict[str, str]) -> None:  # fmt: skip
+    env = {**runtime, **lab.ssh_env()}
+    (tmp_path / "who.yml").write_text(WHO.format(tag="c"))
+    first = lab.write_inventory(tmp_path / "first.yml", names=[1])
+    done = _cli(env, tmp_path, "run", "who.yml", "-i", str(first), "--persist", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the same inventory name, now with host 2's address and user: the kept connection is not for it
+    h2 = lab.hosts[2]
+    second = tmp_path / "second.yml"
+    second.write_text(json.dumps({"all": {"hosts": {"lab1": {
+        "ansible_host": h2.address, "ansible_port": h2.port, "ansible_user": h2.user,
+        "ansible_ssh_private_key_file": str(lab.client_key)}}}}))  # fmt: skip
+    done = _cli(env, tmp_path, "run", "who.yml", "-i", str(second), "--persist", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert lab.run_as(2, ["cat", "persist-who-c"]).stdout.strip() == h2.user
+    assert _status(env, tmp_path)["kept"] == 2
+
+
+def test_the_keeper_exits_when_idle(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
+    env = {**runtime, **lab.ssh_env()}
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    (tmp_path / "who.yml").write_text(WHO.format(tag="i"))
+    done = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    pid = _status(env, tmp_path)["pid"]
+    assert isinstance(pid, int) and alive(pid)
+    done = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "2")  # the last run's window counts
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert wait_for(lambda: not alive(pid), 30, 0.2) is not None, "the keeper outlived its idle time"
+    assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / "keeper.sock").exists()
+
+
+def test_a_sigkilled_run_kills_its_remote_command_not_the_kept_connection(lab: Lab, tmp_path: Path,
+                                                                          runtime: dict[str, str]) -> None:  # fmt: skip
+    env = {**runtime, **lab.ssh_env()}
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[3])
+    (tmp_path / "who.yml").write_text(WHO.format(tag="k"))
+    assert _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120").returncode == 0
+    (tmp_path / "sleep.yml").write_text(SLEEP)
+    lab.run_as(3, ["rm", "-f", "persist-sleep.pid"])
+    proc = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", str(inv), "--persist",
+                             "120"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    took = sigkill_mid_command(lab, 3, proc, "persist-sleep.pid")
+    assert took is not None, "the remote command outlived the SIGKILLed run"
+    assert _status(env, tmp_path)["kept"] == 1  # the keeper and its connection live on
+    again = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120")
+    assert again.returncode == 0, again.stdout + again.stderr  # the run lock died with the killed run
