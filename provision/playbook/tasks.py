@@ -621,19 +621,7 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
                 node,
                 path,
             )
-        _condition(node.get("when"), "when", node, path)
-        source = node["import_tasks"]
-        if isinstance(source, dict) and set(source) == {"file"}:  # import_tasks: {file: FILE}, as Ansible takes it
-            source = source["file"]
-        target = Path(path).parent / str(source)
-        real = str(target.resolve())
-        if real in _seen:
-            raise _err(f"import_tasks loop through {target}", node, path)
-        if not target.is_file():
-            raise _err(f"import_tasks: {target} does not exist", node, path)
-        data = load_yaml(target)
-        if not isinstance(data, list):
-            raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        target, real, data = _imported_file(node, path, _seen)
         around = {k: v for k, v in node.items() if k in APPLY_KEYS and k not in IMPORT_KEYS}  # as a block
         data = _apply_block(data, around, getattr(node, "file", path), getattr(node, "line", 0))
         imported = parse_tasks(data, str(target), tags | _tags(node.get("tags"), node, path), (*_seen, real))
@@ -673,6 +661,26 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
         raise _err(exc.msg, node, path) from None
 
 
+def _imported_file(node: dict[str, Any], path: str, _seen: tuple[str, ...]) -> tuple[Path, str, list[Any]]:
+    """An ``import_tasks`` node's file (relative to ``path``; ``{file: FILE}`` as Ansible takes it), its resolved
+    path and its task list: a loop through ``_seen``, a missing file or a non-list is a PlaybookError. Its
+    ``when`` is checked first."""
+    _condition(node.get("when"), "when", node, path)
+    source = node["import_tasks"]
+    if isinstance(source, dict) and set(source) == {"file"}:
+        source = source["file"]
+    target = Path(path).parent / str(source)
+    real = str(target.resolve())
+    if real in _seen:
+        raise _err(f"import_tasks loop through {target}", node, path)
+    if not target.is_file():
+        raise _err(f"import_tasks: {target} does not exist", node, path)
+    data = load_yaml(target)
+    if not isinstance(data, list):
+        raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+    return target, real, data
+
+
 def parse_handlers(nodes: list[Any], path: str, _seen: tuple[str, ...] = ()) -> list[Task]:
     """A handlers list; an ``import_tasks`` in it is read now (relative to the file that imports it), each of
     its tasks a handler notified by its own name or ``listen``, with the import's ``when``, ``vars`` and
@@ -686,19 +694,7 @@ def parse_handlers(nodes: list[Any], path: str, _seen: tuple[str, ...] = ()) -> 
         unknown = [k for k in node if k not in IMPORT_KEYS]
         if unknown:
             raise _err(f"import_tasks in handlers: unknown key {unknown[0]!r}", node, path)
-        _condition(node.get("when"), "when", node, path)
-        source = node["import_tasks"]
-        if isinstance(source, dict) and set(source) == {"file"}:
-            source = source["file"]
-        target = Path(path).parent / str(source)
-        real = str(target.resolve())
-        if real in _seen:
-            raise _err(f"import_tasks loop through {target}", node, path)
-        if not target.is_file():
-            raise _err(f"import_tasks: {target} does not exist", node, path)
-        data = load_yaml(target)
-        if not isinstance(data, list):
-            raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
+        target, real, data = _imported_file(node, path, _seen)
         extra_vars = _mapping(node.get("vars"), "vars", node, path)
         extra_tags = _tags(node.get("tags"), node, path)
         for handler in parse_handlers(data, str(target), (*_seen, real)):
