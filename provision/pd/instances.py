@@ -1,12 +1,13 @@
 """Multi-host servers: one SGLang server spanning several inventory hosts (``pd_instance``).
 
-Every member host of one server says the same ``pd_instance: NAME`` and sits in the same group (``prefill``
-or ``decode``); the first member in inventory order is the leader (node rank 0), the others get ranks 1, 2, ...
-in that order. Each member runs ``launch_server`` with ``--nnodes N --node-rank R --dist-init-addr
-LEADER:PORT`` (``dist_init_port``, default ``server_port + 200`` of the leader). Only the leader serves HTTP and
-the bootstrap server, so only the leader is listed to the router (and is the instance in ``Deployment.prefill``
-/ ``decode``); the other ranks are ``Deployment.ranks``, waited for through the leader's ``/health`` (it
-answers once every rank has joined).
+Every member host of one server says the same ``pd_instance: NAME`` and sits in the same group (``prefill`` or
+``decode``); the first member in inventory order is the leader (node rank 0), the others get ranks 1, 2, ... in that
+order, on distinct machines (``pd_instance_one_machine: true`` on every member lets the ranks share one machine on
+disjoint GPUs, as SGLang allows: to try a multi-node server on one multi-GPU host). Each member runs
+``launch_server`` with ``--nnodes N --node-rank R --dist-init-addr LEADER:PORT`` (``dist_init_port``, default
+``server_port + 200`` of the leader). Only the leader serves HTTP and the bootstrap server, so only the leader is
+listed to the router (and is the instance in ``Deployment.prefill`` / ``decode``); the other ranks are
+``Deployment.ranks``, waited for through the leader's ``/health`` (it answers once every rank has joined).
 
 Pure functions over :class:`~provision.pd.spec.Proc`; :func:`join` is called by ``spec.build``, :func:`check`
 by ``validate_pd``.
@@ -34,6 +35,12 @@ def instance_of(variables: Mapping[str, Any]) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def one_machine_allowed(variables: Mapping[str, Any]) -> bool:
+    """``pd_instance_one_machine``: the ranks of this host's instance may share a machine (on disjoint GPUs)."""
+    value = variables.get("pd_instance_one_machine") if "pd_instance_one_machine" in variables else None
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"))
+
+
 def one_role(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> None:
     """PlanError when one ``pd_instance`` name has members in two groups."""
     roles: dict[str, str] = {}
@@ -58,6 +65,7 @@ def join(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> tuple[l
         port = _dist_port(leader, hosts[leader.host])
         for rank, proc in enumerate(procs):
             proc.instance, proc.node_rank, proc.nnodes, proc.leader = name, rank, len(procs), leader
+            proc.instance_one_machine = one_machine_allowed(hosts[proc.host])
             proc.dist_init_port = port if rank == 0 else None
             proc.flags += [["--nnodes", str(len(procs)), "--node-rank", str(rank)],
                            ["--dist-init-addr", f"{url_host(leader.address)}:{port}"]]  # fmt: skip
@@ -110,9 +118,10 @@ def check(d: Deployment) -> list[str]:
                             "--enable-dp-attention (SGLang: multi-node data parallel is not supported unless dp "
                             "attention)")  # fmt: skip
         machines = {p.machine for p in members}
-        if len(machines) < len(members):
+        if len(machines) < len(members) and not all(p.instance_one_machine for p in members):
             problems.append(f"{leader.host}: pd_instance {leader.instance}: two of its ranks are on one machine "
-                            "(one rank per machine; several servers on a machine are several instances)")  # fmt: skip
+                            "(one rank per machine; several servers on a machine are several instances; "
+                            "pd_instance_one_machine: true on every member: on disjoint GPUs)")  # fmt: skip
         if len(machines) > 1 and (is_loopback(leader.address) or is_loopback(leader.bind)):
             problems.append(f"{leader.host}: pd_instance {leader.instance} spans machines but its leader is reached "
                             f"at {leader.address} (listening on {leader.bind}), a loopback address: the other ranks "

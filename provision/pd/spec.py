@@ -62,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "nccl_port": None,  # --nccl-port: server_port + 100 (pd/ports.py: the port plan)
     "dist_init_port": None,  # a multi-host instance's --dist-init-addr port: the leader's server_port + 200
     "pd_instance": None,  # hosts with the same name are one server over several hosts (pd/instances.py)
+    "pd_instance_one_machine": False,  # the ranks of one pd_instance may share a machine, on disjoint GPUs
     "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
@@ -113,6 +114,7 @@ class Proc:
     nnodes: int = 1
     leader: Proc | None = field(default=None, repr=False, compare=False)  # rank 0 of its instance
     dist_init_port: int | None = None  # the leader's --dist-init-addr port
+    instance_one_machine: bool = False  # pd_instance_one_machine: its ranks may share a machine (disjoint GPUs)
 
     @property
     def args(self) -> list[str]:

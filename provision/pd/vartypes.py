@@ -26,7 +26,8 @@ SECONDS = ("router_health_check_interval", "router_health_check_timeout", "pd_re
 WORDS = ("sglang_extra_args", "router_extra_args", "sglang_server_cmd", "sglang_router_cmd")  # text or a list
 NAMES = ("ucx_tls", "ucx_net_devices")  # "a,b" or a list of names
 MAPPINGS = ("pd_env",)
-BOOLEANS = ("pd_metrics",)  # true/false (or their words: yes/no, "true"/"false" from a template)
+# true/false (or their words: yes/no, "true"/"false" from a template)
+BOOLEANS = ("pd_metrics", "pd_instance_one_machine")
 
 
 def _bool(value: Any) -> bool:

@@ -109,6 +109,24 @@ def test_instance_in_two_roles_and_one_machine() -> None:
     assert any("two of its ranks are on one machine" in p for p in validate_pd(hosts))
 
 
+def test_ranks_on_one_machine_on_disjoint_gpus_when_asked() -> None:
+    """pd_instance_one_machine (a multi-node server tried on one multi-GPU host, issue 31's two-rank run): the
+    ranks may share the machine on disjoint GPUs; without it, or on the same GPUs, refused."""
+    hosts = two_rank()
+    hosts["pf1"].update({"ansible_host": "10.0.0.1", "server_port": 30001, "nccl_port": 30101, "base_gpu_id": 1})
+    gpus = {h: 2 for h in hosts}
+    assert any("two of its ranks are on one machine" in p for p in validate_pd(hosts, gpus))
+    hosts["pf0"]["pd_instance_one_machine"] = True
+    assert any("two of its ranks are on one machine" in p for p in validate_pd(hosts, gpus))  # every member says it
+    hosts["pf1"]["pd_instance_one_machine"] = "true"
+    assert validate_pd(hosts, gpus) == []
+    assert effective(build(hosts).ranks[0].args, "--base-gpu-id") == "1"
+    hosts["pf1"]["base_gpu_id"] = 0  # both ranks on GPU 0: the GPU check refuses it
+    assert any("share GPU 0" in p for p in validate_pd(hosts, gpus))
+    hosts["pf1"]["pd_instance_one_machine"] = "maybe"
+    assert any("pd_instance_one_machine" in p for p in validate_pd(hosts, gpus))
+
+
 def four_names() -> dict[str, dict[str, Any]]:
     """Four inventory names on one machine: 2 prefill + 2 decode, the router beside the first prefill."""
     hosts: dict[str, dict[str, Any]] = {}
