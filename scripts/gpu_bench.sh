@@ -13,6 +13,8 @@
 #   scripts/gpu_bench.sh ssh-setup CARRY OUT    # a carried Debian sshd on 127.0.0.1:2222 (dpkg -x), SSH inventories
 #   scripts/gpu_bench.sh ssh-grow OUT           # over SSH: pd up (converged), status, verify; a second decode
 #   scripts/gpu_bench.sh ssh-rollout OUT        # over SSH: pd rollout of the decodes under a client's load, down
+#   scripts/gpu_bench.sh kill-decode OUT        # kill -9 the decode under a client's load; back by itself; all pairs
+# PD_INV / COLO_INV pick other inventories (the multi-GPU runbooks: docs/gpu-validation/runbook-h200x{2,4}.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 step=$1
@@ -20,7 +22,7 @@ shift
 PY=/opt/torch/.venv/bin/python3
 export PYTHONPATH=$PWD:/tmp/prov PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 PD=${PD_INV:-docs/gpu-validation/inventory-h200x1-bench-pd.yml}
-COLO=docs/gpu-validation/inventory-h200x1-bench-colocated.yml
+COLO=${COLO_INV:-docs/gpu-validation/inventory-h200x1-bench-colocated.yml}
 SWEEP=(--input-len 512 --output-len 128 --num-prompts 64 --concurrency 1,8,32 --warmup 2)
 
 timed() {  # timed NAME OUT CMD...: run, keep stdout/stderr, record exit code and seconds
@@ -74,7 +76,7 @@ case $step in
     ;;
   pd-up | colo-up)
     out=$1 inv=$PD name=pd
-    [ "$step" = colo-up ] && inv=$COLO name=colo
+    [ "$step" = colo-up ] && inv=$COLO name=${COLO_NAME:-colo}
     mkdir -p "$out"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader >"$out/$name-gpu-before.txt"
     timed "$name-up" "$out" prov pd up -i "$inv"
@@ -87,7 +89,10 @@ case $step in
     ;;
   pd-bench | colo-bench)
     out=$1 inv=$PD name=pd compare=() keep=${2:-}
-    if [ "$step" = colo-bench ]; then inv=$COLO name=colo compare=(--compare "$out/pd/bench.json"); fi
+    if [ "$step" = colo-bench ]; then  # COLO_NAME: the run's name (colo); COMPARE: the bench.json files beside it
+      inv=$COLO name=${COLO_NAME:-colo}
+      for c in ${COMPARE:-$out/pd/bench.json}; do compare+=(--compare "$c"); done
+    fi
     timed "$name-metrics-before" "$out" prov pd status -i "$inv" --metrics
     timed "$name-bench" "$out" prov pd bench -i "$inv" "${SWEEP[@]}" -o "$out/$name" --label "$name-h200" \
       --slo ttft_p99=2s,itl_p99=50ms,failures=0 "${compare[@]}"
@@ -100,6 +105,16 @@ case $step in
     [ "$keep" = keep ] && exit 0
     timed "$name-down" "$out" prov pd down -i "$inv"
     timed "$name-status-down" "$out" prov pd status -i "$inv"
+    ;;
+  kill-decode)
+    out=$1
+    timed kill-decode "$out" "$PY" scripts/gpu_rollout_load.py "$out/kill-decode-load.json" \
+      "$PY" scripts/gpu_kill_wait.py "$PD" h200-decode-decode "$out/kill-decode.json"
+    cat "$out/kill-decode.json" "$out/kill-decode-load.json"
+    timed kill-verify "$out" prov pd verify -i "$PD" --all-pairs
+    cat "$out/kill-verify.out"
+    timed kill-status "$out" prov pd status -i "$PD"
+    cat "$out/kill-status.out"
     ;;
   ssh-setup)
     carry=$1 out=$2 S=/tmp/sshd
