@@ -70,6 +70,7 @@ MODULES: dict[str, str] = {
     "authorized_key": "provision.modules.sysconf",
     "ansible.posix.authorized_key": "provision.modules.sysconf",
     "known_hosts": "provision.modules.sysconf",
+    "cron": "provision.modules.sysconf",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

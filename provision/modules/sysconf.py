@@ -1,10 +1,11 @@
-"""Host settings that GPU-host playbooks make (RDMA, NCCL, scratch disks, access): ``pam_limits``
+"""Host settings that GPU-host playbooks make (RDMA, NCCL, scratch disks, access, jobs): ``pam_limits``
 (community.general's: ``memlock unlimited``), ``sysctl``, ``mount`` (the fstab only: states ``present`` and
 ``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs, and ansible-core's
-``known_hosts``. The host side is ``remote/sysconf.py`` (``remote/authorized_key.py``,
-``remote/known_hosts.py``), one round trip: the file read, the line fixed with the module's own rules, written
-atomically (check mode writes nothing; ``--diff`` shows the change of ``pam_limits``, ``authorized_key`` and
-``known_hosts``, as Ansible). ``backup`` is refused before the run."""
+``known_hosts`` and ``cron`` (a user's crontab through ``crontab``, or a ``cron_file``). The host side is
+``remote/sysconf.py`` (``remote/authorized_key.py``, ``remote/known_hosts.py``, ``remote/cron.py``), one round
+trip: the file read, the line fixed with the module's own rules, written atomically (check mode writes nothing;
+``--diff`` shows the change of ``pam_limits``, ``authorized_key``, ``known_hosts`` and ``cron``, as Ansible).
+``backup`` is refused before the run."""
 
 from __future__ import annotations
 
@@ -176,9 +177,47 @@ class KnownHosts(Module):
         return _apply(ctx, "known_hosts", request, script="known_hosts.py", path=request["path"])
 
 
+SPECIAL_TIMES = ("reboot", "yearly", "annually", "monthly", "weekly", "daily", "hourly")
+
+
+@register
+class Cron(Module):
+    name = "cron"
+    args = {
+        "name": Arg(required=True),
+        "user": Arg(),
+        "job": Arg(aliases=("value",)),
+        "cron_file": Arg("path"),
+        "state": Arg(default="present", choices=("present", "absent")),
+        "backup": Arg("bool", default=False),
+        "minute": Arg(default="*"),
+        "hour": Arg(default="*"),
+        "day": Arg(default="*", aliases=("dom",)),
+        "month": Arg(default="*"),
+        "weekday": Arg(default="*", aliases=("dow",)),
+        "special_time": Arg(choices=SPECIAL_TIMES),
+        "disabled": Arg("bool", default=False),
+        "env": Arg("bool", default=False),
+        "insertafter": Arg(),
+        "insertbefore": Arg(),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        if args.get("insertafter") is not None and args.get("insertbefore") is not None:
+            raise ArgError("cron: parameters are mutually exclusive: insertafter|insertbefore")
+        _refuse_backup(cls.name, args)
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = {k: v for k, v in args.items() if k != "backup"}
+        if request["cron_file"] is not None:
+            request["cron_file"] = ctx.expand(request["cron_file"])
+        return _apply(ctx, "cron", request, script="cron.py", path=request["cron_file"] or "crontab")
+
+
 add_fqcn("community.general", PamLimits)
 add_fqcn("ansible.posix", AuthorizedKey)
 add_fqcn("ansible.posix", Sysctl)
 add_fqcn("ansible.posix", Mount)
 
-__all__ = ["AuthorizedKey", "KnownHosts", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
+__all__ = ["AuthorizedKey", "Cron", "KnownHosts", "Mount", "PamLimits", "Sysctl", "add_fqcn"]

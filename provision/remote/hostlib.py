@@ -122,6 +122,20 @@ def run(argv, timeout=None, stdin=None, env=None, cwd=None):
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
+SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
+def find_bin(name):
+    """The path of the executable ``name`` on ``PATH`` and the sbin folders, as Ansible's ``get_bin_path``;
+    ``Failed`` with its message when there is none."""
+    path = os.pathsep.join([os.environ.get("PATH", "")] + list(SBIN))
+    for folder in path.split(os.pathsep):
+        found = os.path.join(folder, name)
+        if folder and os.access(found, os.X_OK):
+            return found
+    raise Failed('Failed to find required executable "%s" in paths: %s' % (name, path))
+
+
 def pump(proc, deadline=None, limit=64 << 20):
     """A started child's (stdout, stderr) bytes, read together until both end (select: neither pipe fills while
     the other is read), at most ``limit`` bytes each (the rest is read and dropped); stops reading at

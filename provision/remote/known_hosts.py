@@ -19,17 +19,6 @@ import tempfile
 import hostlib
 from hostlib import Failed
 
-SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
-
-
-def _keygen():
-    path = os.pathsep.join([os.environ.get("PATH", "")] + list(SBIN))
-    for folder in path.split(os.pathsep):
-        found = os.path.join(folder, "ssh-keygen")
-        if folder and os.access(found, os.X_OK):
-            return found
-    raise Failed('Failed to find required executable "ssh-keygen" in paths: %s' % path)
-
 
 def hash_host_key(host, key):
     salt = os.urandom(20)
@@ -98,7 +87,7 @@ def search(host, key, path, keygen):
 
 def known_hosts(req):
     host, key, path, state = req["name"].lower(), req.get("key"), req["path"], req.get("state") or "present"
-    keygen = _keygen()
+    keygen = hostlib.find_bin("ssh-keygen")
     if not key and state != "absent":
         raise Failed("No key specified when adding a host")
     if key and req.get("hash_host"):
