@@ -72,7 +72,7 @@ def test_registered_output_file_contents_and_dict_keys_stay_data(lab, one: Path,
       loop: "{{{{ r.stdout_lines }}}}"
     - assert:
         that:
-          - "{{{{ r.stdout }}}}"
+          - "{{{{ r.stdout | length > 0 }}}}"  # trusted text embedding host data; a boolean, as 2.19 wants
           - built == 'prefix ' ~ r.stdout
           - keyed | length == {len(texts)}
     - copy:

@@ -56,6 +56,7 @@ class RttProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="rtt-proxy")
         self._servers: list[asyncio.AbstractServer] = []
+        self._writers: list[asyncio.StreamWriter] = []  # every connection's two ends, closed at exit
         self._lock = threading.Lock()
 
     def __enter__(self) -> RttProxy:
@@ -67,15 +68,21 @@ class RttProxy:
         async def shut() -> None:
             for server in self._servers:
                 server.close()
+            for writer in self._writers:
+                writer.close()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for server in self._servers:
+                await server.wait_closed()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shut(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():  # the loop's own sockets (its self-pipe) and the transports left
+            self._loop.close()
 
     def set_rtt(self, rtt_ms: float) -> None:
         self.delay = rtt_ms / 2000.0
@@ -117,12 +124,14 @@ class RttProxy:
         flow = Flow(name)
         with self._lock:
             self.flows.append(flow)
+        self._writers.append(writer)
         try:
             await asyncio.sleep(2 * self.delay)  # the TCP handshake's round trip (SYN, SYN-ACK): accept is at once
             up_r, up_w = await asyncio.open_connection(address, port)
         except OSError:
             writer.close()
             return
+        self._writers.append(up_w)
         for w in (writer, up_w):
             sock = w.get_extra_info("socket")
             if sock is not None:
