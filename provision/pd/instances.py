@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .addr import is_loopback, url_host
 from .flags import PlanError, effective
+from .vartypes import says_yes
 
 if TYPE_CHECKING:
     from .spec import Deployment, Proc
@@ -37,8 +38,7 @@ def instance_of(variables: Mapping[str, Any]) -> str | None:
 
 def one_machine_allowed(variables: Mapping[str, Any]) -> bool:
     """``pd_instance_one_machine``: the ranks of this host's instance may share a machine (on disjoint GPUs)."""
-    value = variables.get("pd_instance_one_machine") if "pd_instance_one_machine" in variables else None
-    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"))
+    return says_yes(variables.get("pd_instance_one_machine") if "pd_instance_one_machine" in variables else None)
 
 
 def one_role(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> None:

@@ -76,11 +76,6 @@ def var(variables: Mapping[str, Any], name: str) -> Any:
     return DEFAULTS.get(name) if value is None else value
 
 
-def templ_false(value: Any) -> bool:
-    """A var that says no: false, or a string such as "false"/"no"/"0" (as a rendered template gives)."""
-    return value is False or (isinstance(value, str) and value.strip().lower() in ("false", "no", "off", "0"))
-
-
 def int_var(variables: Mapping[str, Any], name: str, host: str, low: int = 0, high: int = 65535) -> int:
     value = var(variables, name)
     try:
@@ -282,7 +277,7 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
         flags += cpu_server_flags(int_var(v, "cpu_max_total_tokens", host, 128, 1 << 30))
         if role == "decode":
             flags += [list(f) for f in CPU_DECODE_FLAGS]
-    if not templ_false(var(v, "pd_metrics")):
+    if not vartypes.says_no(var(v, "pd_metrics")):
         flags.append(["--enable-metrics"])
     flags += flag_lines(words(var(v, "sglang_extra_args"), f"{host}: sglang_extra_args"))
     command, venv = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)

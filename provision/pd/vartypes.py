@@ -30,10 +30,22 @@ MAPPINGS = ("pd_env",)
 BOOLEANS = ("pd_metrics", "pd_instance_one_machine")
 
 
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+def says_yes(value: Any) -> bool:
+    """A var that says yes: true, or a string such as "true"/"yes"/"1" (as a rendered template gives)."""
+    return value is True or (isinstance(value, str) and value.strip().lower() in TRUE_WORDS)
+
+
+def says_no(value: Any) -> bool:
+    """A var that says no: false, or a string such as "false"/"no"/"0" (as a rendered template gives)."""
+    return value is False or (isinstance(value, str) and value.strip().lower() in FALSE_WORDS)
+
+
 def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return True
-    return isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off", "1", "0")
+    return says_yes(value) or says_no(value)
 
 
 def _path(value: Any) -> bool:
