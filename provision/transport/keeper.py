@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
 from .base import ConnectOptions
-from .persist import SOCKET, _answer
+from .persist import SOCKET, _answer, socket_address
 from .ssh import SSHConnection, _exec_pipelined
 
 
@@ -38,7 +38,8 @@ class Keeper:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            server.bind(str(self.path))  # 0600 from creation
+            with socket_address(self.path) as address:
+                server.bind(address)  # 0600 from creation
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)

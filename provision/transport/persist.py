@@ -37,7 +37,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +153,31 @@ class KeptStream:
             self.sock.close()
 
 
+SUN_PATH_MAX = 107  # bytes of a Unix socket's path (108 with its NUL on Linux; macOS has 104)
+
+
+@contextlib.contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """The address to bind or connect ``path`` by: the path itself, or, when it is longer than a Unix socket's
+    path may be (a deep ``$XDG_RUNTIME_DIR``), the same file through ``/proc/self/fd/N`` of its folder (Linux)."""
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        yield str(path)
+        return
+    if not os.path.isdir("/proc/self/fd"):
+        raise KeeperUnsafe(f"{path} is longer than a socket path may be ({SUN_PATH_MAX} bytes)")
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 def _connect(path: Path) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(START_WAIT)
-        sock.connect(str(path))
+        with socket_address(path) as address:
+            sock.connect(address)
     except OSError:
         sock.close()
         return None
@@ -239,6 +259,17 @@ def open_stream(name: str, variables: Mapping[str, Any], opts: ConnectOptions, c
         error = ERRORS.get(str(answer.get("error")), UnreachableError)
         raise error(name, str(answer.get("message") or "the keeper could not connect"))
     return KeptStream(sock)
+
+
+_SAID: set[str] = set()
+
+
+def unusable(exc: BaseException) -> None:
+    """Say on stderr, once per reason and run, that ``--persist`` could not use a keeper (the run goes on)."""
+    reason = str(exc) or type(exc).__name__
+    if reason not in _SAID:
+        _SAID.add(reason)
+        print(f"[WARNING]: --persist: no keeper ({reason}); this run connects on its own", file=sys.stderr)
 
 
 def stop() -> bool:

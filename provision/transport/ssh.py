@@ -330,8 +330,8 @@ class SSHConnection:
                 try:
                     self._open_kept()
                     return
-                except (OSError, ValueError, persist.KeeperUnsafe, AgentUnavailable):
-                    pass  # no usable keeper: this run connects on its own
+                except (OSError, ValueError, persist.KeeperUnsafe, AgentUnavailable) as exc:
+                    persist.unusable(exc)  # no usable keeper: said once, and this run connects on its own
             self._open_direct(self.opts.run_lock)
 
     def _direct(self) -> fabric.Connection:

@@ -99,6 +99,25 @@ def test_the_keeper_socket_is_private_to_the_user(lab: Lab, tmp_path: Path, runt
     assert stat.S_ISSOCK(sock.st_mode) and stat.S_IMODE(sock.st_mode) == 0o600 and sock.st_uid == os.getuid()
 
 
+def test_a_runtime_directory_deeper_than_a_socket_path_still_keeps(lab: Lab, tmp_path: Path,
+                                                                    runtime: dict[str, str]) -> None:  # fmt: skip
+    """A socket's path holds 107 bytes: a deep $XDG_RUNTIME_DIR (CI's pytest-NNN folders) is reached through
+    /proc/self/fd of the folder, not given up on."""
+    deep = Path(runtime["XDG_RUNTIME_DIR"]) / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    env = {**runtime, **lab.ssh_env(), "XDG_RUNTIME_DIR": str(deep)}
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
+    (tmp_path / "who.yml").write_text(WHO.format(tag="d"))
+    try:
+        done = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "no keeper" not in done.stderr, done.stderr
+        assert len(os.fsencode(deep / f"provision-persist-{os.getuid()}" / "keeper.sock")) > 108
+        assert _status(env, tmp_path)["kept"] == 1
+    finally:
+        _cli(env, tmp_path, "persist", "stop")
+
+
 def test_a_keeper_directory_open_to_others_is_refused(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
     folder = Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}"
     folder.mkdir(mode=0o700)
@@ -108,6 +127,7 @@ def test_a_keeper_directory_open_to_others_is_refused(lab: Lab, tmp_path: Path, 
     done = _cli({**runtime, **lab.ssh_env()}, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
     assert done.returncode == 0, done.stdout + done.stderr  # the run connects on its own
     assert not (folder / "keeper.sock").exists(), "a keeper listened in a directory others can write"
+    assert "[WARNING]: --persist: no keeper" in done.stderr, done.stderr  # said, not silently dropped
 
 
 def test_a_changed_inventory_never_reuses_a_connection_made_for_another(lab: Lab, tmp_path: Path,
