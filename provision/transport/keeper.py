@@ -81,20 +81,42 @@ class Keeper:
             elif op == "open":
                 self.open(sock, request)
 
-    def _connection(self, request: Mapping[str, Any]) -> Any:
+    def _connection(self, request: Mapping[str, Any], stale: Any = None) -> tuple[Any, bool]:
+        """The kept connection for the request's key, made when there is none, it died, or it is ``stale`` (a
+        channel could not be opened on it); and whether it was made just now."""
         key = str(request["key"])
         with self.lock:
             key_lock = self.key_locks.setdefault(key, threading.Lock())
         with key_lock:
             conn = self.kept.get(key)
             transport = conn._conn.client.get_transport() if conn is not None and conn._conn is not None else None
+            if conn is not None and conn is stale:
+                self.kept.pop(key, None)
+                with contextlib.suppress(Exception):
+                    conn.close()
+                transport = None
             if transport is None or not transport.is_active():
                 opts = dict(request["opts"])
                 opts["known_hosts"] = tuple(opts.get("known_hosts") or ())
                 conn = SSHConnection(str(request["name"]), dict(request["vars"]), ConnectOptions(**opts))
                 conn._direct()  # host keys checked here, as in a run
                 self.kept[key] = conn
-            return conn
+                return conn, True
+            return conn, False
+
+    def _channel(self, request: Mapping[str, Any]) -> Any:
+        """A session channel with the run's command exec'd on it. A kept connection that fails to give one (the
+        host rebooted, the link stalled or dropped without a word) is replaced by a new connection, once."""
+        conn, fresh = self._connection(request)
+        try:
+            channel = conn._transport().open_session(timeout=conn.opts.channel_timeout)
+        except Exception:
+            if fresh:
+                raise
+            conn, _ = self._connection(request, stale=conn)
+            channel = conn._transport().open_session(timeout=conn.opts.channel_timeout)
+        _exec_pipelined(channel, str(request["command"]))
+        return channel
 
     def open(self, sock: socket.socket, request: Mapping[str, Any]) -> None:
         with self.lock:
@@ -102,9 +124,7 @@ class Keeper:
             self.idle = float(request.get("idle") or self.idle)
         try:
             try:
-                conn = self._connection(request)
-                channel = conn._transport().open_session(timeout=conn.opts.channel_timeout)
-                _exec_pipelined(channel, str(request["command"]))
+                channel = self._channel(request)
             except (HostKeyUnknown, HostKeyChanged, UnreachableError) as exc:
                 doc = {"ok": False, "error": type(exc).__name__, "message": exc.msg}
                 sock.sendall(json.dumps(doc).encode() + b"\n")

@@ -87,6 +87,27 @@ def test_a_second_run_reuses_the_kept_connection_and_stop_ends_it(lab: Lab, tmp_
         assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / "keeper.sock").exists()
 
 
+def test_a_kept_link_that_stalled_is_replaced_not_reported_unreachable(lab: Lab, tmp_path: Path,
+                                                                       runtime: dict[str, str]) -> None:  # fmt: skip
+    """Between runs the kept link goes silent (a host rebooted behind a NAT, a stalled path): the next run gets a
+    new connection from the keeper, once, instead of the host reported unreachable."""
+    with RttProxy(lab) as proxy:
+        files = proxy.write_files(tmp_path / "proxied")
+        env = {**runtime, "PROVISION_SSH_CONFIG": str(files["ssh_config"])}
+        inv = str(files["inventory"])
+        (tmp_path / "who.yml").write_text(WHO.format(tag="s"))
+        first = _cli(env, tmp_path, "run", "who.yml", "-i", inv, "-l", "lab1", "--persist", "60")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert _status(env, tmp_path)["kept"] == 1
+        assert proxy.stall("lab1") == 1  # the keeper's connection (the run's own ones have closed)
+        proxy.reset()
+        again = _cli(env, tmp_path, "run", "who.yml", "-i", inv, "-l", "lab1", "--persist", "60")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "changed=0" in again.stdout and "unreachable=0" in again.stdout, again.stdout
+        assert proxy.connections()["lab1"] >= 1  # a new connection was made for it
+        assert _status(env, tmp_path)["kept"] == 1
+
+
 def test_the_keeper_socket_is_private_to_the_user(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
     (tmp_path / "who.yml").write_text(WHO.format(tag="p"))

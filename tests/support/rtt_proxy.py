@@ -45,6 +45,7 @@ class Flow:
     marks: list[float] = field(default_factory=list)  # when each turn started (monotonic)
     closed: bool = False
     new: bool = True  # opened since the last reset
+    stalled: bool = False  # what it carries is dropped, both ways, without a FIN (:meth:`RttProxy.stall`)
 
 
 class RttProxy:
@@ -94,6 +95,15 @@ class RttProxy:
             for flow in self.flows:
                 flow.turns, flow.marks, flow.client_bytes, flow.server_bytes, flow.last = 0, [], 0, 0, ""
                 flow.opened, flow.new = time.monotonic(), False
+
+    def stall(self, host: str) -> int:
+        """The host's open connections go silent (a link that stalled: nothing delivered, nothing closed); new
+        connections are not. Returns how many were stalled."""
+        with self._lock:
+            flows = [f for f in self.flows if f.host == host and not f.closed]
+            for flow in flows:
+                flow.stalled = True
+        return len(flows)
 
     def turns(self) -> dict[str, int]:
         """Per host: the turns of all its connections since the last :meth:`reset`."""
@@ -152,6 +162,8 @@ class RttProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                if flow.stalled:
+                    continue
                 dst.write(data)
                 with contextlib.suppress(OSError, ConnectionError):
                     await dst.drain()
