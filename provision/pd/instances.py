@@ -38,7 +38,7 @@ def instance_of(variables: Mapping[str, Any]) -> str | None:
 
 def one_machine_allowed(variables: Mapping[str, Any]) -> bool:
     """``pd_instance_one_machine``: the ranks of this host's instance may share a machine (on disjoint GPUs)."""
-    return says_yes(variables.get("pd_instance_one_machine") if "pd_instance_one_machine" in variables else None)
+    return says_yes(variables.get("pd_instance_one_machine"))
 
 
 def one_role(servers: list[Proc], hosts: Mapping[str, Mapping[str, Any]]) -> None:

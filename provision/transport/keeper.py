@@ -89,20 +89,18 @@ class Keeper:
             key_lock = self.key_locks.setdefault(key, threading.Lock())
         with key_lock:
             conn = self.kept.get(key)
-            transport = conn._conn.client.get_transport() if conn is not None and conn._conn is not None else None
-            if conn is not None and conn is stale:
+            if conn is not None and conn is not stale and _alive(conn):
+                return conn, False
+            if conn is not None:  # dead or stale: its threads and socket go with it
                 self.kept.pop(key, None)
                 with contextlib.suppress(Exception):
                     conn.close()
-                transport = None
-            if transport is None or not transport.is_active():
-                opts = dict(request["opts"])
-                opts["known_hosts"] = tuple(opts.get("known_hosts") or ())
-                conn = SSHConnection(str(request["name"]), dict(request["vars"]), ConnectOptions(**opts))
-                conn._direct()  # host keys checked here, as in a run
-                self.kept[key] = conn
-                return conn, True
-            return conn, False
+            opts = dict(request["opts"])
+            opts["known_hosts"] = tuple(opts.get("known_hosts") or ())
+            conn = SSHConnection(str(request["name"]), dict(request["vars"]), ConnectOptions(**opts))
+            conn._direct()  # host keys checked here, as in a run
+            self.kept[key] = conn
+            return conn, True
 
     def _channel(self, request: Mapping[str, Any]) -> Any:
         """A session channel with the run's command exec'd on it. A kept connection that fails to give one (the
@@ -139,6 +137,11 @@ class Keeper:
             with self.lock:
                 self.streams -= 1
                 self.last = time.monotonic()
+
+
+def _alive(conn: Any) -> bool:
+    transport = conn._conn.client.get_transport() if conn._conn is not None else None
+    return transport is not None and transport.is_active()
 
 
 def _splice(sock: socket.socket, channel: Any) -> None:

@@ -265,7 +265,8 @@ _SAID: set[str] = set()
 
 
 def unusable(exc: BaseException) -> None:
-    """Say on stderr, once per reason and run, that ``--persist`` could not use a keeper (the run goes on)."""
+    """Say on stderr, once per reason and process (a CLI run is one), that ``--persist`` could not use a keeper
+    (the run goes on)."""
     reason = str(exc) or type(exc).__name__
     if reason not in _SAID:
         _SAID.add(reason)
