@@ -29,7 +29,7 @@ class RunOptions:
     # the playbooks' defaults (provision.data.defaults(), set by the CLI): every host's lowest layer of vars,
     # under the inventory, play vars and -e, like an Ansible role's defaults
     defaults: dict[str, Any] = field(default_factory=dict)
-    # read the state checks of consecutive tasks in one round trip per host (provision.prefetch; also
+    # read the state checks of consecutive tasks in one round trip per host (provision.executor.prefetch; also
     # PROVISION_BATCH_PROBES=0 turns it off)
     batch_probes: bool = True
 

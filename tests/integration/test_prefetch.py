@@ -1,4 +1,4 @@
-"""Batched state checks (provision.prefetch) against real sshd hosts: a converged play of probe-able tasks costs
+"""Batched state checks (provision.executor.prefetch) against real sshd hosts: a converged play of probe-able tasks costs
 a small constant number of round trips per host, whatever its length, and every result (ok/changed/failed,
 handlers, register, changed_when, --check, --diff, a failure at its own task) is the same with batching on and
 off (``RunOptions.batch_probes``)."""
@@ -150,7 +150,7 @@ def test_results_are_the_same_with_and_without_batching(lab, inventory: Inventor
 
 
 def test_batching_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from provision.prefetch import enabled
+    from provision.executor.prefetch import enabled
 
     monkeypatch.setenv("PROVISION_BATCH_PROBES", "0")
     assert not enabled(True)

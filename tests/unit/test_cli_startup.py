@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ENGINE = ("provision.api", "provision.executor", "provision.taskrun", "provision.templating", "provision.commands",
+ENGINE = ("provision.api", "provision.executor", "provision.templating", "provision.commands",
           "provision.inventory", "provision.playbook", "provision.transport", "provision.modules", "jinja2",
           "paramiko", "fabric", "yaml")  # fmt: skip
 PROBE = """\

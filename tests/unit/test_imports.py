@@ -1,6 +1,6 @@
 """The import graph of provision/: no circle at all, and nothing that runs back up the layers
-(cli → executor → taskrun → modules and the GPU domain → transport → commands/errors); every module file is
-in the catalog's explicit list.
+(cli → api → executor → modules and the GPU domain → transport → commands/errors); every module file is in the
+catalog's explicit list.
 
 Every ``import`` counts, at module level and inside functions; only imports under ``if TYPE_CHECKING:`` do not.
 """
@@ -16,7 +16,6 @@ DOMAIN = ("provision.stack", "provision.nixl", "provision.sglang", "provision.pd
 ENGINE_ABOVE_MODULES = (  # what a task module (generic or domain) must never import
     "provision.cli",
     "provision.executor",
-    "provision.taskrun",
     "provision.playbook",
     "provision.plan",
     "provision.report",
@@ -120,10 +119,10 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_the_graph_sees_the_imports() -> None:
     graph = import_graph()
-    assert "provision.taskrun" in graph["provision.executor"]
+    assert "provision.executor.task_executor" in graph["provision.executor.linear"]
     assert {"provision.cli.app", "provision.cli.pd", "provision.cli.common"} <= graph.keys()
     assert "provision.cli.common" in graph["provision.cli.pd"]
-    assert "provision.facts" in graph["provision.taskrun"]  # a function-level import counts
+    assert "provision.facts" in graph["provision.executor.task_executor"]  # a function-level import counts
     assert "provision.transport.base" in graph["provision.transport.local"]  # `from .base import` resolves
 
 
@@ -137,7 +136,6 @@ def test_nothing_imports_back_up() -> None:
     for name, targets in graph.items():
         if not _under(name, "provision.cli") and name != "provision.__main__":  # `python -m provision`
             assert not {t for t in targets if _under(t, "provision.cli")}, f"{name} imports the CLI"
-    assert "provision.executor" not in graph["provision.taskrun"]
     assert "provision.cli.app" not in graph["provision.cli.pd"] | graph["provision.cli.common"]
     assert "provision.cli.pd" not in graph["provision.cli.common"]
 

@@ -34,29 +34,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import templating
-from .commands import MASKER, Command
-from .errors import HostError, Interrupted, InventoryError, ProvisionError, SigTerm, Terminated, UnreachableError
-from .inventory import Inventory
-from .masking import register_inventory_secrets, register_secrets
-from .playbook import Play, Task, include_path, load_included, load_role
+from .. import templating
+from ..commands import MASKER, Command
+from ..errors import HostError, Interrupted, InventoryError, ProvisionError, SigTerm, Terminated, UnreachableError
+from ..inventory import Inventory
+from ..masking import register_inventory_secrets
+from ..playbook import Play, Task, include_path, load_included, load_role
+from ..report import NO_HOSTS_LEFT, Sink
+from ..results import RunSummary, Status, TaskResult
+from ..state import HostState, RunOptions
+from ..transport import Connection, LocalConnection, open_connection
 from .prefetch import Prefetch, enabled
-from .report import NO_HOSTS_LEFT, Sink
-from .results import RunSummary, Status, TaskResult
-from .state import HostState, RunOptions
-from .taskrun import TaskOutcome, TaskRunner
-from .transport import Connection, LocalConnection, open_connection
-
-__all__ = [  # RunOptions, HostState and the secret registration live in .state and .masking; named here too
-    "Executor",
-    "HostState",
-    "InternalError",
-    "RunOptions",
-    "playbook_dir_of",
-    "register_inventory_secrets",
-    "register_secrets",
-    "task_selected",
-]
+from .task_executor import TaskOutcome, TaskRunner
 
 PENDING_HANDLERS = "~/.provision/pending_handlers.json"
 

@@ -17,18 +17,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import templating
-from .commands import MASKER, CommandError
-from .errors import CommandTimeout, HostError, TemplateError, UnreachableError
-from .inventory import Inventory
-from .magic import PlayMagic, magic_vars, run_magic, top_level_facts
-from .masking import register_secrets
-from .modules import ArgError, ModuleContext, ModuleResult
-from .modules.async_mod import run_async
-from .playbook import Play, Task
-from .results import Status, TaskResult
-from .state import HostState, RunOptions
-from .transport import Connection
+from .. import templating
+from ..commands import MASKER, CommandError
+from ..errors import CommandTimeout, HostError, TemplateError, UnreachableError
+from ..inventory import Inventory
+from ..magic import PlayMagic, magic_vars, run_magic, top_level_facts
+from ..masking import register_secrets
+from ..modules import ArgError, ModuleContext, ModuleResult
+from ..modules.async_mod import run_async
+from ..playbook import Play, Task
+from ..results import Status, TaskResult
+from ..state import HostState, RunOptions
+from ..transport import Connection
 
 NO_LOG_MSG = "the output has been hidden due to no_log: true"
 NO_LOG_ITEM = "None"  # the loop item label of a no_log task, as Ansible shows it
@@ -170,7 +170,7 @@ class TaskRunner:
 
     # ------------------------------------------------------------------ facts
     def gather_facts(self, host: str) -> TaskOutcome:
-        from .facts import gather  # imported when a play gathers facts
+        from ..facts import gather  # imported when a play gathers facts
 
         if self.host_state(host).facts:
             return TaskOutcome(TaskResult(host, "Gathering Facts", Status.OK))
@@ -356,7 +356,7 @@ class TaskRunner:
     def _unproduced_inputs(self, task: Task, host: str) -> str | None:
         """In check mode, a task that reads the result of a task check mode skipped is skipped too (instead of
         failing on a result that does not exist): the first such variable name, or None."""
-        from .plan import task_names
+        from ..plan import task_names
 
         set_vars = self.host_state(host).set_vars
         for name in sorted(task_names(task)):

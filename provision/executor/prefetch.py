@@ -34,11 +34,11 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import templating
-from .playbook import Play, Task
-from .taskrun import TaskRunner
-from .transport import CommandResult, Connection
-from .transport.agent import QUICK_SCRIPTS
+from .. import templating
+from ..playbook import Play, Task
+from ..transport import CommandResult, Connection
+from ..transport.agent import QUICK_SCRIPTS
+from .task_executor import TaskRunner
 
 # modules whose run() only computes until its first remote call, which is a state read (file_state.py stat)
 PROBED = frozenset({"file", "copy", "template", "command", "shell", "lineinfile", "blockinfile", "replace"})
@@ -95,7 +95,7 @@ def segment(tasks: list[Task], start: int, flush_points: set[int], selected: Cal
     """The end (exclusive) of the segment that starts at ``tasks[start]``: probeable tasks, and tasks that
     reach no host, up to a handler flush, a task that reads what an earlier one of the segment sets, or
     anything else."""
-    from .plan import task_names
+    from ..plan import task_names
 
     made: set[str] = set()
     end = start

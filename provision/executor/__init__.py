@@ -1,0 +1,30 @@
+"""The executor, Ansible's execution stage: plays over hosts in parallel, Ansible's linear order, one task on one
+host, and batched state checks.
+
+- ``linear`` — :class:`Executor`: plays, ``serial`` batches, tasks over the batch, handlers, meta, includes.
+- ``task_executor`` — :class:`TaskRunner`: one task on one host; it returns a :class:`TaskOutcome`.
+- ``prefetch`` — :class:`Prefetch`: the state reads of consecutive tasks in one round trip per host.
+
+Imports run one way inside: ``linear`` → ``prefetch`` → ``task_executor``; outside, the playbook, inventory,
+templating, modules and transport stages, never the API or the CLI.
+"""
+
+from ..masking import register_inventory_secrets, register_secrets
+from ..state import HostState, RunOptions
+from .linear import Executor, InternalError, playbook_dir_of, task_selected
+from .prefetch import Prefetch
+from .task_executor import TaskOutcome, TaskRunner
+
+__all__ = [  # RunOptions, HostState and the secret registration live in .state and .masking; named here too
+    "Executor",
+    "HostState",
+    "InternalError",
+    "Prefetch",
+    "RunOptions",
+    "TaskOutcome",
+    "TaskRunner",
+    "playbook_dir_of",
+    "register_inventory_secrets",
+    "register_secrets",
+    "task_selected",
+]
