@@ -11,8 +11,9 @@ templating, modules and transport stages, never the API or the CLI.
 
 from ..masking import register_inventory_secrets, register_secrets
 from ..state import HostState, RunOptions
-from .linear import Executor, InternalError, playbook_dir_of, task_selected
+from .linear import Executor, InternalError
 from .prefetch import Prefetch
+from .selection import order_hosts, playbook_dir_of, serial_batches, task_selected
 from .task_executor import TaskOutcome, TaskRunner
 
 __all__ = [  # RunOptions, HostState and the secret registration live in .state and .masking; named here too
@@ -23,8 +24,10 @@ __all__ = [  # RunOptions, HostState and the secret registration live in .state 
     "RunOptions",
     "TaskOutcome",
     "TaskRunner",
+    "order_hosts",
     "playbook_dir_of",
     "register_inventory_secrets",
     "register_secrets",
+    "serial_batches",
     "task_selected",
 ]

@@ -171,7 +171,7 @@ META_ACTIONS = (
 
 @register
 class Meta(Module):
-    """``meta: ACTION``: the executor acts on it (:meth:`provision.executor.Executor._meta`); nothing runs on a
+    """``meta: ACTION``: the executor acts on it (:meth:`provision.executor.Executor._run_meta`); nothing runs on a
     host. ``refresh_inventory`` and ``reset_connection`` are outside the subset (refused by the choices)."""
 
     name = "meta"
@@ -186,7 +186,7 @@ class Meta(Module):
 @register
 class IncludeTasks(Module):
     """``include_tasks: FILE`` (dynamic): the executor reads FILE when the task runs, per host and loop item
-    (:meth:`provision.executor.Executor._include`); ``apply``: block keywords given to every included task."""
+    (:meth:`provision.executor.Executor._run_include`); ``apply``: block keywords given to every included task."""
 
     name = "include_tasks"
     free_form = "file"
@@ -209,7 +209,7 @@ def _is_kv(raw: Any) -> bool:
 @register
 class IncludeRole(Module):
     """``include_role: {name: ROLE, ...}`` (dynamic): the executor reads the role when the task runs, per host
-    and loop item, as ``include_tasks`` (:meth:`provision.executor.Executor._include`)."""
+    and loop item, as ``include_tasks`` (:meth:`provision.executor.Executor._run_include`)."""
 
     name = "include_role"
     free_form = "name"
