@@ -184,7 +184,7 @@ def _resolve_pair(ctx: ModuleContext, args: dict[str, Any]) -> dict[str, Any]:
     if args["mem"] != "auto":
         return {**args, "src_gpu": args["src_gpu"] or 0, "dst_gpu": args["dst_gpu"] or 0}
     target = args["target"]
-    hostvars = ctx.variables.get("hostvars") or {}  # provision.executor.task_executor.HostVarsView: each host rendered lazily
+    hostvars = ctx.variables.get("hostvars") or {}  # executor.task_vars.HostVarsView: each host rendered lazily
     mine = {k: ctx.variables.get(k) for k in ("ansible_facts", "base_gpu_id", "tp")}
     theirs = hostvars.get(target) or {}
     peer = {k: theirs.get(k) for k in ("ansible_facts", "base_gpu_id", "tp")}

@@ -13,6 +13,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "provision"
 
 DOMAIN = ("provision.stack", "provision.nixl", "provision.sglang", "provision.pd", "provision.model")
+# the task runner's three layers (task_vars <- module_call <- task_executor): they never import the executor
+TASK_RUNNER = ("provision.executor.task_executor", "provision.executor.module_call", "provision.executor.task_vars")
 ENGINE_ABOVE_MODULES = (  # what a task module (generic or domain) must never import
     "provision.cli",
     "provision.executor",
@@ -136,6 +138,12 @@ def test_nothing_imports_back_up() -> None:
     for name, targets in graph.items():
         if not _under(name, "provision.cli") and name != "provision.__main__":  # `python -m provision`
             assert not {t for t in targets if _under(t, "provision.cli")}, f"{name} imports the CLI"
+    for name, targets in graph.items():  # the executor (linear) is imported by its package's __init__ alone
+        if name != "provision.executor":
+            assert "provision.executor.linear" not in targets, f"{name} imports the executor"
+        if _under(name, TASK_RUNNER):  # the task runner's layers import one another only, never up
+            inside = {t for t in targets if _under(t, "provision.executor")}
+            assert inside <= set(TASK_RUNNER), f"{name} imports {sorted(inside)}"
     assert "provision.cli.app" not in graph["provision.cli.pd"] | graph["provision.cli.common"]
     assert "provision.cli.pd" not in graph["provision.cli.common"]
 
@@ -182,6 +190,22 @@ STAGE_IMPORTS = {
         "provision.plugins",
         "provision.templating",
         "provision.yamlfile",
+    ),
+    "provision.executor": (
+        "provision.commands",
+        "provision.errors",
+        "provision.facts",
+        "provision.inventory",
+        "provision.magic",
+        "provision.masking",
+        "provision.modules",
+        "provision.plan",
+        "provision.playbook",
+        "provision.report",
+        "provision.results",
+        "provision.state",
+        "provision.templating",
+        "provision.transport",
     ),
 }
 
