@@ -21,7 +21,7 @@ from .errors import InputError, InventoryError, PlaybookError, TemplateError, di
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
 from .magic import NAMES
-from .modules.base import find_controller_file
+from .modules.controller_files import find_controller_file
 from .playbook import HOST_ORDERS, STRATEGIES, Play, Task
 
 MAGIC_VARS = NAMES  # the names every host has (provision.magic)

@@ -1,7 +1,7 @@
 """One module run as a task runs it, without a playbook: for tests, and for tools that drive one module.
 
 ``run_module("copy", {"content": "{{ greeting }}", "dest": "/tmp/x"}, variables={"greeting": "hi"})`` does what
-the task runner (:mod:`provision.executor.task_executor`) does for one task on one host: the module found in the catalog, its
+the task runner (:mod:`provision.executor`) does for one task on one host: the module found in the catalog, its
 arguments normalized (a free-form string included), checked (:meth:`Module.validate_static`), rendered with the
 host's variables by provision's own renderer (``omit`` dropped), coerced, and the module run with a
 :class:`~provision.modules.base.ModuleContext` built as the runner builds it (:func:`module_context`: the

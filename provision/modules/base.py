@@ -18,19 +18,17 @@ values just before ``run`` (``coerce``: types).
 
 from __future__ import annotations
 
-import codecs
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import remote
 from ..commands import Command, check_nul
-from ..data import templates_dir
 from ..errors import ModuleError
 from ..transport import CommandResult, Connection
 from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
+from .args import ArgError, parse_kv
+from .modes import parse_mode
 from .progress import Waiting
 
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
@@ -141,10 +139,6 @@ class Arg:
     choices: tuple[Any, ...] | None = None
     aliases: tuple[str, ...] = ()
     secret: bool = False  # masked in output
-
-
-class ArgError(ValueError):
-    """Bad module arguments (message names the argument)."""
 
 
 @dataclass
@@ -393,206 +387,6 @@ def _coerce(value: Any, spec: Arg, name: str) -> Any:
             raise
         raise ArgError(f"{name}: {value!r} is not a valid {spec.type}") from None
     return value
-
-
-_ABSOLUTE = re.compile(r"^([ugoa]+)=([rwx]*)$")
-_CLAUSE = re.compile(r"^(a|[ugo]*)((?:[-+=][rwxXstugo]*)+)$")  # Ansible's users: '', 'a' or letters of ugo
-_ACTION = re.compile(r"([-+=])([rwxXstugo]*)")
-_SHIFT = {"u": 6, "g": 3, "o": 0}
-_CLASS = {"u": 0o4700, "g": 0o2070, "o": 0o1007}  # what '=' replaces: the class's rwx and its special bit
-
-
-class SymbolicMode(str):
-    """A chmod-style mode whose result depends on the file (``u+x``, ``go-w``, ``a+X``, ``+r``): modules resolve
-    it against the file's current mode (or a new file's, from the host's umask) with :func:`resolve_mode`."""
-
-
-class PreserveMode(str):
-    """``mode: preserve`` (copy and template): the source file's own mode on the controller."""
-
-
-def parse_mode(value: Any) -> int | SymbolicMode | PreserveMode:
-    """Ansible-style mode: '0644', '644', 0o644 (an int as YAML gives it), a symbolic mode that sets every class
-    absolutely ('u=rw,g=r,o=': an int at once), any other symbolic mode (a :class:`SymbolicMode`), or
-    ``preserve`` (a :class:`PreserveMode`: copy and template replace it, other modules refuse it)."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if text == "preserve":
-        return PreserveMode(text)
-    if text and all(c in "01234567" for c in text):
-        return int(text, 8)
-    clauses = text.split(",")
-    if text and all(_ABSOLUTE.match(part) for part in clauses):
-        covered = "".join(part.split("=")[0] for part in clauses).replace("a", "ugo")
-        if set(covered) >= {"u", "g", "o"}:
-            return apply_symbolic(text, 0, is_dir=False, umask=0)
-    if text and all(_CLAUSE.match(part) and _copies_alone(part) for part in clauses):
-        return SymbolicMode(text)
-    raise ArgError(f"mode {value!r} must be octal like '0644' or symbolic like 'u=rw,g=r,o=' or 'u+x,go-w'")
-
-
-def _copies_alone(clause: str) -> bool:
-    """Copying another class's bits (``g=u``) takes exactly one letter, as in Ansible."""
-    return all(len(perms) <= 1 or not set(perms) & set("ugo") for _, perms in _ACTION.findall(clause))
-
-
-def apply_symbolic(text: str, current: int, is_dir: bool, umask: int) -> int:
-    """The mode ``text`` (validated by :func:`parse_mode`) makes of ``current``, with chmod's and Ansible's rules:
-    no class letter means all three with the umask's bits left alone; ``X`` is x for a directory or when some x
-    bit is already set; ``s`` the set-id bit of u/g, ``t`` the sticky bit (o only); ``u``/``g``/``o`` as
-    permissions copy that class's bits; clauses and their operations apply left to right."""
-    mode = current & 0o7777
-    for clause in text.split(","):
-        m = _CLAUSE.match(clause)
-        assert m is not None
-        who = m.group(1)
-        classes = "ugo" if who in ("", "a") else who
-        mask = umask if who == "" else 0
-        for op, perms in _ACTION.findall(m.group(2)):
-            for cls in classes:
-                bits = _perm_bits(cls, perms, mode, is_dir, mask)
-                if op == "=":
-                    mode = (mode & ~_CLASS[cls]) | bits
-                elif op == "+":
-                    mode |= bits
-                else:
-                    mode &= ~bits
-    return mode
-
-
-def _perm_bits(cls: str, perms: str, mode: int, is_dir: bool, umask: int) -> int:
-    shift, bits = _SHIFT[cls], 0
-    for p in perms:
-        if p in "rwx":
-            bits |= ({"r": 4, "w": 2, "x": 1}[p] << shift) & ~umask
-        elif p == "X" and (is_dir or mode & 0o111):
-            bits |= 1 << shift
-        elif p == "s":
-            bits |= {"u": 0o4000, "g": 0o2000, "o": 0}[cls]
-        elif p == "t":
-            bits |= 0o1000 if cls == "o" else 0
-        elif p in "ugo":
-            bits |= ((mode >> _SHIFT[p]) & 7) << shift
-    return bits
-
-
-def new_file_mode(st: Mapping[str, Any], base: int = 0o666) -> int:
-    """The mode a file (0o666) or directory (0o777) made now gets on the host: ``base`` less its umask, which the
-    state read ``st`` reports (022 when it does not)."""
-    return base & ~int(st.get("umask", 0o022))
-
-
-def resolve_mode(want: int | str | None, st: Mapping[str, Any], new_mode: int = 0o666) -> int | None:
-    """The mode a module sets: ``want`` itself, or a :class:`SymbolicMode` applied to the file's current mode
-    (``st``: its state from ``file_state.py``), or for a file not there yet to ``new_mode`` less the host's umask
-    (0o666: a new file, 0o777: a new directory), as Ansible does after creating it."""
-    if isinstance(want, PreserveMode):
-        raise ArgError("mode=preserve is only for copy (with src) and template")
-    if not isinstance(want, SymbolicMode):
-        return want if want is None else int(want)
-    umask = int(st.get("umask", 0o022))
-    if st.get("exists") and st.get("mode") is not None:
-        return apply_symbolic(want, int(st["mode"]), st.get("ftype") == "directory", umask)
-    return apply_symbolic(want, new_file_mode(st, new_mode), new_mode == 0o777, umask)
-
-
-_ESCAPES = re.compile(r"""(\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\N\{[^}]+\}|\\[\\'"abfnrtv])""")
-_JINJA_OPEN = {"{{": "}}", "{%": "%}", "{#": "#}"}
-
-
-def split_args(text: str) -> list[tuple[str, int, int]]:
-    """Ansible's ``split_args``: words separated by whitespace, where quoted text and Jinja2 blocks
-    (``{{ ... }}``, ``{% ... %}``) stay inside one word. Each word with its start and end offsets."""
-    words: list[tuple[str, int, int]] = []
-    start: int | None = None
-    quote: str | None = None
-    closers: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if quote is None and not closers and c.isspace():
-            if start is not None:
-                words.append((text[start:i], start, i))
-                start = None
-            i += 1
-            continue
-        if start is None:
-            start = i
-        two = text[i : i + 2]
-        if quote is not None:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = None
-        elif two in _JINJA_OPEN:
-            closers.append(_JINJA_OPEN[two])
-            i += 2
-            continue
-        elif closers and two == closers[-1]:
-            closers.pop()
-            i += 2
-            continue
-        elif c in "'\"" and not closers:
-            quote = c
-        i += 1
-    if quote is not None or closers:
-        raise ArgError(f"cannot parse arguments {text!r}: unbalanced {'quotes' if quote else 'Jinja2 braces'}")
-    if start is not None:
-        words.append((text[start:], start, len(text)))
-    return words
-
-
-def _decode_escapes(word: str) -> str:
-    return _ESCAPES.sub(lambda m: codecs.decode(m.group(0), "unicode-escape"), word)
-
-
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    return value
-
-
-def split_kv(word: str) -> tuple[str, str] | None:
-    """``key=value`` of one word (the first ``=`` not escaped with a backslash), escapes decoded and the value
-    unquoted, as Ansible's ``parse_kv``; None for a word that is not ``key=value``."""
-    word = _decode_escapes(word)
-    pos = 0
-    while True:
-        pos = word.find("=", pos + 1)
-        if pos < 0:
-            return None
-        if word[pos - 1] != "\\":
-            return word[:pos].strip(), _unquote(word[pos + 1 :].strip())
-
-
-def parse_kv(text: str) -> dict[str, Any]:
-    """Parse Ansible's ``k=v k2='v 2' k3={{ a }}/{{ b }}`` argument strings (ad hoc ``-a`` and string module
-    args): Jinja2 blocks and quotes stay in one value, escapes (``\\n``) are decoded, values are strings."""
-    out: dict[str, Any] = {}
-    for word, _, _ in split_args(text):
-        kv = split_kv(word)
-        if kv is None:
-            raise ArgError(f"expected key=value, got {word!r}")
-        out[kv[0]] = kv[1]
-    return out
-
-
-def find_controller_file(controller_dir: str, src: str, also: str | None = None) -> Path | None:
-    """Where a ``copy``/``template`` ``src`` lives on the controller, as Ansible looks: beside the playbook
-    (or in the role), in its ``templates/`` or ``files/``; then, for a role's task, the same in the playbook's
-    folder (``also``), as Ansible's search path goes on from the role to the playbook; then in the project's
-    ``templates/`` next to the playbooks dir; last, the templates shipped with provision
-    (:func:`provision.data.templates_dir`: a copy of a shipped playbook still finds them)."""
-    base = Path(controller_dir)
-    if Path(src).is_absolute():
-        candidates = [Path(src)]
-    else:
-        dirs = [base] + ([Path(also)] if also and Path(also) != base else [])
-        candidates = [d / sub / src for d in dirs for sub in ("", "templates", "files")]
-        candidates += [base.parent / "templates" / src, templates_dir() / src]
-    return next((c for c in candidates if c.is_file()), None)
 
 
 REGISTRY: dict[str, type[Module]] = {}

@@ -12,7 +12,8 @@ import jinja2
 
 from ..errors import ProvisionError, TemplateError
 from ..templating import not_boolean
-from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
+from .args import parse_kv
+from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, register
 
 UNDEFINED = "VARIABLE IS NOT DEFINED!"
 

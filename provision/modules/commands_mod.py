@@ -19,7 +19,8 @@ from typing import Any
 
 from ..commands import Command
 from ..transport import CommandResult
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register, split_args, split_kv
+from .args import split_args, split_kv
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .files import remote_stat
 
 # the key=value words Ansible takes out of a free-form command line (parse_kv with check_raw)

@@ -16,19 +16,9 @@ from typing import Any
 
 from .. import vault
 from ..errors import ModuleError, TemplateError
-from .base import (
-    Arg,
-    ArgError,
-    Module,
-    ModuleContext,
-    ModuleResult,
-    PreserveMode,
-    SymbolicMode,
-    find_controller_file,
-    new_file_mode,
-    register,
-    resolve_mode,
-)
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .controller_files import find_controller_file
+from .modes import PreserveMode, SymbolicMode, new_file_mode, resolve_mode
 
 HELPER = "file_state.py"
 DIFF_LIMIT = 1 << 20  # old content is fetched for --diff only up to this size

@@ -15,17 +15,8 @@ from typing import Any
 
 from ..commands import Command
 from ..errors import HostError
-from .base import (
-    Arg,
-    ArgError,
-    HelperError,
-    Module,
-    ModuleContext,
-    ModuleResult,
-    parse_mode,
-    register,
-    resolve_mode,
-)
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from .modes import parse_mode, resolve_mode
 
 HELPER = "info.py"
 CHECKSUM_ALGORITHM = Arg(  # stat's and find's

@@ -13,8 +13,9 @@ import posixpath
 import re
 from typing import Any
 
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, new_file_mode, register, resolve_mode
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .files import attr_changes, converge_file, remote_apply, remote_stat
+from .modes import new_file_mode, resolve_mode
 
 READ_LIMIT = 64 << 20  # a file larger than this is not edited (its content would travel whole)
 NO_HASH = "0" * 64  # never a file's sha256: the stat always carries the content

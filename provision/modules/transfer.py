@@ -20,18 +20,10 @@ import shlex
 from typing import Any
 
 from ..localfiles import replace_file
-from .base import (
-    Arg,
-    ArgError,
-    HelperError,
-    Module,
-    ModuleContext,
-    ModuleResult,
-    find_controller_file,
-    parse_mode,
-    register,
-)
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
+from .controller_files import find_controller_file
 from .files import read_controller_file, remote_stat
+from .modes import parse_mode
 
 HELPER = "transfer.py"
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import vault, yamlfile, yamlsafe
-from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, parse_kv, register
+from .args import parse_kv
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 
 INCLUDED = "ansible_facts"  # the key of the result that holds the variables (the task runner moves them)
 

@@ -19,7 +19,7 @@ from ..catalog import MODULES, lookup, nearest
 from ..data import roles_dir
 from ..errors import PlaybookError, TemplateError, did_you_mean
 from ..modules import ArgError
-from ..modules.base import parse_kv
+from ..modules.args import parse_kv
 from ..templating import lookups
 from .fields import (
     _MODULE_DEFAULTS,

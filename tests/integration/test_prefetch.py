@@ -1,4 +1,4 @@
-"""Batched state checks (provision.executor.prefetch) against real sshd hosts: a converged play of probe-able tasks costs
+"""Batched state checks (executor.prefetch) against real sshd hosts: a converged play of probe-able tasks costs
 a small constant number of round trips per host, whatever its length, and every result (ok/changed/failed,
 handlers, register, changed_when, --check, --diff, a failure at its own task) is the same with batching on and
 off (``RunOptions.batch_probes``)."""

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 import pytest
 from ansible.module_utils.basic import AnsibleModule
 
-from provision.modules.base import ArgError, PreserveMode, SymbolicMode, apply_symbolic, parse_mode, resolve_mode
+from provision.modules.base import ArgError
+from provision.modules.modes import PreserveMode, SymbolicMode, apply_symbolic, parse_mode, resolve_mode
 
 MODES = [
     "u+x", "go-w", "a+X", "u=rwX,g=rX,o=", "+x", "-w", "=r", "o-rwx", "u+s", "g+s,o+t", "a-s", "u=g", "go=u",

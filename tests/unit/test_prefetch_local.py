@@ -1,4 +1,4 @@
-"""Batched state checks (provision.executor.prefetch) through ``ansible_connection: local`` (fast; the lab test covers SSH):
+"""Batched state checks (executor.prefetch) through ``ansible_connection: local`` (fast; the lab test covers SSH):
 which tasks a segment takes, and that a change on one host drops what was read ahead for every host."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from provision.executor import Executor, RunOptions
+from provision.executor.prefetch import probeable, segment
 from provision.inventory import Inventory
 from provision.playbook import load_playbook
-from provision.executor.prefetch import probeable, segment
 from provision.results import Status
 from tests.support.cli import Collect
 
