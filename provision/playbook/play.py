@@ -29,16 +29,9 @@ from .fields import (
     module_defaults,
 )
 from .objects import HOST_ORDERS, PLAY_CONNECTIONS, PLAY_KEYS, STRATEGIES, LineDict, Play, Task, load_yaml
-from .tasks import (
-    _PLAYBOOK,
-    _ROLE_EXPOSED,
-    _ROLE_HANDLERS,
-    _ROLES_SEEN,
-    _role,
-    _short_import,
-    parse_handlers,
-    parse_tasks,
-)
+from .roles import _PLAYBOOK, _ROLE_EXPOSED, _ROLE_HANDLERS, _ROLES_SEEN
+from .taskfiles import short_import
+from .tasks import parse_handlers, parse_tasks, read_role
 
 
 def _serial(value: Any, node: Any, path: str) -> list[int | str]:
@@ -72,7 +65,7 @@ def _play_tasks(node: Any, path: str, tags: set[str]) -> tuple[list[Task], set[i
             if not isinstance(roles, list):
                 raise _err(f"roles must be a list, got {_kind(roles)}", node, path)
             for entry in roles:
-                tasks += _role(entry, path, tags, ())
+                tasks += read_role(entry, path, tags, ())
             if section is None:
                 flush_points.add(len(tasks))
         if section is None:
@@ -283,7 +276,7 @@ def _load_plays(data: Any, path: str, real: str, _seen: tuple[str, ...]) -> list
         raise PlaybookError("a playbook must be a list of plays", file=path, line=getattr(data, "line", 1))
     plays: list[Play] = []
     for node in data:
-        node = _short_import(node, "import_playbook")
+        node = short_import(node, "import_playbook")
         if isinstance(node, dict) and "import_playbook" in node:
             target = Path(path).parent / str(node["import_playbook"])
             if not target.exists():
