@@ -104,7 +104,7 @@ def magic_vars(
         "inventory_hostname_short": host.split(".")[0],
         "group_names": sorted(g for g in known.groups if g != "all") if known else [],  # "ungrouped" too, as Ansible
         "groups": inventory.groups_map() if groups is None else groups,
-        "omit": templating.OMIT,  # an argument rendered to it is left out (taskrun)
+        "omit": templating.OMIT,  # an argument rendered to it is left out (the task runner)
         "inventory_file": known.source if known else None,
         "inventory_dir": os.path.dirname(known.source) if known and known.source else None,
     }

@@ -2,9 +2,9 @@
 
 ``playbooks/`` holds the playbooks (``site.yml``, ``install.yml``, ``pd-up.yml``, ...) with their
 ``tasks/`` and ``vars/``; ``templates/`` the launch templates they render (beside ``playbooks/``, where
-:func:`provision.modules.base.find_controller_file` looks: ``<playbook dir>/../templates``). A checkout keeps
-the top-level ``playbooks`` and ``templates`` as links to these folders, so ``provision run playbooks/site.yml``
-runs the same files a wheel installs.
+:func:`provision.modules.controller_files.find_controller_file` looks: ``<playbook dir>/../templates``). A
+checkout keeps the top-level ``playbooks`` and ``templates`` as links to these folders, so ``provision run
+playbooks/site.yml`` runs the same files a wheel installs.
 
 ``defaults.yml`` holds the defaults of every well-known var (:func:`defaults`): the CLI applies them to every
 run at the lowest precedence, like an Ansible role's ``defaults/main.yml``. ``inventories/`` holds the starter

@@ -155,7 +155,7 @@ class Inventory:
     # "inventory FILE (host H)", "-e"); only from load(..., trace=True)
     origins: dict[str, dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
     _members: dict[str, list[str]] | None = field(default=None, init=False, repr=False, compare=False)
-    # per host, the variables add_host gave it during the run (data: never rendered, see taskrun.host_vars)
+    # per host, the variables add_host gave it during the run (data: never rendered, see TaskVariables.host_vars)
     runtime_vars: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
     # the changes made after loading (add_group, add_host, group_by), in order: refresh() makes them again
     _changes: list[tuple[Any, ...]] = field(default_factory=list, init=False, repr=False, compare=False)

@@ -1,4 +1,4 @@
-"""Symbolic modes (provision/modules/base.py) against ansible-core's own implementation, the reference: every mode
+"""Symbolic modes (provision/modules/modes.py) against ansible-core's own implementation, the reference: every mode
 below, applied to files and directories of several starting modes under several umasks, must give the same bits."""
 
 from __future__ import annotations
