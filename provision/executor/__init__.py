@@ -1,8 +1,11 @@
 """The executor, Ansible's execution stage: plays over hosts in parallel, Ansible's linear order, one task on one
 host, and batched state checks.
 
-- ``linear`` — :class:`Executor`: plays, ``serial`` batches, tasks over the batch, handlers, meta, includes.
-- ``task_executor`` — :class:`TaskRunner`: one task on one host; it returns a :class:`TaskOutcome`.
+- ``linear`` — :class:`Executor`: plays, batches, tasks over the batch, handler flushes, includes, ``meta``; beside it
+  ``selection`` (hosts, order, serial, tags), ``connections``, ``handlers`` (pending, on the host), ``outcomes``
+  (a task's outcome applied), ``blocks``, ``includes``, ``meta``.
+- ``task_executor`` — :class:`TaskRunner`: one task on one host; it returns a :class:`TaskOutcome`; its layers
+  ``task_vars`` (variables) and ``module_call`` (the module call).
 - ``prefetch`` — :class:`Prefetch`: the state reads of consecutive tasks in one round trip per host.
 
 Imports run one way inside: ``linear`` → ``prefetch`` → ``task_executor``; outside, the playbook, inventory,

@@ -26,9 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
-from .. import templating
 from ..commands import MASKER
-from ..errors import Interrupted, InventoryError, ProvisionError, SigTerm, Terminated
+from ..errors import Interrupted, ProvisionError, SigTerm, Terminated
 from ..inventory import Inventory
 from ..masking import register_inventory_secrets
 from ..playbook import Play, Task
@@ -42,7 +41,7 @@ from .handlers import PendingHandlers
 from .includes import group_by_include, included_tasks
 from .outcomes import Recorder
 from .prefetch import Prefetch, enabled
-from .selection import order_hosts, serial_batches, task_selected
+from .selection import hosts_by_tags, play_batches, play_hosts, task_selected
 from .task_executor import TaskOutcome, TaskRunner
 
 
@@ -123,14 +122,7 @@ class Executor:
         return error
 
     def play_hosts(self, play: Play) -> list[str]:
-        try:
-            selected = [h.name for h in self.inventory.select(play.hosts)]
-        except InventoryError:  # a group add_host/group_by did not make after all: no hosts, as in Ansible
-            return []
-        if self.options.limit:
-            allowed = {h.name for h in self.inventory.select(self.options.limit)}
-            selected = [h for h in selected if h in allowed]
-        return selected
+        return play_hosts(self.inventory, play, self.options.limit)
 
     def _run_play(self, play: Play) -> None:
         self._pending.handlers = play.handlers
@@ -146,10 +138,7 @@ class Executor:
         self._ended_play = False
         for name in hosts:
             self.host_state(name).ended = False  # meta: end_host lasts one play
-        order = play.order  # a template is rendered with the play's vars and -e (the planner checked it)
-        if templating.is_template(order):
-            order = str(templating.render(order, templating.Vars(play.vars, self.options.extra_vars), play.where))
-        for batch in serial_batches(order_hosts(hosts, order), play.serial):  # the play's vars keep the order
+        for batch in play_batches(play, hosts, self.options.extra_vars):
             for name in batch:  # as Ansible's recap: the hosts a batch reached (not those an abort spared)
                 self.summary.stat(name)
             if self._run_batch(play, batch, hosts) or self.summary.aborted or self._ended_play:
@@ -226,7 +215,7 @@ class Executor:
     ) -> bool | None:
         """One task over the batch (``only``: the hosts an include gave it to); True/False when the batch must
         stop (True: the play too), None to go on."""
-        hosts = self._hosts_by_tags(task, batch, runner)
+        hosts = hosts_by_tags(task, batch, self.options, runner.tags)
         failed_before = {h for h in batch if self.host_state(h).failed}
         if only is not None:
             hosts = [h for h in hosts if h in only]
@@ -257,13 +246,6 @@ class Executor:
         if self._batch_must_stop(play, batch):
             return True
         return None
-
-    def _hosts_by_tags(self, task: Task, batch: list[str], runner: TaskRunner) -> list[str]:
-        """The hosts of the batch that run ``task`` by the tags (templated tags are rendered per host)."""
-        opts = self.options
-        if not any(templating.is_template(t) for t in task.tags):
-            return batch if task_selected(task, opts.tags, opts.skip_tags) else []
-        return [h for h in batch if task_selected(task, opts.tags, opts.skip_tags, runner.tags(task, h))]
 
     def _hosts_still_running(self, hosts: list[str]) -> list[str]:
         """The hosts that have neither failed, nor become unreachable, nor ended (``HostState.active``)."""

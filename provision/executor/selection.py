@@ -1,11 +1,48 @@
-"""Which hosts run what, by the play's keywords: tags (``--tags``/``--skip-tags``), ``order`` and ``serial``."""
+"""Which hosts run what: a play's hosts (its pattern and ``--limit``), their ``order`` and ``serial`` batches,
+and the tags (``--tags``/``--skip-tags``)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from ..playbook import Task
+from .. import templating
+from ..errors import InventoryError
+from ..inventory import Inventory
+from ..playbook import Play, Task
+from ..state import RunOptions
+
+
+def play_hosts(inventory: Inventory, play: Play, limit: str | None) -> list[str]:
+    """The hosts of the play's pattern that ``--limit`` lets through, in inventory order."""
+    try:
+        selected = [h.name for h in inventory.select(play.hosts)]
+    except InventoryError:  # a group add_host/group_by did not make after all: no hosts, as in Ansible
+        return []
+    if limit:
+        allowed = {h.name for h in inventory.select(limit)}
+        selected = [h for h in selected if h in allowed]
+    return selected
+
+
+def play_batches(play: Play, hosts: list[str], extra_vars: dict[str, Any]) -> list[list[str]]:
+    """The play's hosts in its ``order``, cut into its ``serial`` batches. A templated ``order`` is rendered with
+    the play's vars and ``-e`` (the planner checked it)."""
+    order = play.order
+    if templating.is_template(order):
+        order = str(templating.render(order, templating.Vars(play.vars, extra_vars), play.where))
+    return serial_batches(order_hosts(hosts, order), play.serial)
+
+
+def hosts_by_tags(
+    task: Task, batch: list[str], options: RunOptions, rendered_tags: Callable[[Task, str], set[str]]
+) -> list[str]:
+    """The hosts of the batch that run ``task`` by the tags (templated tags are rendered per host)."""
+    if not any(templating.is_template(t) for t in task.tags):
+        return batch if task_selected(task, options.tags, options.skip_tags) else []
+    return [h for h in batch if task_selected(task, options.tags, options.skip_tags, rendered_tags(task, h))]
 
 
 def task_selected(task: Task, tags: set[str], skip_tags: set[str], task_tags: set[str] | None = None) -> bool:
