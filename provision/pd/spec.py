@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
+UNIT_PREFIX = "provision-pd-"  # a process's systemd unit is UNIT_PREFIX + its name + ".service" (process_ctl.py)
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -184,7 +185,8 @@ class HostPlan:
             "bootstrap_port": proc.bootstrap_port, "venv": proc.venv, "instance": proc.instance,
             "node_rank": proc.node_rank, "nnodes": proc.nnodes,
             "ports": [{"port": u.port, "bind": u.bind, "what": u.what, "name": u.name,
-                       "pidfile": f"{self.pid_dir}/{proc.name}.json"}
+                       "pidfile": f"{self.pid_dir}/{proc.name}.json",
+                       "unit": f"{UNIT_PREFIX}{proc.name}.service"}
                       for u in ports.of(proc)],
             "command_tail": proc.command[1:] if proc.venv else proc.command,
         }  # fmt: skip
