@@ -20,7 +20,10 @@ detached, one per ``pidfile_dir``) starts the script and keeps it running: a pro
 after a growing delay (``restart``: ``delay`` doubled per crash, at most ``max_delay``), and past ``burst``
 restarts within ``interval`` seconds it stays down (a crash loop) until the next start. ``venv``: the venv link
 the default launch command runs; resolved at each start and handed to the script (``PROVISION_PD_VENV``), so a
-supervised restart stays on the env the process was started with.
+supervised restart stays on the env the process was started with. ``group`` (a member of a multi-host server:
+``{instance, health, grace, interval}``): when the server's health URL (its leader's ``/health``) fails for
+``grace`` seconds after it had answered, this member restarts too, so a dead or hung rank takes every rank
+down and up again (provision's supervisor, or under systemd a watch unit beside the process's).
 
 With ``supervisor: systemd`` the process is the unit ``provision-pd-NAME.service`` (in /etc/systemd/system;
 the task needs root or ``become``): the helper writes the unit and its drop-ins (the restart policy; at each
@@ -86,6 +89,7 @@ class Process(Module):
         "supervisor": Arg(default="none", choices=SUPERVISORS),
         "restart": Arg("dict", default=None),
         "venv": Arg("path", default=None),
+        "group": Arg("dict", default=None),  # a member of a multi-host server: {instance, health, grace, interval}
     }
 
     @classmethod
@@ -120,6 +124,7 @@ class Process(Module):
             "check": ctx.check,
             "policy": dict(args["restart"] or {}),
             "venv": ctx.expand(args["venv"]) if args["venv"] else None,
+            "group": dict(args["group"]) if args["group"] else None,
             **supervisor_request(args["supervisor"]),
         }
         if args["supervisor"] == "systemd":

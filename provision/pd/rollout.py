@@ -281,7 +281,7 @@ def _restart(key: str) -> dict[str, Any]:
     proc = f"pd.{key}"
     return {"name": f"{{{{ {proc}.name }}}}", "script": f"{{{{ {proc}.script }}}}", "log": f"{{{{ {proc}.log }}}}",
             "pidfile_dir": "{{ pd.pid_dir }}", "state": "restarted", "supervisor": "{{ pd.supervisor }}",
-            "restart": "{{ pd.restart }}", "venv": f"{{{{ {proc}.venv }}}}",
+            "restart": "{{ pd.restart }}", "venv": f"{{{{ {proc}.venv }}}}", "group": f"{{{{ {proc}.group }}}}",
             "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
 
 

@@ -19,8 +19,10 @@ Actions (request keys):
   ``running``, ``pid``, ``uptime``, ``script_sha256`` (now) vs ``started_sha256``, ``health`` (HTTP status of
   the URL or ``null``), ``orphans`` (live members of the dead leader's session).
 * ``start`` ``{"name", "piddir", "script", "log", "env": {}, "run_id", "restart_changed": bool,
-  "force_restart": bool, "check": bool}`` → ``action``: ``none`` (already running the same script),
-  ``started``, ``restarted``; with ``check`` nothing is done, ``action`` says what would be.
+  "force_restart": bool, "check": bool, "group"?}`` → ``action``: ``none`` (already running the same script),
+  ``started``, ``restarted``; with ``check`` nothing is done, ``action`` says what would be. ``group``
+  (``{"instance", "health", "grace", "interval"}``): a member of a multi-host server, restarted when its
+  server's health fails (the group watch, below).
 * ``stop`` ``{"name", "piddir", "timeout", "run_id"?, "check"}`` → ``action``: ``stopped`` or ``none``; with
   ``run_id`` only a process started by that run is stopped. TERM to the whole session, wait, then KILL.
 * ``wait`` ``{"procs": [{"name", "piddir", "url", "log"?}], "timeout", "interval", "log_lines"}`` → polls
@@ -201,6 +203,7 @@ def supervision(req, record, want):
         "last_exit": {k: v for k, v in last.items() if k != "log_tail"} or None, "last_reason": exit_text(last),
         "next_start_at": record.get("next_start_at"), "crash_looping": state == "failed",
         "venv": record.get("venv"), "policy": record.get("policy"), "now": time.time(),
+        "group_restarts": int(record.get("group_restarts") or 0),
     }  # fmt: skip
 
 
@@ -463,6 +466,9 @@ def action_tail(req):
 # process whose want file is gone is stopped (TERM to its session, KILL after ``stop_timeout``) and forgotten.
 # With nothing left to watch it exits. SIGTERM ends it without touching the processes: a newer supervisor (a
 # changed file) adopts them by their records (their exit code is then unknown).
+# The group watch: a member of a multi-host server (the want's ``group``) whose server's health URL (its
+# leader's /health) fails for ``grace`` s after it had answered 200 is restarted too (GroupWatch); under
+# systemd a watch unit does the same (``watch``, the systemd section).
 POLL = 0.25
 SUPERVISOR = "supervisor"
 DEFAULT_POLICY = {"delay": 5.0, "max_delay": 300.0, "burst": 5, "interval": 900.0, "stop_timeout": 20.0}
@@ -534,6 +540,8 @@ def signal_name(number):
 def exit_text(last):
     if not last:
         return None
+    if last.get("reason") == "group":
+        return "restarted with its multi-host server (%s)" % last.get("why", "unhealthy")
     if last.get("signal"):
         what = "killed by %s" % last["signal"]
     elif last.get("code") is not None:
@@ -548,6 +556,7 @@ class Supervisor:
         self.piddir = piddir
         self.children = {}  # pid -> Popen of the processes this supervisor started
         self.exits = {}  # pid -> (code, signal name) of those that ended
+        self.groups = {}  # name -> GroupWatch of a multi-host server's member
         self.stopping = False
 
     def reap(self):
@@ -602,7 +611,7 @@ class Supervisor:
         script = os.path.expanduser(want["script"])
         child, record = spawn(req, script, sha256(script), action, who="provision supervisor:")
         self.children[child.pid] = child
-        keep = ("restarts", "crashes", "last_exit", "history") if action == "restarted" else ()
+        keep = ("restarts", "crashes", "last_exit", "history", "group_restarts") if action == "restarted" else ()
         record.update({k: previous[k] for k in keep if previous and k in previous})
         if action == "restarted":
             record["restarts"] = int(record.get("restarts") or 0) + 1
@@ -627,6 +636,7 @@ class Supervisor:
             self.start(want, None, "started")
             return
         if live:
+            self.watch_group(name, want, record, policy, now)
             return
         state = record.get("state")
         if state == "running":  # it just died
@@ -654,6 +664,36 @@ class Supervisor:
         elif state == "backoff" and now >= float(record.get("next_start_at") or 0):
             self.start(want, record, "restarted")
 
+    def watch_group(self, name, want, record, policy, now):
+        """A member of a multi-host server (``want["group"]``) whose server stays unhealthy restarts with the
+        others: counted as a crash (the start limit applies), recorded as ``reason: group``."""
+        group = want.get("group")
+        if not group:
+            return
+        watch = self.groups.get(name)
+        if watch is None or watch.key != (record.get("pid"), record.get("starttime")):
+            watch = self.groups[name] = GroupWatch(group, (record.get("pid"), record.get("starttime")))
+        why = watch.poll(time.monotonic())
+        if why is None:
+            return
+        crashes = [t for t in record.get("crashes") or [] if now - t < policy["interval"]] + [now]
+        uptime = round(now - float(record.get("started_at") or now), 1)
+        last = {"at": now, "code": None, "signal": None, "uptime": uptime, "reason": "group", "why": why}
+        history = (record.get("history") or [])[-9:] + [last]
+        record.update({"last_exit": last, "history": history, "crashes": crashes,
+                       "group_restarts": int(record.get("group_restarts") or 0) + 1})  # fmt: skip
+        self.end(record, policy["stop_timeout"])
+        if len(crashes) > int(policy["burst"]):
+            record.update({"state": "failed", "next_start_at": None})
+            self.note(record, "%s: its multi-host server %s: %s; %d restarts within %ss, over the start limit (%s): "
+                      "not restarted" % (name, group.get("instance"), why, len(crashes), policy["interval"],
+                                         policy["burst"]))  # fmt: skip
+            save({"name": name, "piddir": self.piddir}, record)
+            return
+        self.note(record, "%s: its multi-host server %s: %s: restarting this rank with the others"
+                  % (name, group.get("instance"), why))  # fmt: skip
+        self.start(want, record, "restarted")
+
     def note(self, record, text):
         with contextlib.suppress(OSError), open(os.path.expanduser(record["log"]), "ab") as fh:
             fh.write(("=== %s: provision supervisor: %s ===\n" % (time.strftime("%Y-%m-%d %H:%M:%S"), text)).encode())
@@ -673,6 +713,42 @@ class Supervisor:
                 return True
             time.sleep(POLL)
         return False
+
+
+class GroupWatch:
+    """The health of a member's multi-host server (pd_instance), as that member sees it: ``group["health"]``,
+    its leader's ``/health`` (answered once every rank has joined), polled every ``interval`` s. Armed once it
+    answered 200 since this member started (a server that is still starting is no failure); then ``grace`` s of
+    no 200 in a row is a failed server. Every member's supervisor watches the same URL, so a dead rank (its own
+    supervisor restarts it) or a hung one takes every other member down and up again: the ranks of a
+    torch.distributed group cannot rejoin it one by one. The only thing read from the URL is its HTTP status."""
+
+    def __init__(self, group, key):
+        self.url = group["health"]
+        self.grace = float(group.get("grace", 30))
+        self.interval = float(group.get("interval", 2))
+        self.key = key
+        self.armed = False
+        self.bad_since = None
+        self.next = 0.0
+
+    def poll(self, now):
+        """None while nothing is to be done; the reason to restart this member once its server failed."""
+        if now < self.next:
+            return None
+        self.next = now + self.interval
+        code, err = http_status(self.url, min(5.0, self.interval))
+        if code == 200:
+            self.armed, self.bad_since = True, None
+            return None
+        if not self.armed:
+            return None
+        if self.bad_since is None:
+            self.bad_since = now
+        if now - self.bad_since < self.grace:
+            return None
+        self.armed, self.bad_since = False, None
+        return "%s answered %s for %gs" % (self.url, "HTTP %s" % code if code else "nothing (%s)" % err, self.grace)
 
 
 def supervise(piddir):
@@ -707,10 +783,11 @@ def supervised_start(req, script, current):
     ours = running and record.get("supervisor") == "provision" and want is not None
     same = ours and record.get("sha256") == current and record.get("generation") == want.get("generation")
     policy = {k: v for k, v in (req.get("policy") or {}).items() if k in DEFAULT_POLICY}
+    group = req.get("group") or None
     if same and not req.get("force_restart"):
         if not req.get("check"):
-            if want.get("policy") != policy:  # a changed policy applies from now on, without a restart
-                want["policy"] = policy
+            if want.get("policy") != policy or want.get("group") != group:  # applies from now on, no restart
+                want.update(policy=policy, group=group)
                 write_atomic(want_path(req), json.dumps(want))
             ensure_supervisor(req["piddir"], req["supervisor_source"])
         return {"ok": True, "action": "none", "pid": record["pid"], "sha256": current}
@@ -733,7 +810,7 @@ def supervised_start(req, script, current):
         env["PROVISION_PD_VENV"] = resolve_venv(venv)
     want = {"name": req["name"], "script": script, "log": os.path.expanduser(req["log"]), "env": env,
             "run_id": req.get("run_id") or None, "generation": generation, "policy": policy,
-            "venv": env.get("PROVISION_PD_VENV")}  # fmt: skip
+            "venv": env.get("PROVISION_PD_VENV"), "group": group}  # fmt: skip
     write_atomic(want_path(req), json.dumps(want))
     ensure_supervisor(req["piddir"], req["supervisor_source"])
     settle = float(req.get("settle", 0.3))
