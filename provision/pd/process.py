@@ -128,6 +128,8 @@ class Process(Module):
             **supervisor_request(args["supervisor"]),
         }
         if args["supervisor"] == "systemd":
+            if request["group"]:  # the watch unit runs this helper's ``watch``: its source goes with the request
+                request["group_source"] = remote.source(HELPER).decode("utf-8")
             return self.unit_start(ctx, request, args["stop_timeout"])
         answer = helper(ctx, "start", request, timeout=args["stop_timeout"] + 60)
         data = {"name": name, "pid": answer.get("pid"), "log": log, "action": answer.get("action")}
@@ -164,6 +166,11 @@ class Process(Module):
         if systemd.failed:
             return ModuleResult(failed=True, msg=f"process {name}: {unit}: {systemd.msg}", data=data)
         changed = files or systemd.changed
+        if answer.get("watch"):  # started with the unit (Wants=); started here when it was not running
+            watch = systemd_unit(ctx, name=answer["watch"], state="started")
+            if watch.failed:
+                return ModuleResult(failed=True, msg=f"process {name}: {answer['watch']}: {watch.msg}", data=data)
+            changed = changed or watch.changed
         settle = 1.0 if answer["action"] != "none" else 0.0
         item = {"name": name, "piddir": request["piddir"], "script": request["script"], "log": log}
         status = helper(ctx, "status", {"procs": [item], "settle": settle})

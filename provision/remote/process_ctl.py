@@ -31,8 +31,12 @@ Actions (request keys):
 * ``tail`` ``{"procs": [{"name", "piddir", "log"?}], "lines"}`` → the last lines of each log.
 * ``probe`` ``{"sudo": bool}`` → ``systemd`` (it runs the host), ``version``, ``uid``, ``sudo`` (``sudo -n`` works).
 * ``unit`` (root) ``{"name", "piddir", "script", "log", "env", "venv", "policy", "run_id", "restart_changed",
-  "force_restart", "check"}`` → the systemd unit's files brought to the request (``written``) and what systemd
-  must do: ``action`` none/started/restarted, ``state`` for service.py. ``unit_remove`` (root) removes them.
+  "force_restart", "check", "group"?, "group_source"?}`` → the systemd unit's files brought to the request
+  (``written``) and what systemd must do: ``action`` none/started/restarted, ``state`` for service.py;
+  ``watch``: the group watch's unit. ``unit_remove`` (root) removes them.
+
+``python3 process_ctl.py supervise PIDDIR`` is provision's supervisor; ``python3 group-watch.py watch NAME PIDDIR
+URL GRACE INTERVAL LOG`` the group watch of a systemd unit.
 
 A process that is a systemd unit (``provision-pd-NAME.service``, see the systemd section) is found by its unit
 file: ``status`` and ``wait`` read systemd, ``stop`` names the unit for the controller to stop and disable.
@@ -866,8 +870,12 @@ def supervised_stop(req, record, want):
 # its ``[X-Provision]`` section, which systemd ignores, the script's sha256 and the run id). It answers what the
 # controller then asks of systemd through service.py (daemon-reload, enable, start or restart). ``status``,
 # ``wait`` and ``stop`` find a unit by its file; ``unit_remove`` (after the stop and disable) removes it.
+# A member of a multi-host server (the request's ``group``) also gets its group watch: the unit
+# ``provision-pdwatch-NAME.service`` (PartOf= the process's unit, pulled in by the drop-in group.conf's Wants=,
+# run as the same user) running this file's ``watch`` from the drop-in directory (group-watch.py).
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "provision-pd-"
+WATCH_PREFIX = "provision-pdwatch-"  # a multi-host server's member's group watch (``watch``)
 SHOW = ("LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainCode", "ExecMainStatus",
         "UnitFileState")  # fmt: skip
 STEPS_SINCE = 254  # RestartSteps= and RestartMaxDelaySec= (systemd 254)
@@ -923,7 +931,47 @@ def unit_of(name):
 
 def unit_files(name, unit_dir=None):
     base = os.path.join(unit_dir or UNIT_DIR, unit_of(name))
-    return {"unit": base, "dir": base + ".d", "policy": base + ".d/policy.conf", "start": base + ".d/start.conf"}
+    return {"unit": base, "dir": base + ".d", "policy": base + ".d/policy.conf", "start": base + ".d/start.conf",
+            "group": base + ".d/group.conf", "watch_py": base + ".d/group-watch.py",
+            "watch": os.path.join(unit_dir or UNIT_DIR, watch_of(name))}  # fmt: skip
+
+
+def watch_of(name):
+    return WATCH_PREFIX + name + ".service"
+
+
+GROUP_FILES = ("group", "watch", "watch_py")  # a multi-host server's member: the watch unit and what it runs
+
+
+def render_group(req, user, python):
+    """A member of a multi-host server: its unit ``Wants=`` the watch unit (started with it; the watch is
+    ``PartOf=`` it: stopped and restarted with it), which runs this file's ``watch`` as the same user."""
+    name, group = req["name"], req["group"]
+    files = unit_files(name, req.get("unit_dir"))
+    drop = ("# Written by provision: a member of the multi-host server %s; its group watch starts with it.\n"
+            "[Unit]\nWants=%s\n" % (str(group.get("instance")).replace("%", "%%").replace("\n", " "),
+                                     watch_of(name)))  # fmt: skip
+    argv = [files["watch_py"], "watch", name, os.path.expanduser(req["piddir"]), str(group["health"]),
+            "%g" % float(group.get("grace", 30)), "%g" % float(group.get("interval", 2)),
+            os.path.expanduser(req["log"])]  # fmt: skip
+    lines = [
+        "# Written by provision (pd_supervisor: systemd): edits here are replaced by the next `provision pd up`.",
+        "[Unit]",
+        "Description=provision PD group watch of %s" % name.replace("%", "%%"),
+        "PartOf=%s" % unit_of(name),
+        "After=%s" % unit_of(name),
+        "",
+        "[Service]",
+        "Type=simple",
+        "User=%s" % user,
+        "ExecStart=%s %s" % (quoted(python, dollar=False), " ".join(quoted(a) for a in argv)),
+        "StandardInput=null",
+        "StandardOutput=append:%s" % plain(os.path.expanduser(req["log"])),
+        "StandardError=inherit",
+        "Restart=always",
+        "RestartSec=5s",
+    ]
+    return {"group": drop, "watch": "\n".join(lines) + "\n", "watch_py": req["group_source"]}
 
 
 def has_unit(item):
@@ -1085,6 +1133,10 @@ def action_unit(req):
     policy = dict(DEFAULT_POLICY)
     policy.update({k: v for k, v in (req.get("policy") or {}).items() if k in DEFAULT_POLICY})
     texts = {"unit": render_unit(req, script, user), "policy": render_policy(policy, version)}
+    if req.get("group"):
+        if not req.get("group_source"):
+            return {"ok": False, "msg": "%s: a group watch needs group_source" % req["name"]}
+        texts.update(render_group(req, user, sys.executable))
     state = show(unit) if old_unit is not None else {}
     started = x_provision(read_text(files["start"]))
     running = state.get("ActiveState") in ("active", "activating", "reloading")
@@ -1098,6 +1150,8 @@ def action_unit(req):
             env["PROVISION_PD_VENV"] = resolve_venv(req["venv"])
         texts["start"] = render_start(env, current, req.get("run_id"))
     changed = [key for key, text in texts.items() if read_text(files[key]) != text]
+    if req.get("check") and any(k not in texts and os.path.lexists(files[k]) for k in GROUP_FILES):
+        changed.append("group")  # would go
     answer = {"ok": True, "unit": unit, "user": user, "version": version, "written": changed, "reload": bool(changed),
               "state": "restarted" if restart and running else "started", "action": "none",
               "pid": int(state.get("MainPID") or 0) or None, "sha256": current}  # fmt: skip
@@ -1121,6 +1175,15 @@ def action_unit(req):
     private = set(req.get("env") or {}) - {"PROVISION_PD_VENV"}  # the task's own env may hold secrets
     for key in changed:
         write_unit_file(files[key], texts[key], 0o600 if key == "start" and private else 0o644)
+    gone = [key for key in GROUP_FILES if key not in texts and os.path.lexists(files[key])]
+    if gone:  # no longer a member of a multi-host server: its watch stops and goes
+        systemctl("stop", watch_of(req["name"]))
+        for key in gone:
+            with contextlib.suppress(OSError):
+                os.unlink(files[key])
+        answer.update(written=answer["written"] + ["-" + key for key in gone], reload=True)
+    if "watch" in texts:
+        answer["watch"] = watch_of(req["name"])
     return answer
 
 
@@ -1156,7 +1219,7 @@ def unit_status(item):
         "unit_state": "%s/%s" % (active, sub), "result": result, "enabled": state.get("UnitFileState"),
         "state": word, "restarts": int(state.get("NRestarts") or 0), "last_exit": last,
         "last_reason": exit_text(last) if last else None, "crash_looping": looping, "now": time.time(),
-        "venv": venv,
+        "venv": venv, "group_restarts": len(tail_lines(group_log(item), 10000)),
         "main_exit": {"code": CLD.get(state.get("ExecMainCode") or "", state.get("ExecMainCode")),
                       "status": state.get("ExecMainStatus")},
     }  # fmt: skip
@@ -1177,6 +1240,58 @@ def exit_of(line):
     return {"at": at, "code": code, "signal": sig, "result": words[1], "uptime": None}
 
 
+def group_log(item):
+    """PIDDIR/NAME.group: one line per restart the group watch made (under systemd)."""
+    return os.path.join(os.path.expanduser(item["piddir"]), item["name"] + ".group")
+
+
+def unit_pids(unit):
+    """The live processes of ``unit`` (in its cgroup, as pd_rollout.py's ``in_unit`` reads it), the main one
+    (whose parent is not in it, the oldest) first."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cgroup" % entry) as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        if any(line.split(":", 2)[2].rstrip("/").rpartition("/")[2] == unit for line in lines if line.count(":") >= 2):
+            st = proc_stat(int(entry))
+            if st and st[0] not in ("Z", "X"):
+                found[int(entry)] = st
+    return sorted(found, key=lambda pid: (found[pid][1] in found, found[pid][4], pid))
+
+
+def watch(name, piddir, url, grace, interval, log):
+    """The group watch of a systemd unit (``watch NAME PIDDIR URL GRACE INTERVAL LOG``, its own unit, as the
+    unit's user): the unit's main process is killed (SIGKILL: systemd restarts the unit, ``Restart=on-failure``,
+    counted in NRestarts and under its start limit) when its multi-host server fails as :class:`GroupWatch`
+    says; each such restart is a line in PIDDIR/NAME.group and a note in the log."""
+    unit, current = unit_of(name), None
+    group = {"health": url, "grace": float(grace), "interval": float(interval)}
+    while True:
+        pids = unit_pids(unit)
+        if not pids:
+            current = None
+        else:
+            key = (pids[0], (proc_stat(pids[0]) or (0, 0, 0, 0, 0))[4])
+            if current is None or current.key != key:
+                current = GroupWatch(group, key)
+            why = current.poll(time.monotonic())
+            if why is not None:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                with contextlib.suppress(OSError), open(log, "ab") as fh:
+                    fh.write(("=== %s: provision group watch: %s: its multi-host server: %s: restarting this rank "
+                              "with the others ===\n" % (stamp, name, why)).encode())  # fmt: skip
+                with contextlib.suppress(OSError), open(group_log({"name": name, "piddir": piddir}), "a") as fh:
+                    fh.write("%d %s\n" % (time.time(), why))
+                with contextlib.suppress(OSError):
+                    os.kill(pids[0], signal.SIGKILL)
+        time.sleep(min(float(interval), 1.0))
+
+
 def unit_alive(item):
     """For ``wait``: (alive, pid): the unit is active with a live MainPID (a crash, even one systemd
     restarts, is an exit while starting)."""
@@ -1192,7 +1307,9 @@ def action_unit_remove(req):
     if req.get("check") or not found:
         return {"ok": True, "removed": found}
     systemctl("reset-failed", unit_of(req["name"]))
-    for key in ("start", "policy", "unit"):
+    if os.path.lexists(files["watch"]):
+        systemctl("stop", watch_of(req["name"]))  # stopped with its unit already (PartOf=): this is a safety net
+    for key in ("start", "policy", "unit") + GROUP_FILES:
         with contextlib.suppress(OSError):
             os.unlink(files[key])
     with contextlib.suppress(OSError):
@@ -1208,6 +1325,8 @@ ACTIONS = {"status": action_status, "start": action_start, "stop": action_stop, 
 def main(argv):
     if argv[1:2] == ["supervise"] and len(argv) == 3:
         return supervise(argv[2])
+    if argv[1:2] == ["watch"] and len(argv) == 8:
+        return watch(*argv[2:])
     try:
         action = ACTIONS[argv[1]]
         req = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")

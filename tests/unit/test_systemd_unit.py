@@ -42,6 +42,25 @@ def test_the_unit_runs_the_script_as_its_owner_with_the_log_appended(tmp_path: P
     assert '"/home/u/.provision/run/h1-decode.exits"' in stop_post and "$$SERVICE_RESULT" in stop_post
 
 
+def test_a_multi_host_members_watch_unit() -> None:
+    """The group watch of a member: a Wants= drop-in on its unit, a watch unit PartOf= it, run as the same user,
+    the watch's words quoted (a $ in a path doubled, as systemd wants it)."""
+    req = {"name": "h1-prefill", "log": "/home/u/logs/h1.log", "piddir": "/home/u/$run",
+           "group": {"instance": "p", "health": "http://10.0.0.1:30000/health", "grace": 30, "interval": 2},
+           "group_source": "# the helper\n"}  # fmt: skip
+    texts = P.render_group(req, "u", "/usr/bin/python3")
+    assert texts["group"].splitlines()[-2:] == ["[Unit]", "Wants=provision-pdwatch-h1-prefill.service"]
+    lines = texts["watch"].splitlines()
+    for line in ("PartOf=provision-pd-h1-prefill.service", "After=provision-pd-h1-prefill.service", "User=u",
+                 "StandardOutput=append:/home/u/logs/h1.log", "Restart=always"):  # fmt: skip
+        assert line in lines, (line, lines)
+    start = next(line for line in lines if line.startswith("ExecStart="))
+    assert start == ('ExecStart="/usr/bin/python3" '
+                     '"/etc/systemd/system/provision-pd-h1-prefill.service.d/group-watch.py" "watch" "h1-prefill" '
+                     '"/home/u/$$run" "http://10.0.0.1:30000/health" "30" "2" "/home/u/logs/h1.log"')  # fmt: skip
+    assert texts["watch_py"] == "# the helper\n"
+
+
 def test_words_are_quoted_for_systemd() -> None:
     assert P.quoted('/a b/"x"%i$HOME\\') == '"/a b/\\"x\\"%%i$$HOME\\\\"'
     assert P.plain("/logs/50%.log") == "/logs/50%%.log"
