@@ -8,6 +8,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +20,8 @@ from provision.pd.spec import resolve_supervisor
 
 
 def ctl() -> ModuleType:
+    if str(remote.REMOTE_DIR) not in sys.path:  # it imports the host library by its plain name, as on a host
+        sys.path.insert(0, str(remote.REMOTE_DIR))
     spec = importlib.util.spec_from_file_location("process_ctl_under_test", remote.path("process_ctl.py"))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
