@@ -9,7 +9,9 @@ script and env file, write the new ones, restart, (d) wait for ``/health``, (e) 
 to the new server and a serving peer of the other role, (f) re-admit it to every router. A batch that fails
 at (c)-(e) is rolled back: the previous files are put back, the servers restarted, verified and re-admitted,
 and the rollout stops (exit 2) naming the host and the reason; hosts of later batches are not touched. The
-previous files are removed when the rollout ends well.
+previous files are removed when the rollout ends well. A multi-host server (``pd_instance``) is one server
+here: a change of any rank restarts it whole (every rank stopped, then every rank started and waited for
+through its leader), and only its leader is removed, drained, verified and re-admitted.
 
 Remote work goes through an injected ``run(hosts, tasks)`` (:data:`RunTasks`): a play of the given task dicts
 on the given hosts, as the CLI (or the Python API) runs it with the executor; this module never imports the
