@@ -30,7 +30,7 @@ from ..pd import PlanError, build
 from ..pd.rollout import Progress as RolloutProgress
 from ..pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
 from ..pd.rollout import Step as RolloutStep
-from ..pd.scale import ScaleResult, scale
+from ..pd.scale import ScaleResult, removed_hosts, scale
 from ..pd.status import all_up, table
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
@@ -374,7 +374,7 @@ def pd_scale(
     fleet = _fleet(hosts, opts.get("extra_vars"))
     extra = {**fleet.extra_vars, **_extra(opts.get("extra_vars"))}
     pd_vars = inventory_pd_vars(fleet.inventory, extra)
-    after: Options = {**opts, "extra_vars": {**extra, "pd_scale_removed": list(remove)}}
+    after: Options = {**opts, "extra_vars": {**extra, "pd_scale_removed": removed_hosts(pd_vars, list(remove))}}
 
     def start(names: list[str]) -> tuple[bool, str]:
         only: Options = {**opts, "limit": ",".join(names)}

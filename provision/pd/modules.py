@@ -300,7 +300,7 @@ _STATUS_TYPES: dict[str, tuple[type, ...]] = {
     "started_at": (int, float, str), "script": (str,), "started_sha256": (str,), "script_sha256": (str,),
     "log": (str,), "run_id": (str,), "orphans": (list,), "health": (int,), "restarts": (int,),
     "crash_looping": (bool,), "supervisor": (str,), "state": (str,), "last_reason": (str,), "last_exit": (dict,),
-    "now": (int, float),
+    "now": (int, float), "group_restarts": (int,),
 }  # fmt: skip
 
 

@@ -20,7 +20,10 @@ detached, one per ``pidfile_dir``) starts the script and keeps it running: a pro
 after a growing delay (``restart``: ``delay`` doubled per crash, at most ``max_delay``), and past ``burst``
 restarts within ``interval`` seconds it stays down (a crash loop) until the next start. ``venv``: the venv link
 the default launch command runs; resolved at each start and handed to the script (``PROVISION_PD_VENV``), so a
-supervised restart stays on the env the process was started with.
+supervised restart stays on the env the process was started with. ``group`` (a member of a multi-host server:
+``{instance, health, grace, interval}``): when the server's health URL (its leader's ``/health``) fails for
+``grace`` seconds after it had answered, this member restarts too, so a dead or hung rank takes every rank
+down and up again (provision's supervisor, or under systemd a watch unit beside the process's).
 
 With ``supervisor: systemd`` the process is the unit ``provision-pd-NAME.service`` (in /etc/systemd/system;
 the task needs root or ``become``): the helper writes the unit and its drop-ins (the restart policy; at each
@@ -86,6 +89,7 @@ class Process(Module):
         "supervisor": Arg(default="none", choices=SUPERVISORS),
         "restart": Arg("dict", default=None),
         "venv": Arg("path", default=None),
+        "group": Arg("dict", default=None),  # a member of a multi-host server: {instance, health, grace, interval}
     }
 
     @classmethod
@@ -120,9 +124,12 @@ class Process(Module):
             "check": ctx.check,
             "policy": dict(args["restart"] or {}),
             "venv": ctx.expand(args["venv"]) if args["venv"] else None,
+            "group": dict(args["group"]) if args["group"] else None,
             **supervisor_request(args["supervisor"]),
         }
         if args["supervisor"] == "systemd":
+            if request["group"]:  # the watch unit runs this helper's ``watch``: its source goes with the request
+                request["group_source"] = remote.source(HELPER).decode("utf-8")
             return self.unit_start(ctx, request, args["stop_timeout"])
         answer = helper(ctx, "start", request, timeout=args["stop_timeout"] + 60)
         data = {"name": name, "pid": answer.get("pid"), "log": log, "action": answer.get("action")}
@@ -159,6 +166,11 @@ class Process(Module):
         if systemd.failed:
             return ModuleResult(failed=True, msg=f"process {name}: {unit}: {systemd.msg}", data=data)
         changed = files or systemd.changed
+        if answer.get("watch"):  # started with the unit (Wants=); started here when it was not running
+            watch = systemd_unit(ctx, name=answer["watch"], state="started")
+            if watch.failed:
+                return ModuleResult(failed=True, msg=f"process {name}: {answer['watch']}: {watch.msg}", data=data)
+            changed = changed or watch.changed
         settle = 1.0 if answer["action"] != "none" else 0.0
         item = {"name": name, "piddir": request["piddir"], "script": request["script"], "log": log}
         status = helper(ctx, "status", {"procs": [item], "settle": settle})

@@ -9,7 +9,9 @@ script and env file, write the new ones, restart, (d) wait for ``/health``, (e) 
 to the new server and a serving peer of the other role, (f) re-admit it to every router. A batch that fails
 at (c)-(e) is rolled back: the previous files are put back, the servers restarted, verified and re-admitted,
 and the rollout stops (exit 2) naming the host and the reason; hosts of later batches are not touched. The
-previous files are removed when the rollout ends well.
+previous files are removed when the rollout ends well. A multi-host server (``pd_instance``) is one server
+here: a change of any rank restarts it whole (every rank stopped, then every rank started and waited for
+through its leader), and only its leader is removed, drained, verified and re-admitted.
 
 Remote work goes through an injected ``run(hosts, tasks)`` (:data:`RunTasks`): a play of the given task dicts
 on the given hosts, as the CLI (or the Python API) runs it with the executor; this module never imports the
@@ -78,11 +80,12 @@ class RolloutOptions:
 
 @dataclass
 class ServerChange:
-    host: str
+    host: str  # the server's host: a multi-host server's leader
     role: str
     name: str
     url: str
-    reasons: list[str]
+    reasons: list[str]  # a rank's own reasons as "HOST: reason"
+    members: list[str] = field(default_factory=list)  # a multi-host server's other ranks' hosts (restarted with it)
 
 
 @dataclass
@@ -104,6 +107,8 @@ class BatchReport:
     reason: str | None = None
     rolled_back: bool = False
     rollback: dict[str, Any] = field(default_factory=dict)
+    members: dict[str, list[str]] = field(default_factory=dict)  # a multi-host server's host → its other ranks' hosts
+    stop_seconds: float | None = None  # every rank of the batch's multi-host servers stopped (before the start)
 
 
 class Outcome:
@@ -170,33 +175,51 @@ def _by_task(steps: list[Step]) -> dict[str, Step]:
     return {s.task: s for s in steps}
 
 
+def members(deployment: Deployment, proc: Proc) -> list[Proc]:
+    """The processes of one server: itself, and a multi-host server's other ranks (pd_instance) after it."""
+    return [proc, *(r for r in deployment.ranks if r.leader is proc)]
+
+
+def _reasons(proc: Proc, results: dict[str, list[Step]]) -> list[str]:
+    """Why ``proc`` (one rank) needs a restart: its env or script would change, its stack moved, it is down or
+    runs a script that changed since it started."""
+    steps = _by_task(results.get(proc.host, []))
+    status = steps.get("status")
+    if status is None or not status.ok:
+        failed = next((s for s in results.get(proc.host, []) if not s.ok), None)
+        raise BatchFailed(proc.host, f"cannot read its state: {failed.msg if failed else 'no answer'}")
+    reasons = [what for what in ("env", "script") if steps[what].changed]
+    if "stack" in steps and steps["stack"].data.get("changed"):
+        reasons.append("stack")  # it runs another venv than the one venv_path points at now
+    row: dict[str, Any] = next((r for r in status.data.get("procs", []) if r.get("role") == proc.role), {})
+    if not row.get("running"):
+        reasons.append("down")
+    elif row.get("script_changed"):
+        reasons.append("stale (its script changed since it started)")
+    return reasons
+
+
 def detect(deployment: Deployment, run: RunTasks) -> tuple[list[ServerChange], list[str], list[str]]:
-    """(the servers that need a restart and why, the unchanged ones, the routers whose script would change)."""
+    """(the servers that need a restart and why, the unchanged ones, the routers whose script would change). A
+    multi-host server changes as one: any rank's reason restarts every rank."""
     hosts = list(deployment.hosts)
     results = run(hosts, DETECT_TASKS)
     changes, unchanged, routers = [], [], []
     for proc in deployment.servers:
-        steps = _by_task(results.get(proc.host, []))
-        status = steps.get("status")
-        if status is None or not status.ok:
-            failed = next((s for s in results.get(proc.host, []) if not s.ok), None)
-            raise BatchFailed(proc.host, f"cannot read its state: {failed.msg if failed else 'no answer'}")
-        reasons = [what for what in ("env", "script") if steps[what].changed]
-        if "stack" in steps and steps["stack"].data.get("changed"):
-            reasons.append("stack")  # it runs another venv than the one venv_path points at now
-        row: dict[str, Any] = next((r for r in status.data.get("procs", []) if r.get("role") == proc.role), {})
-        if not row.get("running"):
-            reasons.append("down")
-        elif row.get("script_changed"):
-            reasons.append("stale (its script changed since it started)")
+        ranks = members(deployment, proc)
+        reasons = _reasons(proc, results)
+        for rank in ranks[1:]:
+            reasons += [f"{rank.host}: {why}" for why in _reasons(rank, results)]
         if reasons:
-            changes.append(ServerChange(proc.host, proc.role, proc.name, proc.url, reasons))
+            changes.append(ServerChange(proc.host, proc.role, proc.name, proc.url, reasons,
+                                        [r.host for r in ranks[1:]]))  # fmt: skip
         else:
             unchanged.append(proc.name)
     for proc in deployment.routers:
         steps = _by_task(results.get(proc.host, []))
         step, status = steps.get("router script"), steps.get("status")
-        row = next((r for r in (status.data.get("procs", []) if status else []) if r.get("role") == "router"), {})
+        rows = status.data.get("procs", []) if status else []
+        row: dict[str, Any] = next((r for r in rows if r.get("role") == "router"), {})
         if (step is not None and step.changed) or not row.get("running") or row.get("script_changed"):
             routers.append(proc.name)
     return changes, unchanged, routers
@@ -260,7 +283,7 @@ def _restart(key: str) -> dict[str, Any]:
     proc = f"pd.{key}"
     return {"name": f"{{{{ {proc}.name }}}}", "script": f"{{{{ {proc}.script }}}}", "log": f"{{{{ {proc}.log }}}}",
             "pidfile_dir": "{{ pd.pid_dir }}", "state": "restarted", "supervisor": "{{ pd.supervisor }}",
-            "restart": "{{ pd.restart }}", "venv": f"{{{{ {proc}.venv }}}}",
+            "restart": "{{ pd.restart }}", "venv": f"{{{{ {proc}.venv }}}}", "group": f"{{{{ {proc}.group }}}}",
             "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
 
 
@@ -325,10 +348,27 @@ class Rollout:
             step = self._ok([host], tasks)[host]["drain"]
             report.drain[host] = {k: step.data.get(k) for k in ("seconds", "drained", "max_seen", "last")}
 
+    def hosts_of(self, batch: list[Proc]) -> list[str]:
+        """Every host the batch restarts: its servers', and the other ranks of its multi-host servers."""
+        return [m.host for p in batch for m in members(self.d, p)]
+
     def apply(self, batch: list[Proc], report: BatchReport, restore: bool = False) -> None:
+        """Keep (or put back) the launch files, write the new ones, restart, wait for ``/health``. A multi-host
+        server restarts whole: every rank stopped first (none rejoins a group whose other ranks still run), then
+        every rank started together, as ``pd up`` starts them, and waited for through its leader."""
         files = {"op": "restore" if restore else "backup", **KEPT}
-        tasks: list[dict[str, Any]] = [{"name": "pd", "pd_config": None, "register": "pd"},
-                                       _step("files", files, 60)]  # fmt: skip
+        config: dict[str, Any] = {"name": "pd", "pd_config": None, "register": "pd"}
+        hosts = self.hosts_of(batch)
+        tasks: list[dict[str, Any]] = [config, _step("files", files, 60)]
+        whole = [m.host for p in batch if p.instance is not None for m in members(self.d, p)]
+        if whole:  # the files first (the backup reads the running server's env), then every rank stopped
+            self._ok(hosts, tasks)
+            stop = {"name": "{{ pd.server.name }}", "state": "stopped", "pidfile_dir": "{{ pd.pid_dir }}",
+                    "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
+            t = time.monotonic()
+            self._ok(whole, [config, {"name": "stop", "process": stop, "become": "{{ pd.become }}"}])
+            report.stop_seconds = round(time.monotonic() - t, 3)
+            tasks = [config]
         if not restore:
             tasks += [
                 {"name": "env", "template": {"src": "pd.env.j2", "dest": "{{ pd.env_file }}", "mode": "0600"}},
@@ -340,7 +380,6 @@ class Rollout:
             {"name": "health", "pd_wait": {"role": "server", "timeout": self.o.server_timeout,
                                            "interval": self.o.poll_interval}},
         ]  # fmt: skip
-        hosts = [p.host for p in batch]
         results = self.run(hosts, tasks)
         for host in hosts:
             steps = _by_task(results.get(host, []))
@@ -413,6 +452,7 @@ class Rollout:
     def batch(self, number: int, changes: list[ServerChange]) -> BatchReport:
         procs = [self.procs[c.host] for c in changes]
         report = BatchReport(number, number == 1 and self.o.canary > 0, [p.host for p in procs])
+        report.members = {p.host: [r.host for r in members(self.d, p)[1:]] for p in procs if p.instance is not None}
         started = time.monotonic()
         before = self.served()
         t = time.monotonic()
@@ -516,9 +556,10 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
         changes, unchanged, routers = detect(deployment, run)
     except BatchFailed as exc:
         return RolloutResult(False, [], [], [], failed_host=exc.host, reason=exc.reason)
-    if options.only is not None:
-        unchanged += [c.name for c in changes if c.host not in options.only]
-        changes = [c for c in changes if c.host in options.only]
+    if options.only is not None:  # a multi-host server is limited in when any of its hosts is
+        limited = [c for c in changes if options.only & {c.host, *c.members}]
+        unchanged += [c.name for c in changes if c not in limited]
+        changes = limited
     result = RolloutResult(True, changes, unchanged, routers)
     engine = Rollout(deployment, run, options)
     batches = plan_batches(deployment, changes, options)
@@ -546,7 +587,7 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
                 result.ok, result.failed_host = False, router.host
                 result.reason = f"the router {router.name} did not come back with its new script: {done['reason']}"
                 break
-    touched = [host for b in result.batches for host in b.hosts]
+    touched = [host for b in result.batches for host in engine.hosts_of([engine.procs[h] for h in b.hosts])]
     if touched:  # the previous files are kept until the rollout ends (a rolled-back host runs them again)
         engine.files(touched, "discard")
     result.seconds = round(time.monotonic() - started, 3)
@@ -565,6 +606,9 @@ def render_batch(b: BatchReport) -> str:
         + (f", {b.served} requests served by the routers meanwhile" if b.served is not None else "")
     ]
     lines.append(f"  removed from the routers {_secs(b.removed_seconds)}")
+    if b.members:
+        ranks = "; ".join(f"{h} with {', '.join(m)}" for h, m in b.members.items())
+        lines.append(f"  multi-host servers restarted whole ({ranks}): every rank stopped {_secs(b.stop_seconds)}")
     for host in b.hosts:
         drain = b.drain.get(host, {})
         verify = b.verify.get(host, {})
@@ -593,7 +637,8 @@ def render_plan(result: RolloutResult) -> str:
     if not result.changes and result.ok:
         lines.append("nothing to roll: every server runs its current launch script and env")
     for c in result.changes:
-        lines.append(f"{c.name} on {c.host}: {', '.join(c.reasons)}")
+        whole = f" (a multi-host server: restarts whole, with {', '.join(c.members)})" if c.members else ""
+        lines.append(f"{c.name} on {c.host}{whole}: {', '.join(c.reasons)}")
     if result.unchanged:
         lines.append(f"unchanged (not restarted): {', '.join(result.unchanged)}")
     if result.router_changes:

@@ -9,6 +9,8 @@ remove is still in it (take it out once the command has ended). Per call:
   with every router through the worker API (``POST /workers``) and waited for until listed healthy.
 * **remove**: each server is taken out of every router (``DELETE /workers/{id}``), drained (no request
   running or waiting, bounded by ``drain_timeout``, as in ``pd rollout``) and stopped.
+* **a multi-host server** (``pd_instance``) is one unit: any of its hosts names it; every rank is started (or
+  stopped), only its leader is verified, registered, deregistered and drained (it alone serves HTTP).
 * **the routers**: their launch scripts are rendered again for the deployment as it now is (without the
   removed hosts) and written, and the running router adopts the new script (its record's digest: the worker
   set it serves is already that script's), so neither now nor at the next ``pd up`` does it restart for this;
@@ -26,7 +28,7 @@ from typing import Any
 
 from ..errors import InputError
 from .flags import PlanError
-from .rollout import BatchFailed, BatchReport, Outcome, Rollout, RolloutOptions, RunTasks, _step, _worker
+from .rollout import BatchFailed, BatchReport, Outcome, Rollout, RolloutOptions, RunTasks, _step, _worker, members
 from .spec import Deployment, Proc, build
 from .validate import validate_pd
 
@@ -62,22 +64,44 @@ def plan(hosts: Mapping[str, Mapping[str, Any]], add: list[str], remove: list[st
         d = build(hosts)
     except PlanError as exc:
         raise InputError(str(exc)) from None
-    servers = {p.host: p for p in d.servers}
-    for host in [*add, *remove]:
-        if host not in servers:
-            rank = next((r for r in d.ranks if r.host == host), None)
-            why = (f"a non-leader rank of pd_instance {rank.instance} (scale the instance's leader)" if rank else
-                   "not a prefill or decode host of the inventory (add it to the inventory first)")  # fmt: skip
-            raise InputError(f"pd scale: {host} is {why}")
-        if servers[host].instance is not None:
-            raise InputError(f"pd scale: {host} leads a multi-host server (pd_instance {servers[host].instance}): "
-                             "scaling whole instances is not supported; use pd up / pd down")  # fmt: skip
-    problems = validate_pd(without(hosts, remove))
+    adding, removing = servers_of(d, add), servers_of(d, remove)
+    problems = validate_pd(without(hosts, member_hosts(d, removing)))
     if problems:
         raise InputError("pd scale: the deployment after it would not be valid:\n  - " + "\n  - ".join(problems))
     if not d.routers:
         raise InputError("pd scale: no router in the inventory to register the servers with")
-    return d, [servers[h] for h in add], [servers[h] for h in remove]
+    return d, adding, removing
+
+
+def servers_of(d: Deployment, names: list[str]) -> list[Proc]:
+    """The servers the host names stand for, in order, once each: a host of a multi-host server (pd_instance),
+    its leader or another rank, stands for the whole instance."""
+    servers = {p.host: p for p in d.servers}
+    out: list[Proc] = []
+    for host in names:
+        rank = next((r for r in d.ranks if r.host == host), None)
+        proc = servers.get(host) or (rank.leader if rank is not None else None)
+        if proc is None:
+            raise InputError(f"pd scale: {host} is not a prefill or decode host of the inventory (add it to the "
+                             "inventory first)")  # fmt: skip
+        if proc not in out:
+            out.append(proc)
+    return out
+
+
+def member_hosts(d: Deployment, procs: list[Proc]) -> list[str]:
+    """Every host of those servers: a multi-host server's leader and its other ranks."""
+    return [m.host for p in procs for m in members(d, p)]
+
+
+def removed_hosts(hosts: Mapping[str, Mapping[str, Any]], remove: list[str]) -> list[str]:
+    """``--remove``'s hosts with every rank of the multi-host servers among them (``pd_scale_removed``: the plan
+    without them); the names as given when the plan cannot be built (``plan`` says why)."""
+    try:
+        d = build(hosts)
+        return member_hosts(d, servers_of(d, remove))
+    except (PlanError, InputError):
+        return list(remove)
 
 
 def scale(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, run_after: RunTasks, start: StartServers,
@@ -112,7 +136,7 @@ def scale(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, run_after: RunT
 
 def _add(engine: Rollout, start: StartServers, procs: list[Proc], result: ScaleResult) -> None:
     t = time.monotonic()
-    ok, why = start([p.host for p in procs])
+    ok, why = start(member_hosts(engine.d, procs))  # every rank of a multi-host server, started as pd up does
     if not ok:
         raise BatchFailed(procs[0].host, f"did not start: {why}")
     began = round(time.monotonic() - t, 3)
@@ -122,7 +146,8 @@ def _add(engine: Rollout, start: StartServers, procs: list[Proc], result: ScaleR
     engine.routers("router_add", {"workers": [_worker(p) for p in procs]})
     registered = round(time.monotonic() - t, 3)
     for p in procs:
-        result.added.append({"host": p.host, "name": p.name, "start_seconds": began, "registered_seconds": registered,
+        result.added.append({"host": p.host, "name": p.name, "ranks": [m.host for m in members(engine.d, p)[1:]],
+                             "start_seconds": began, "registered_seconds": registered,
                              **{f"verify_{k}": v for k, v in report.verify.get(p.host, {}).items()}})  # fmt: skip
 
 
@@ -136,13 +161,14 @@ def _remove(engine: Rollout, procs: list[Proc], result: ScaleResult) -> None:
     process = {"name": "{{ pd.server.name }}", "state": "stopped", "pidfile_dir": "{{ pd.pid_dir }}",
                "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
     stop = {"name": "stop", "process": process, "become": "{{ pd.become }}"}
-    engine._ok([p.host for p in procs], [{"name": "pd", "pd_config": None, "register": "pd"}, stop])
+    engine._ok(member_hosts(engine.d, procs), [{"name": "pd", "pd_config": None, "register": "pd"}, stop])
     stopped = round(time.monotonic() - t, 3)
     for p in procs:
         result.removed.append(
             {
                 "host": p.host,
                 "name": p.name,
+                "ranks": [m.host for m in members(engine.d, p)[1:]],
                 "deregistered_seconds": deregistered,
                 "stop_seconds": stopped,
                 **{f"drain_{k}": v for k, v in report.drain[p.host].items()},
@@ -153,11 +179,13 @@ def _remove(engine: Rollout, procs: list[Proc], result: ScaleResult) -> None:
 def render(result: ScaleResult) -> str:
     lines = []
     for a in result.added:
-        lines.append(f"added {a['name']} on {a['host']}: started {a['start_seconds']:.1f}s, verified "
+        whole = f" (with its ranks on {', '.join(a['ranks'])})" if a.get("ranks") else ""
+        lines.append(f"added {a['name']} on {a['host']}{whole}: started {a['start_seconds']:.1f}s, verified "
                      f"{a.get('verify_latency') or 0:.1f}s with {a.get('verify_peer')}, registered "
                      f"{a['registered_seconds']:.1f}s")  # fmt: skip
     for r in result.removed:
-        lines.append(f"removed {r['name']} on {r['host']}: out of the routers {r['deregistered_seconds']:.1f}s, "
+        whole = f" (with its ranks on {', '.join(r['ranks'])})" if r.get("ranks") else ""
+        lines.append(f"removed {r['name']} on {r['host']}{whole}: out of the routers {r['deregistered_seconds']:.1f}s, "
                      f"drained {r.get('drain_seconds') or 0:.1f}s, stopped {r['stop_seconds']:.1f}s")  # fmt: skip
     if result.routers:
         lines.append(f"router scripts updated, not restarted: {', '.join(result.routers)}")

@@ -63,9 +63,12 @@ DEFAULTS: dict[str, Any] = {
     "dist_init_port": None,  # a multi-host instance's --dist-init-addr port: the leader's server_port + 200
     "pd_instance": None,  # hosts with the same name are one server over several hosts (pd/instances.py)
     "pd_instance_one_machine": False,  # the ranks of one pd_instance may share a machine, on disjoint GPUs
+    "pd_instance_grace": 30,  # a multi-host server's /health failing this long (s) restarts every rank of it
     "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
+GROUP_INTERVAL = 2.0  # how often a multi-host server's member's supervisor polls the server's health (s)
+UNIT_PREFIX = "provision-pd-"  # a process's systemd unit is UNIT_PREFIX + its name + ".service" (process_ctl.py)
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -145,6 +148,7 @@ class HostPlan:
     env: dict[str, str] = field(default_factory=dict)
     supervisor: str = "provision"  # pd_supervisor: auto | systemd | provision | none (auto: pd_config asks the host)
     restart: dict[str, float] = field(default_factory=dict)  # the supervisor's restart policy
+    group_grace: float = 30.0  # pd_instance_grace: a multi-host server unhealthy this long restarts every rank
     server: Proc | None = None
     router: Proc | None = None
 
@@ -184,10 +188,19 @@ class HostPlan:
             "bootstrap_port": proc.bootstrap_port, "venv": proc.venv, "instance": proc.instance,
             "node_rank": proc.node_rank, "nnodes": proc.nnodes,
             "ports": [{"port": u.port, "bind": u.bind, "what": u.what, "name": u.name,
-                       "pidfile": f"{self.pid_dir}/{proc.name}.json"}
+                       "pidfile": f"{self.pid_dir}/{proc.name}.json",
+                       "unit": f"{UNIT_PREFIX}{proc.name}.service"}
                       for u in ports.of(proc)],
-            "command_tail": proc.command[1:] if proc.venv else proc.command,
+            "command_tail": proc.command[1:] if proc.venv else proc.command, "group": self.group(proc),
         }  # fmt: skip
+
+    def group(self, proc: Proc) -> dict[str, Any] | None:
+        """A multi-host server's member: the server's health as this host reaches it (its leader's ``/health``),
+        watched by the member's supervisor (``process``'s ``group``); None for a single-host server."""
+        if proc.instance is None:
+            return None
+        return {"instance": proc.instance, "node_rank": proc.node_rank, "health": health_url(proc),
+                "grace": self.group_grace, "interval": GROUP_INTERVAL}  # fmt: skip
 
     def fact(self) -> dict[str, Any]:
         """The ``pd`` fact: what templates and playbook tasks read."""
@@ -422,7 +435,19 @@ def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:
         python=_home(str(var(v, "venv_path")).rstrip("/"), home) + "/bin/python", dir=path("pd_dir"),
         pid_dir=path("pd_pid_dir"), compat_dir=compat, model_path=str(model), tiny_model=tiny,
         env=host_env(host, v, address, compat), supervisor=supervisor_of(host, v), restart=restart_policy(host, v),
+        group_grace=_seconds(v, "pd_instance_grace", host, 1.0, 86400.0),
     )  # fmt: skip
+
+
+def _seconds(v: Mapping[str, Any], name: str, host: str, low: float, high: float) -> float:
+    value = var(v, name)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not low <= number <= high:
+        raise PlanError(f"{host}: {name}={value!r} must be a number from {low:g} to {high:g}")
+    return number
 
 
 def supervisor_of(host: str, v: Mapping[str, Any]) -> str:

@@ -478,10 +478,32 @@ def own_session(pidfile):
         return None
 
 
+def in_unit(pid, unit):
+    """Is ``pid`` in systemd's cgroup of ``unit`` (``NAME.service``: the last component of its path in one of
+    the process's cgroup hierarchies: v2, v1's name=systemd, a hybrid's), where systemd puts a unit's
+    processes?"""
+    try:
+        with open("/proc/%d/cgroup" % pid) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return False
+    return any(line.split(":", 2)[2].rstrip("/").rpartition("/")[2] == unit for line in lines if line.count(":") >= 2)
+
+
+def owned(pid, entry):
+    """Is the listener ``pid`` the planned process itself: its session (the ``sid`` of its record,
+    ``pidfile``), or, under systemd, its unit's cgroup (``unit``: a unit's process keeps no provision record)?"""
+    own = own_session(entry.get("pidfile"))
+    if own is not None and session_of(pid) == own:
+        return True
+    return bool(entry.get("unit")) and in_unit(pid, entry["unit"])
+
+
 def ports(req):
-    """``{"ports": [{"port", "what", "name", "pidfile"?}]}`` → not ok, naming each planned port another process
-    listens on with its pid and command (``held``; no pid where /proc does not say: another user's). A port
-    held by the process's own session (already running: the ``sid`` of its record, ``pidfile``) is its own."""
+    """``{"ports": [{"port", "what", "name", "pidfile"?, "unit"?}]}`` → not ok, naming each planned port another
+    process listens on with its pid and command (``held``; no pid where /proc does not say: another user's). A
+    port held by the process itself (:func:`owned`: already running, under provision's record or as its systemd
+    unit) is its own."""
     listening = listeners()
     planned = [(p, _clashing(p, listening)) for p in req["ports"]]
     planned = [(p, inodes) for p, inodes in planned if inodes]
@@ -489,8 +511,7 @@ def ports(req):
     held = []
     for p, inodes in planned:
         pid = next((pids[i] for i in inodes if i in pids), None)
-        own = own_session(p.get("pidfile"))
-        if pid is not None and own is not None and session_of(pid) == own:
+        if pid is not None and owned(pid, p):
             continue
         command = None
         if pid is not None:

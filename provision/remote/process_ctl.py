@@ -19,8 +19,10 @@ Actions (request keys):
   ``running``, ``pid``, ``uptime``, ``script_sha256`` (now) vs ``started_sha256``, ``health`` (HTTP status of
   the URL or ``null``), ``orphans`` (live members of the dead leader's session).
 * ``start`` ``{"name", "piddir", "script", "log", "env": {}, "run_id", "restart_changed": bool,
-  "force_restart": bool, "check": bool}`` → ``action``: ``none`` (already running the same script),
-  ``started``, ``restarted``; with ``check`` nothing is done, ``action`` says what would be.
+  "force_restart": bool, "check": bool, "group"?}`` → ``action``: ``none`` (already running the same script),
+  ``started``, ``restarted``; with ``check`` nothing is done, ``action`` says what would be. ``group``
+  (``{"instance", "health", "grace", "interval"}``): a member of a multi-host server, restarted when its
+  server's health fails (the group watch, below).
 * ``stop`` ``{"name", "piddir", "timeout", "run_id"?, "check"}`` → ``action``: ``stopped`` or ``none``; with
   ``run_id`` only a process started by that run is stopped. TERM to the whole session, wait, then KILL.
 * ``wait`` ``{"procs": [{"name", "piddir", "url", "log"?}], "timeout", "interval", "log_lines"}`` → polls
@@ -29,8 +31,12 @@ Actions (request keys):
 * ``tail`` ``{"procs": [{"name", "piddir", "log"?}], "lines"}`` → the last lines of each log.
 * ``probe`` ``{"sudo": bool}`` → ``systemd`` (it runs the host), ``version``, ``uid``, ``sudo`` (``sudo -n`` works).
 * ``unit`` (root) ``{"name", "piddir", "script", "log", "env", "venv", "policy", "run_id", "restart_changed",
-  "force_restart", "check"}`` → the systemd unit's files brought to the request (``written``) and what systemd
-  must do: ``action`` none/started/restarted, ``state`` for service.py. ``unit_remove`` (root) removes them.
+  "force_restart", "check", "group"?, "group_source"?}`` → the systemd unit's files brought to the request
+  (``written``) and what systemd must do: ``action`` none/started/restarted, ``state`` for service.py;
+  ``watch``: the group watch's unit. ``unit_remove`` (root) removes them.
+
+``python3 process_ctl.py supervise PIDDIR`` is provision's supervisor; ``python3 group-watch.py watch NAME PIDDIR
+URL GRACE INTERVAL LOG`` the group watch of a systemd unit.
 
 A process that is a systemd unit (``provision-pd-NAME.service``, see the systemd section) is found by its unit
 file: ``status`` and ``wait`` read systemd, ``stop`` names the unit for the controller to stop and disable.
@@ -47,6 +53,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+import hostlib
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -120,19 +128,9 @@ def read_json(path):
 
 
 def write_atomic(path, text, mode=0o600):
-    """A new temp file (O_EXCL: never an existing file or link), private from creation, renamed over ``path``;
-    removed on any failure or interrupt."""
-    tmp = "%s.tmp-%d-%s" % (path, os.getpid(), os.urandom(4).hex())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """``path`` replaced by ``text``, private (or ``mode``) from creation, never written through a link: the host
+    library's atomic write (shipped bundled with this file, the supervisor's copy included)."""
+    hostlib.atomic_write(path, text.encode("utf-8"), mode=mode)
 
 
 def forget(req):
@@ -201,6 +199,7 @@ def supervision(req, record, want):
         "last_exit": {k: v for k, v in last.items() if k != "log_tail"} or None, "last_reason": exit_text(last),
         "next_start_at": record.get("next_start_at"), "crash_looping": state == "failed",
         "venv": record.get("venv"), "policy": record.get("policy"), "now": time.time(),
+        "group_restarts": int(record.get("group_restarts") or 0),
     }  # fmt: skip
 
 
@@ -463,6 +462,9 @@ def action_tail(req):
 # process whose want file is gone is stopped (TERM to its session, KILL after ``stop_timeout``) and forgotten.
 # With nothing left to watch it exits. SIGTERM ends it without touching the processes: a newer supervisor (a
 # changed file) adopts them by their records (their exit code is then unknown).
+# The group watch: a member of a multi-host server (the want's ``group``) whose server's health URL (its
+# leader's /health) fails for ``grace`` s after it had answered 200 is restarted too (GroupWatch); under
+# systemd a watch unit does the same (``watch``, the systemd section).
 POLL = 0.25
 SUPERVISOR = "supervisor"
 DEFAULT_POLICY = {"delay": 5.0, "max_delay": 300.0, "burst": 5, "interval": 900.0, "stop_timeout": 20.0}
@@ -534,6 +536,8 @@ def signal_name(number):
 def exit_text(last):
     if not last:
         return None
+    if last.get("reason") == "group":
+        return "restarted with its multi-host server (%s)" % last.get("why", "unhealthy")
     if last.get("signal"):
         what = "killed by %s" % last["signal"]
     elif last.get("code") is not None:
@@ -548,6 +552,7 @@ class Supervisor:
         self.piddir = piddir
         self.children = {}  # pid -> Popen of the processes this supervisor started
         self.exits = {}  # pid -> (code, signal name) of those that ended
+        self.groups = {}  # name -> GroupWatch of a multi-host server's member
         self.stopping = False
 
     def reap(self):
@@ -602,7 +607,7 @@ class Supervisor:
         script = os.path.expanduser(want["script"])
         child, record = spawn(req, script, sha256(script), action, who="provision supervisor:")
         self.children[child.pid] = child
-        keep = ("restarts", "crashes", "last_exit", "history") if action == "restarted" else ()
+        keep = ("restarts", "crashes", "last_exit", "history", "group_restarts") if action == "restarted" else ()
         record.update({k: previous[k] for k in keep if previous and k in previous})
         if action == "restarted":
             record["restarts"] = int(record.get("restarts") or 0) + 1
@@ -627,6 +632,7 @@ class Supervisor:
             self.start(want, None, "started")
             return
         if live:
+            self.watch_group(name, want, record, policy, now)
             return
         state = record.get("state")
         if state == "running":  # it just died
@@ -654,6 +660,36 @@ class Supervisor:
         elif state == "backoff" and now >= float(record.get("next_start_at") or 0):
             self.start(want, record, "restarted")
 
+    def watch_group(self, name, want, record, policy, now):
+        """A member of a multi-host server (``want["group"]``) whose server stays unhealthy restarts with the
+        others: counted as a crash (the start limit applies), recorded as ``reason: group``."""
+        group = want.get("group")
+        if not group:
+            return
+        watch = self.groups.get(name)
+        if watch is None or watch.key != (record.get("pid"), record.get("starttime")):
+            watch = self.groups[name] = GroupWatch(group, (record.get("pid"), record.get("starttime")))
+        why = watch.poll(time.monotonic())
+        if why is None:
+            return
+        crashes = [t for t in record.get("crashes") or [] if now - t < policy["interval"]] + [now]
+        uptime = round(now - float(record.get("started_at") or now), 1)
+        last = {"at": now, "code": None, "signal": None, "uptime": uptime, "reason": "group", "why": why}
+        history = (record.get("history") or [])[-9:] + [last]
+        record.update({"last_exit": last, "history": history, "crashes": crashes,
+                       "group_restarts": int(record.get("group_restarts") or 0) + 1})  # fmt: skip
+        self.end(record, policy["stop_timeout"])
+        if len(crashes) > int(policy["burst"]):
+            record.update({"state": "failed", "next_start_at": None})
+            self.note(record, "%s: its multi-host server %s: %s; %d restarts within %ss, over the start limit (%s): "
+                      "not restarted" % (name, group.get("instance"), why, len(crashes), policy["interval"],
+                                         policy["burst"]))  # fmt: skip
+            save({"name": name, "piddir": self.piddir}, record)
+            return
+        self.note(record, "%s: its multi-host server %s: %s: restarting this rank with the others"
+                  % (name, group.get("instance"), why))  # fmt: skip
+        self.start(want, record, "restarted")
+
     def note(self, record, text):
         with contextlib.suppress(OSError), open(os.path.expanduser(record["log"]), "ab") as fh:
             fh.write(("=== %s: provision supervisor: %s ===\n" % (time.strftime("%Y-%m-%d %H:%M:%S"), text)).encode())
@@ -673,6 +709,42 @@ class Supervisor:
                 return True
             time.sleep(POLL)
         return False
+
+
+class GroupWatch:
+    """The health of a member's multi-host server (pd_instance), as that member sees it: ``group["health"]``,
+    its leader's ``/health`` (answered once every rank has joined), polled every ``interval`` s. Armed once it
+    answered 200 since this member started (a server that is still starting is no failure); then ``grace`` s of
+    no 200 in a row is a failed server. Every member's supervisor watches the same URL, so a dead rank (its own
+    supervisor restarts it) or a hung one takes every other member down and up again: the ranks of a
+    torch.distributed group cannot rejoin it one by one. The only thing read from the URL is its HTTP status."""
+
+    def __init__(self, group, key):
+        self.url = group["health"]
+        self.grace = float(group.get("grace", 30))
+        self.interval = float(group.get("interval", 2))
+        self.key = key
+        self.armed = False
+        self.bad_since = None
+        self.next = 0.0
+
+    def poll(self, now):
+        """None while nothing is to be done; the reason to restart this member once its server failed."""
+        if now < self.next:
+            return None
+        self.next = now + self.interval
+        code, err = http_status(self.url, min(5.0, self.interval))
+        if code == 200:
+            self.armed, self.bad_since = True, None
+            return None
+        if not self.armed:
+            return None
+        if self.bad_since is None:
+            self.bad_since = now
+        if now - self.bad_since < self.grace:
+            return None
+        self.armed, self.bad_since = False, None
+        return "%s answered %s for %gs" % (self.url, "HTTP %s" % code if code else "nothing (%s)" % err, self.grace)
 
 
 def supervise(piddir):
@@ -707,10 +779,11 @@ def supervised_start(req, script, current):
     ours = running and record.get("supervisor") == "provision" and want is not None
     same = ours and record.get("sha256") == current and record.get("generation") == want.get("generation")
     policy = {k: v for k, v in (req.get("policy") or {}).items() if k in DEFAULT_POLICY}
+    group = req.get("group") or None
     if same and not req.get("force_restart"):
         if not req.get("check"):
-            if want.get("policy") != policy:  # a changed policy applies from now on, without a restart
-                want["policy"] = policy
+            if want.get("policy") != policy or want.get("group") != group:  # applies from now on, no restart
+                want.update(policy=policy, group=group)
                 write_atomic(want_path(req), json.dumps(want))
             ensure_supervisor(req["piddir"], req["supervisor_source"])
         return {"ok": True, "action": "none", "pid": record["pid"], "sha256": current}
@@ -733,7 +806,7 @@ def supervised_start(req, script, current):
         env["PROVISION_PD_VENV"] = resolve_venv(venv)
     want = {"name": req["name"], "script": script, "log": os.path.expanduser(req["log"]), "env": env,
             "run_id": req.get("run_id") or None, "generation": generation, "policy": policy,
-            "venv": env.get("PROVISION_PD_VENV")}  # fmt: skip
+            "venv": env.get("PROVISION_PD_VENV"), "group": group}  # fmt: skip
     write_atomic(want_path(req), json.dumps(want))
     ensure_supervisor(req["piddir"], req["supervisor_source"])
     settle = float(req.get("settle", 0.3))
@@ -789,8 +862,12 @@ def supervised_stop(req, record, want):
 # its ``[X-Provision]`` section, which systemd ignores, the script's sha256 and the run id). It answers what the
 # controller then asks of systemd through service.py (daemon-reload, enable, start or restart). ``status``,
 # ``wait`` and ``stop`` find a unit by its file; ``unit_remove`` (after the stop and disable) removes it.
+# A member of a multi-host server (the request's ``group``) also gets its group watch: the unit
+# ``provision-pdwatch-NAME.service`` (PartOf= the process's unit, pulled in by the drop-in group.conf's Wants=,
+# run as the same user) running this file's ``watch`` from the drop-in directory (group-watch.py).
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "provision-pd-"
+WATCH_PREFIX = "provision-pdwatch-"  # a multi-host server's member's group watch (``watch``)
 SHOW = ("LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainCode", "ExecMainStatus",
         "UnitFileState")  # fmt: skip
 STEPS_SINCE = 254  # RestartSteps= and RestartMaxDelaySec= (systemd 254)
@@ -846,7 +923,47 @@ def unit_of(name):
 
 def unit_files(name, unit_dir=None):
     base = os.path.join(unit_dir or UNIT_DIR, unit_of(name))
-    return {"unit": base, "dir": base + ".d", "policy": base + ".d/policy.conf", "start": base + ".d/start.conf"}
+    return {"unit": base, "dir": base + ".d", "policy": base + ".d/policy.conf", "start": base + ".d/start.conf",
+            "group": base + ".d/group.conf", "watch_py": base + ".d/group-watch.py",
+            "watch": os.path.join(unit_dir or UNIT_DIR, watch_of(name))}  # fmt: skip
+
+
+def watch_of(name):
+    return WATCH_PREFIX + name + ".service"
+
+
+GROUP_FILES = ("group", "watch", "watch_py")  # a multi-host server's member: the watch unit and what it runs
+
+
+def render_group(req, user, python):
+    """A member of a multi-host server: its unit ``Wants=`` the watch unit (started with it; the watch is
+    ``PartOf=`` it: stopped and restarted with it), which runs this file's ``watch`` as the same user."""
+    name, group = req["name"], req["group"]
+    files = unit_files(name, req.get("unit_dir"))
+    drop = ("# Written by provision: a member of the multi-host server %s; its group watch starts with it.\n"
+            "[Unit]\nWants=%s\n" % (str(group.get("instance")).replace("%", "%%").replace("\n", " "),
+                                     watch_of(name)))  # fmt: skip
+    argv = [files["watch_py"], "watch", name, os.path.expanduser(req["piddir"]), str(group["health"]),
+            "%g" % float(group.get("grace", 30)), "%g" % float(group.get("interval", 2)),
+            os.path.expanduser(req["log"])]  # fmt: skip
+    lines = [
+        "# Written by provision (pd_supervisor: systemd): edits here are replaced by the next `provision pd up`.",
+        "[Unit]",
+        "Description=provision PD group watch of %s" % name.replace("%", "%%"),
+        "PartOf=%s" % unit_of(name),
+        "After=%s" % unit_of(name),
+        "",
+        "[Service]",
+        "Type=simple",
+        "User=%s" % user,
+        "ExecStart=%s %s" % (quoted(python, dollar=False), " ".join(quoted(a) for a in argv)),
+        "StandardInput=null",
+        "StandardOutput=append:%s" % plain(os.path.expanduser(req["log"])),
+        "StandardError=inherit",
+        "Restart=always",
+        "RestartSec=5s",
+    ]
+    return {"group": drop, "watch": "\n".join(lines) + "\n", "watch_py": req["group_source"]}
 
 
 def has_unit(item):
@@ -1008,6 +1125,10 @@ def action_unit(req):
     policy = dict(DEFAULT_POLICY)
     policy.update({k: v for k, v in (req.get("policy") or {}).items() if k in DEFAULT_POLICY})
     texts = {"unit": render_unit(req, script, user), "policy": render_policy(policy, version)}
+    if req.get("group"):
+        if not req.get("group_source"):
+            return {"ok": False, "msg": "%s: a group watch needs group_source" % req["name"]}
+        texts.update(render_group(req, user, sys.executable))
     state = show(unit) if old_unit is not None else {}
     started = x_provision(read_text(files["start"]))
     running = state.get("ActiveState") in ("active", "activating", "reloading")
@@ -1021,6 +1142,8 @@ def action_unit(req):
             env["PROVISION_PD_VENV"] = resolve_venv(req["venv"])
         texts["start"] = render_start(env, current, req.get("run_id"))
     changed = [key for key, text in texts.items() if read_text(files[key]) != text]
+    if req.get("check") and any(k not in texts and os.path.lexists(files[k]) for k in GROUP_FILES):
+        changed.append("group")  # would go
     answer = {"ok": True, "unit": unit, "user": user, "version": version, "written": changed, "reload": bool(changed),
               "state": "restarted" if restart and running else "started", "action": "none",
               "pid": int(state.get("MainPID") or 0) or None, "sha256": current}  # fmt: skip
@@ -1044,6 +1167,15 @@ def action_unit(req):
     private = set(req.get("env") or {}) - {"PROVISION_PD_VENV"}  # the task's own env may hold secrets
     for key in changed:
         write_unit_file(files[key], texts[key], 0o600 if key == "start" and private else 0o644)
+    gone = [key for key in GROUP_FILES if key not in texts and os.path.lexists(files[key])]
+    if gone:  # no longer a member of a multi-host server: its watch stops and goes
+        systemctl("stop", watch_of(req["name"]))
+        for key in gone:
+            with contextlib.suppress(OSError):
+                os.unlink(files[key])
+        answer.update(written=answer["written"] + ["-" + key for key in gone], reload=True)
+    if "watch" in texts:
+        answer["watch"] = watch_of(req["name"])
     return answer
 
 
@@ -1079,7 +1211,7 @@ def unit_status(item):
         "unit_state": "%s/%s" % (active, sub), "result": result, "enabled": state.get("UnitFileState"),
         "state": word, "restarts": int(state.get("NRestarts") or 0), "last_exit": last,
         "last_reason": exit_text(last) if last else None, "crash_looping": looping, "now": time.time(),
-        "venv": venv,
+        "venv": venv, "group_restarts": len(tail_lines(group_log(item), 10000)),
         "main_exit": {"code": CLD.get(state.get("ExecMainCode") or "", state.get("ExecMainCode")),
                       "status": state.get("ExecMainStatus")},
     }  # fmt: skip
@@ -1100,6 +1232,58 @@ def exit_of(line):
     return {"at": at, "code": code, "signal": sig, "result": words[1], "uptime": None}
 
 
+def group_log(item):
+    """PIDDIR/NAME.group: one line per restart the group watch made (under systemd)."""
+    return os.path.join(os.path.expanduser(item["piddir"]), item["name"] + ".group")
+
+
+def unit_pids(unit):
+    """The live processes of ``unit`` (in its cgroup, as pd_rollout.py's ``in_unit`` reads it), the main one
+    (whose parent is not in it, the oldest) first."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cgroup" % entry) as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        if any(line.split(":", 2)[2].rstrip("/").rpartition("/")[2] == unit for line in lines if line.count(":") >= 2):
+            st = proc_stat(int(entry))
+            if st and st[0] not in ("Z", "X"):
+                found[int(entry)] = st
+    return sorted(found, key=lambda pid: (found[pid][1] in found, found[pid][4], pid))
+
+
+def watch(name, piddir, url, grace, interval, log):
+    """The group watch of a systemd unit (``watch NAME PIDDIR URL GRACE INTERVAL LOG``, its own unit, as the
+    unit's user): the unit's main process is killed (SIGKILL: systemd restarts the unit, ``Restart=on-failure``,
+    counted in NRestarts and under its start limit) when its multi-host server fails as :class:`GroupWatch`
+    says; each such restart is a line in PIDDIR/NAME.group and a note in the log."""
+    unit, current = unit_of(name), None
+    group = {"health": url, "grace": float(grace), "interval": float(interval)}
+    while True:
+        pids = unit_pids(unit)
+        if not pids:
+            current = None
+        else:
+            key = (pids[0], (proc_stat(pids[0]) or (0, 0, 0, 0, 0))[4])
+            if current is None or current.key != key:
+                current = GroupWatch(group, key)
+            why = current.poll(time.monotonic())
+            if why is not None:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                with contextlib.suppress(OSError), open(log, "ab") as fh:
+                    fh.write(("=== %s: provision group watch: %s: its multi-host server: %s: restarting this rank "
+                              "with the others ===\n" % (stamp, name, why)).encode())  # fmt: skip
+                with contextlib.suppress(OSError), open(group_log({"name": name, "piddir": piddir}), "a") as fh:
+                    fh.write("%d %s\n" % (time.time(), why))
+                with contextlib.suppress(OSError):
+                    os.kill(pids[0], signal.SIGKILL)
+        time.sleep(min(float(interval), 1.0))
+
+
 def unit_alive(item):
     """For ``wait``: (alive, pid): the unit is active with a live MainPID (a crash, even one systemd
     restarts, is an exit while starting)."""
@@ -1115,7 +1299,9 @@ def action_unit_remove(req):
     if req.get("check") or not found:
         return {"ok": True, "removed": found}
     systemctl("reset-failed", unit_of(req["name"]))
-    for key in ("start", "policy", "unit"):
+    if os.path.lexists(files["watch"]):
+        systemctl("stop", watch_of(req["name"]))  # stopped with its unit already (PartOf=): this is a safety net
+    for key in ("start", "policy", "unit") + GROUP_FILES:
         with contextlib.suppress(OSError):
             os.unlink(files[key])
     with contextlib.suppress(OSError):
@@ -1131,6 +1317,8 @@ ACTIONS = {"status": action_status, "start": action_start, "stop": action_stop, 
 def main(argv):
     if argv[1:2] == ["supervise"] and len(argv) == 3:
         return supervise(argv[2])
+    if argv[1:2] == ["watch"] and len(argv) == 8:
+        return watch(*argv[2:])
     try:
         action = ACTIONS[argv[1]]
         req = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")

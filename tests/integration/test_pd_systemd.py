@@ -1,7 +1,8 @@
 """``pd_supervisor: systemd`` on the lab's real-systemd host (``Lab.systemd_host``), its user with passwordless
 sudo (``Lab.grant_sudo``; provision becomes root for the unit steps only), with a fake server (a small Python
 HTTP server answering ``/health``) as the decode and the router of a one-host deployment: the unit files as
-written, ``auto`` picks systemd, a converged rerun reports 0 changes, ``kill -9`` → systemd starts it again (on
+written, ``auto`` picks systemd, a converged rerun reports 0 changes (its held-port check finds the ports held
+by the units themselves), ``kill -9`` → systemd starts it again (on
 the env it was started with, the venv link switched meanwhile), the restart delay (growing where the host's
 systemd has ``RestartSteps``), the start limit → crash-looping in ``pd status`` (exit 2) until the next
 ``pd up``, the host's systemd restarted (a simulated reboot) brings both back with no provision command and the
@@ -69,6 +70,8 @@ PLAYBOOK = """
         mode: "0700"
         content: "FAKE"
       loop: "{{ pd.procs }}"
+    - name: the planned ports are free or held by these very units (their cgroup)
+      pd_rollout_step: {action: ports, request: {ports: "{{ pd.ports }}"}, timeout: 30}
     - name: running
       process:
         name: "{{ item.name }}"
@@ -200,7 +203,7 @@ def test_up_writes_enabled_units_and_converges(dep: Deployment) -> None:
     assert (WANTS / dep.unit("decode").name).is_symlink()  # enabled: started at boot
     assert not dep.unit("decode").is_symlink() and dep.unit("decode").stat().st_uid == 0
 
-    again = dep.up()
+    again = dep.up()  # the held-port check passes: the ports are the units' own
     assert changes(again) == 0, json.dumps(again["stats"])
 
     code, rows = dep.status()

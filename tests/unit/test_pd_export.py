@@ -181,7 +181,7 @@ def test_the_same_refusals_as_pd_up_before_anything_is_written(tmp_path: Path) -
 def test_slurm_scripts_pass_bash_n_and_shellcheck(tmp_path: Path) -> None:
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is not installed (scripts/test installs it)"
-    for inventory in ("nxm", "local", "single-host-4p4"):
+    for inventory in ("nxm", "local", "single-host-4p4", "multi-host"):  # multi-host: a pd_instance, a node per rank
         out = tmp_path / inventory
         export(REPO / "inventory" / f"{inventory}.yml", "slurm", out)
         scripts = sorted(str(p) for p in out.iterdir() if p.suffix in (".sh", ".sbatch"))

@@ -43,6 +43,7 @@ class Hosts:
                  down: frozenset[str] = frozenset()) -> None:  # fmt: skip
         self.changed, self.fail, self.stacked, self.odd, self.down = changed, fail or {}, stacked, odd, down
         self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
+        self.tasks: list[dict[str, Any]] = []  # the task dicts, as run
 
     def __call__(self, names: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
         out: dict[str, list[Step]] = {}
@@ -53,6 +54,7 @@ class Hosts:
                 action = (task[module] or {}).get("action", module) if module == "pd_rollout_step" else module
                 assert module != "pd_rollout_step" or action in ACTIONS, action  # the module would refuse it
                 self.calls.append((host, task["name"], action))
+                self.tasks.append(task)
                 msg = self.fail.pop((host, task["name"]), None)
                 steps.append(self.result(host, task["name"], action, msg))
                 if action == "pairs" and msg is None:
@@ -253,3 +255,55 @@ def test_a_router_that_does_not_come_back_gets_its_previous_script() -> None:
     assert not result.ok and result.failed_host == "p0" and "did not answer /readiness" in (result.reason or "")
     assert result.routers[0]["rolled_back"] is True
     assert [t for h, t, a in run.calls if a == "files"][-3:] == ["files", "files", "files"]  # backup, restore, discard
+
+
+def with_instance() -> dict[str, dict[str, Any]]:
+    """hosts(2, 2) with p0 a two-host prefill (pd_instance): its other rank p0b."""
+    out = hosts(2, 2)
+    out["p0"].update(pd_instance="big", tp=2)
+    rank = {
+        "group_names": ["prefill"],
+        "ansible_host": "10.0.0.9",
+        "sglang_device": "cpu",
+        "pd_instance": "big",
+        "tp": 2,
+    }
+    return {"p0": out["p0"], "p0b": rank, **{h: v for h, v in out.items() if h != "p0"}}
+
+
+def test_a_multi_host_server_rolls_whole() -> None:
+    """A change of any rank restarts the instance: out of the routers and drained through its leader, every rank
+    stopped, then every rank started and waited for, verified and re-admitted through the leader alone."""
+    run = Hosts(changed={"p0b"})
+    result = rollout(with_instance(), run)
+    assert result.ok, result.reason
+    assert [(c.host, c.members, c.reasons) for c in result.changes] == [("p0", ["p0b"], ["p0b: env", "p0b: script"])]
+    assert "p0-prefill on p0 (a multi-host server: restarts whole, with p0b): p0b: env, p0b: script" in render(result)
+    order = [(h, t) for h, t, a in run.calls if a in ("router_remove", "drain", "process", "pd_wait", "router_add")]
+    assert order[:4] == [("p0", "router_remove"), ("p0", "drain"), ("p0", "stop"), ("p0b", "stop")]  # every rank
+    assert sorted(order[4:8]) == [("p0", "health"), ("p0", "restart"), ("p0b", "health"), ("p0b", "restart")]
+    assert order[8:] == [("p0", "router_add")]  # (this runner runs a play host by host; the executor task by task)
+    requests = [t["pd_rollout_step"]["request"] for t in run.tasks if t["name"] in ("router_remove", "router_add")]
+    assert requests[0]["urls"] == ["http://10.0.0.1:30000"] and [w["url"] for w in requests[1]["workers"]] == [
+        "http://10.0.0.1:30000"]  # the leader alone  # fmt: skip
+    files = [(h, t["pd_rollout_step"]["request"]["op"]) for (h, _, a), t in zip(run.calls, run.tasks, strict=True)
+             if a == "files"]  # fmt: skip
+    assert files == [("p0", "backup"), ("p0b", "backup"), ("p0", "discard"), ("p0b", "discard")]
+    batch = result.batches[0]
+    assert batch.members == {"p0": ["p0b"]} and batch.stop_seconds is not None
+    assert batch.health_seconds.keys() == {"p0", "p0b"}
+    assert "multi-host servers restarted whole (p0 with p0b): every rank stopped" in render(result)
+    # unchanged: nothing restarts; -l with the rank alone still rolls the instance
+    assert not rollout(with_instance(), Hosts(changed=set())).changes
+    run = Hosts(changed={"p0b", "d1"})
+    assert [c.host for c in rollout(with_instance(), run, RolloutOptions(only=frozenset({"p0b"}))).changes] == ["p0"]
+
+
+def test_a_multi_host_server_that_fails_is_rolled_back_whole() -> None:
+    run = Hosts(changed={"p0"}, fail={("p0b", "health"): "the leader did not answer /health"})
+    result = rollout(with_instance(), run)
+    assert not result.ok and result.failed_host == "p0b" and result.batches[0].rollback["ok"]
+    stops = [h for h, t, a in run.calls if t == "stop"]
+    assert stops == ["p0", "p0b", "p0", "p0b"]  # the rollback stops every rank again, then starts the old files
+    ops = [t["pd_rollout_step"]["request"]["op"] for t in run.tasks if t["name"] == "files"]
+    assert ops == ["backup", "backup", "restore", "restore", "discard", "discard"]

@@ -22,7 +22,7 @@ from provision.pd.flags import effective
 from provision.pd.ports import of as ports_of
 from provision.pd.ports import plan
 from provision.pd.scale import plan as scale_plan
-from provision.pd.scale import without
+from provision.pd.scale import removed_hosts, without
 from provision.pd.spec import health_url
 from provision.remote import path as remote_path
 
@@ -288,6 +288,30 @@ def test_a_held_planned_port_is_refused_naming_pid_and_command() -> None:
         holder.stderr.close()  # type: ignore[union-attr]
 
 
+def test_a_port_held_by_its_own_systemd_unit_is_its_own() -> None:
+    """Under ``pd_supervisor: systemd`` a running server keeps no provision record: the listener is its own when
+    it sits in the unit's cgroup (``unit``: provision-pd-NAME.service, the last component of a cgroup path).
+    Here the holder inherits this test's cgroup, whose last component stands for the unit's name."""
+    d = build(local_four(42200))
+    mine = d.hosts["m-2"].fact()["ports"]
+    assert {u["unit"] for u in mine} == {"provision-pd-m-2-decode.service"}
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    group = next((p.rstrip("/").rpartition("/")[2] for p in (line.split(":", 2)[2] for line in lines)
+                  if p.rstrip("/")), None)  # fmt: skip
+    assert group, f"this test needs a process in a named cgroup: {lines}"
+    holder = spawn([u["port"] for u in mine if u["what"] == "nccl"])
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
+        assert not helper("ports", {"ports": mine})["ok"]  # provision-pd-m-2-decode.service: not its cgroup
+        assert helper("ports", {"ports": [dict(u, unit=group) for u in mine]})["ok"]
+        assert not helper("ports", {"ports": [dict(u, unit=group + "x") for u in mine]})["ok"]
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+        holder.stdout.close()  # type: ignore[union-attr]
+        holder.stderr.close()  # type: ignore[union-attr]
+
+
 def test_a_port_held_on_another_address_of_the_machine_is_not_a_clash() -> None:
     """The lab's hosts are loopback addresses of one machine: the same HTTP port on another address is free."""
     holder = spawn([43000], bind="127.0.0.2")
@@ -345,17 +369,75 @@ def test_scale_plan_and_the_router_script_after_a_removal() -> None:
     assert "http://10.0.0.9:30003" in after.routers[0].args
 
 
-def test_scale_refuses_a_rank() -> None:
-    with pytest.raises(InputError, match="pf1 is a non-leader rank of pd_instance p"):
+def two_prefills() -> dict[str, dict[str, Any]]:
+    """two_rank() with a second, single-host prefill: the instance can leave and the routers keep a prefill."""
+    hosts = two_rank()
+    hosts["pf2"] = {**hosts["pf1"], "ansible_host": "10.0.0.4"}
+    del hosts["pf2"]["pd_instance"]
+    return hosts
+
+
+def test_scale_takes_an_instance_whole_by_any_of_its_hosts() -> None:
+    for name in ("pf0", "pf1"):  # the leader or another rank: the instance
+        removing = scale_plan(two_prefills(), [], [name])[2]
+        assert [p.host for p in removing] == ["pf0"] and removing[0].instance == "p"
+        assert removed_hosts(two_prefills(), [name]) == ["pf0", "pf1"]
+    assert removed_hosts(two_prefills(), ["pf2", "dc0"]) == ["pf2", "dc0"]
+    after = build(without(two_prefills(), removed_hosts(two_prefills(), ["pf1"])))
+    assert [p.host for p in after.prefill] == ["pf2"] and not after.ranks  # the routers' script after it
+    with pytest.raises(InputError, match="no host in group 'prefill'"):  # the only prefill, whole
         scale_plan(two_rank(), [], ["pf1"])
 
 
-def test_export_refuses_multi_host_servers() -> None:
-    from provision.pd.export import export
-    from provision.pd.flags import PlanError
+def test_scale_starts_and_stops_every_rank_and_registers_only_the_leader() -> None:
+    from provision.pd.scale import render as scale_render
+    from provision.pd.scale import scale
+    from tests.unit.test_pd_rollout_plan import Hosts
 
-    with pytest.raises(PlanError, match="pd_instance p: multi-host servers are not exported yet"):
-        export(build(two_rank()), "slurm")
+    hosts = two_prefills()
+    run, started = Hosts(changed=set()), []
+
+    def start(names: list[str]) -> tuple[bool, str]:
+        started.append(names)
+        return True, ""
+
+    result = scale(hosts, run, run, start, ["pf1"], [])
+    assert result.ok and started == [["pf0", "pf1"]], result
+    assert [a["host"] for a in result.added] == ["pf0"] and result.added[0]["ranks"] == ["pf1"]
+    assert "added pf0-prefill on pf0 (with its ranks on pf1)" in scale_render(result)
+    adds = [t["pd_rollout_step"]["request"] for t in run.tasks if t.get("name") == "router_add"]
+    assert [[w["url"] for w in r["workers"]] for r in adds] == [["http://10.0.0.1:30000"]]  # the leader only
+    run = Hosts(changed=set())
+    result = scale(hosts, run, run, start, [], ["pf0"])
+    assert result.ok and result.removed[0]["ranks"] == ["pf1"], result
+    assert [r["urls"] for r in (t["pd_rollout_step"]["request"] for t in run.tasks if t.get("name") ==
+                                "router_remove")] == [["http://10.0.0.1:30000"]]  # fmt: skip
+    assert sorted(h for h, t, a in run.calls if a == "process") == ["pf0", "pf1"]  # every rank stopped
+    assert [h for h, t, a in run.calls if a == "drain"] == ["pf0"]  # through the leader, which serves HTTP
+
+
+def test_export_writes_an_instance_as_leader_and_workers() -> None:
+    """pd_instance exported: LWS (and RBG) a leader-worker group of size nnodes, each pod tp / nnodes GPUs and
+    the leader's dist-init port; Slurm one node per rank, each dialing the leader's node."""
+    import yaml
+
+    from provision.pd.export import export
+
+    docs = list(yaml.safe_load_all(export(build(two_rank()), "lws").files["leaderworkersets.yaml"]))
+    lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet" and "prefill" in d["metadata"]["name"])
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert (lws["spec"]["replicas"], template["size"]) == (1, 2)
+    container = template["workerTemplate"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert effective(container["args"], "--dist-init-addr") == "$(LWS_LEADER_ADDRESS):30200"
+    assert effective(container["args"], "--node-rank") == "$(LWS_WORKER_INDEX)"
+    rbg = export(build(two_rank()), "rbg").files["rolebasedgroup.yaml"]
+    assert "leaderWorkerPattern" in rbg
+    slurm = export(build(two_rank()), "slurm").files
+    assert "run_pf1_prefill() {" in slurm["node-1.sh"] and "start pf1-prefill run_pf1_prefill" in slurm["node-1.sh"]
+    assert '--nnodes 2 --node-rank 1 \\\n    --dist-init-addr "${PD_NODE_0}:30200"' in slurm["node-1.sh"]
+    assert '--node-rank 0 \\\n    --dist-init-addr "${PD_NODE_0}:30200"' in slurm["node-0.sh"]
+    assert "pf1" not in slurm["node-2.sh"].split("wait_http")[-1]  # the router waits for the leader only
 
 
 def test_the_tasks_plan_leaves_out_the_hosts_being_removed() -> None:

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +20,8 @@ from provision.pd.spec import resolve_supervisor
 
 
 def ctl() -> ModuleType:
+    if str(remote.REMOTE_DIR) not in sys.path:  # it imports the host library by its plain name, as on a host
+        sys.path.insert(0, str(remote.REMOTE_DIR))
     spec = importlib.util.spec_from_file_location("process_ctl_under_test", remote.path("process_ctl.py"))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -40,6 +43,25 @@ def test_the_unit_runs_the_script_as_its_owner_with_the_log_appended(tmp_path: P
         assert line in lines, line
     stop_post = next(line for line in lines if line.startswith("ExecStopPost="))
     assert '"/home/u/.provision/run/h1-decode.exits"' in stop_post and "$$SERVICE_RESULT" in stop_post
+
+
+def test_a_multi_host_members_watch_unit() -> None:
+    """The group watch of a member: a Wants= drop-in on its unit, a watch unit PartOf= it, run as the same user,
+    the watch's words quoted (a $ in a path doubled, as systemd wants it)."""
+    req = {"name": "h1-prefill", "log": "/home/u/logs/h1.log", "piddir": "/home/u/$run",
+           "group": {"instance": "p", "health": "http://10.0.0.1:30000/health", "grace": 30, "interval": 2},
+           "group_source": "# the helper\n"}  # fmt: skip
+    texts = P.render_group(req, "u", "/usr/bin/python3")
+    assert texts["group"].splitlines()[-2:] == ["[Unit]", "Wants=provision-pdwatch-h1-prefill.service"]
+    lines = texts["watch"].splitlines()
+    for line in ("PartOf=provision-pd-h1-prefill.service", "After=provision-pd-h1-prefill.service", "User=u",
+                 "StandardOutput=append:/home/u/logs/h1.log", "Restart=always"):  # fmt: skip
+        assert line in lines, (line, lines)
+    start = next(line for line in lines if line.startswith("ExecStart="))
+    assert start == ('ExecStart="/usr/bin/python3" '
+                     '"/etc/systemd/system/provision-pd-h1-prefill.service.d/group-watch.py" "watch" "h1-prefill" '
+                     '"/home/u/$$run" "http://10.0.0.1:30000/health" "30" "2" "/home/u/logs/h1.log"')  # fmt: skip
+    assert texts["watch_py"] == "# the helper\n"
 
 
 def test_words_are_quoted_for_systemd() -> None:

@@ -27,10 +27,6 @@ def export(deployment: Deployment, target: str, options: ExportOptions | None = 
     """The files of ``target`` for the (validated) deployment."""
     options = options or ExportOptions()
     check_name(options.name)
-    if deployment.ranks:  # a leader-worker group per instance (LWS size, RBG pattern, Slurm nodes) is not written yet
-        lead = deployment.ranks[0].leader
-        raise PlanError(f"pd_instance {lead.instance if lead else '?'}: multi-host servers are not exported yet "
-                        "(only single-host servers)")  # fmt: skip
     if target in ("rbg", "lws"):
         from .kube import kube_export
 

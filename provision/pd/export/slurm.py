@@ -279,10 +279,14 @@ def slurm_export(d: Deployment, options: ExportOptions) -> Export:
     if not d.routers:
         raise PlanError("no host in group 'router'")
     urls = {p.url: f'"http://{node_var(node[p.host])}:{p.port}"' for p in d.servers}
+    for p in d.servers:  # a multi-host server's ranks (pd_instance: one node each) dial the leader's node
+        if p.instance is not None and p.dist_init_port:
+            urls[f"{p.address}:{p.dist_init_port}"] = f'"{node_var(node[p.host])}:{p.dist_init_port}"'
     for p in d.servers:
-        if nnodes(p) > 1:
+        if nnodes(p) > 1 and p.instance is None:
             raise PlanError(
-                f"{p.host}: --nnodes {nnodes(p)}: one inventory host is one Slurm node (use --to rbg or lws)"
+                f"{p.host}: --nnodes {nnodes(p)}: one inventory host is one Slurm node (use --to rbg or lws, or give "
+                "each node an inventory host with pd_instance)"
             )
         if p.address.startswith("[") or ":" in p.address:
             raise PlanError(f"{p.host}: IPv6 address {p.address}: the Slurm export writes IPv4 node addresses")
