@@ -38,31 +38,17 @@ SERVED = [name for name in SCRIPTS if "hostlib.serve(" in remote.path(name).read
 
 # what each not-yet-ported script still defines for itself (issue 24: ported one by one onto hostlib)
 PORT_LATER: dict[str, set[str]] = {
-    "accounts.py": {"envelope"},
     "agent.py": {"envelope"},
     "ansible_facts.py": {"envelope"},
-    "file_state.py": {"atomic write", "envelope"},
     "get_url.py": {"atomic write", "envelope"},
-    "git_repo.py": {"envelope"},
-    "http_request.py": {"envelope"},
-    "info.py": {"envelope"},
     "make_tiny_model.py": {"atomic write", "envelope"},
     "model_sync.py": {"atomic write", "envelope"},  # new this round (issue 26), written beside hostlib; the
     # controller also imports it (manifest_of), which a bare `import hostlib` would break: ported with that
     "nixl_probe.py": {"envelope"},
-    "pd_bench.py": {"envelope"},  # new this round (issue 25), written beside hostlib
-    "pd_metrics.py": {"envelope"},  # new this round (issue 25), written beside hostlib
     "nixl_transfer.py": {"atomic write", "envelope"},
-    "packages.py": {"envelope"},
     "pd_verify.py": {"envelope"},
-    "pip_state.py": {"envelope"},
     "process_ctl.py": {"atomic write", "envelope"},
-    "run_script.py": {"envelope"},
-    "service.py": {"envelope"},
-    "sglang_args_check.py": {"envelope"},
-    "stack_fs.py": {"atomic write", "envelope"},  # "atomic write": a hand-made venv dir moved aside (os.rename)
-    "stack_state.py": {"envelope"},
-    "transfer.py": {"envelope"},
+    "stack_fs.py": {"atomic write"},  # a hand-made venv dir moved aside (os.rename): no file is written
 }
 
 
