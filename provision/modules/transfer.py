@@ -213,7 +213,7 @@ class GetUrl(Module):
         }
         try:
             answer = ctx.call_helper(
-                "get_url.py", stdin=json.dumps(request).encode(), what="get_url", check_rc=False,
+                "get_url.py", "get", stdin=json.dumps(request).encode(), what="get_url", check_rc=False,
                 timeout=args["timeout"] * 3 + 60,
             )  # fmt: skip
         except HelperError as exc:

@@ -40,7 +40,6 @@ SERVED = [name for name in SCRIPTS if "hostlib.serve(" in remote.path(name).read
 PORT_LATER: dict[str, set[str]] = {
     "agent.py": {"envelope"},
     "ansible_facts.py": {"envelope"},
-    "get_url.py": {"atomic write", "envelope"},
     "make_tiny_model.py": {"atomic write", "envelope"},
     "model_sync.py": {"atomic write", "envelope"},  # new this round (issue 26), written beside hostlib; the
     # controller also imports it (manifest_of), which a bare `import hostlib` would break: ported with that
