@@ -121,6 +121,16 @@ def test_swap_link_replaces_a_link_in_one_step_and_refuses_a_directory(tmp_path:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["A", "B", "real", "venv"]
 
 
+def test_a_name_of_the_longest_length_is_written_through_a_shortened_temp_name(tmp_path: Path) -> None:
+    """255 bytes is the most a Linux filesystem takes in one name: the temp name beside it is shortened (the
+    bare ``NAME.tmp-...`` would be too long, and the write failed with ENAMETOOLONG)."""
+    longest = "日" * 85
+    assert len(longest.encode()) == 255
+    hostlib.atomic_write(str(tmp_path / longest), b"ok", 0o640)
+    assert (tmp_path / longest).read_bytes() == b"ok" and [p.name for p in tmp_path.iterdir()] == [longest]
+    assert all(len(os.path.basename(hostlib.temp_beside(str(tmp_path / n))).encode()) <= 255 for n in (longest, "x"))
+
+
 def test_digest_and_umask(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"abc")
     assert hostlib.digest(str(tmp_path / "f")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -157,6 +167,29 @@ def test_the_envelope_answers_ok_failed_and_raised_failures() -> None:
     assert hostlib.answer_of(actions, ["refused"], "{}") == {"ok": False, "failed": True, "msg": "refused failed"}
     assert hostlib.answer_of(actions, ["fails"], "{}") == {"name": "x", "ok": False, "failed": True,
                                                            "msg": "no such thing"}  # fmt: skip
+
+
+def test_an_action_that_takes_data_gets_the_bytes_after_the_request_line() -> None:
+    seen: list[tuple[object, bytes]] = []
+
+    @hostlib.takes_data
+    def put(req: dict[str, object], data: bytes) -> dict[str, object]:
+        seen.append((req["path"], data))
+        return {"size": len(data)}
+
+    actions = {"put": put, "plain": lambda req: {"keys": sorted(req)}}
+    assert hostlib.answer_of(actions, ["put"], '{"path": "/x"}\n', b"\x00bytes\n{") == {"size": 8, "ok": True}
+    assert seen == [("/x", b"\x00bytes\n{")]
+    assert hostlib.answer_of(actions, ["plain"], '{"a": 1}') == {"keys": ["a"], "ok": True}
+    answer = hostlib.answer_of(actions, ["put"], "{", b"data")
+    assert answer["ok"] is False and answer["msg"].startswith("bad request: the request is not JSON")
+
+
+def test_an_answer_in_ansibles_shape_that_says_failed_is_not_ok() -> None:
+    """One exit-code rule: a module's ``failed: true`` answer is a failure of the envelope too (exit 1)."""
+    answer = hostlib.answer_of({"apply": lambda req: {"failed": True, "msg": "no such package"}}, ["apply"], "{}")
+    assert answer == {"failed": True, "msg": "no such package", "ok": False}
+    assert hostlib.answer_of({"apply": lambda req: {"changed": True}}, ["apply"], "{}") == {"changed": True, "ok": True}
 
 
 # ---- shipping: every way of travel -----------------------------------------------------------------------
@@ -224,6 +257,32 @@ def test_a_bad_request_gets_the_same_failure_answer_through_every_way_of_travel(
     first = answers["fresh process"]
     assert first[0] == 1 and first[1]["ok"] is False and first[1]["failed"] is True, answers
     assert str(first[1]["msg"]).startswith("bad request: "), answers
+    assert all(answer == first for answer in answers.values()), answers
+
+
+# the actions that take data after their request line (hostlib.takes_data), and their data travels with them
+DATA_ACTIONS = {"file_state.py": "write", "transfer.py": "unarchive", "run_script.py": "run", "model_sync.py": "recv"}
+
+
+def test_the_data_actions_are_all_listed() -> None:
+    marked = {name for name in SERVED if "hostlib.takes_data" in remote.path(name).read_text()}
+    assert marked == set(DATA_ACTIONS)
+
+
+@pytest.mark.parametrize("script", sorted(DATA_ACTIONS))
+def test_a_bad_request_to_an_action_that_takes_data_is_the_same_failure_through_every_way(
+    script: str, tmp_path: Path
+) -> None:
+    """The request's line is not JSON; the data after it is never read as the request."""
+    argv, request = [DATA_ACTIONS[script]], b'{"path": \n{"ok": true}\n'
+    answers = {
+        "fresh process": _fresh_process(script, argv, request),
+        "agent": _agent(script, argv, request),
+        "copied file": _copied_file(script, argv, request, tmp_path),
+    }
+    first = answers["fresh process"]
+    assert first[0] == 1 and first[1]["ok"] is False, answers
+    assert str(first[1]["msg"]).startswith("bad request: the request is not JSON"), answers
     assert all(answer == first for answer in answers.values()), answers
 
 
