@@ -39,7 +39,10 @@ SERVED = [name for name in SCRIPTS if "hostlib.serve(" in remote.path(name).read
 # what each not-yet-ported script still defines for itself (issue 24: ported one by one onto hostlib)
 PORT_LATER: dict[str, set[str]] = {
     "agent.py": {"envelope"},
-    "make_tiny_model.py": {"atomic write", "envelope"},
+    # the exported deployments (pd/export: Slurm, Kubernetes) copy these three as plain files and run them with
+    # their old command lines (``make_tiny_model.py DEST``, ``nixl_probe.py --backends``, ``pd_verify.py <
+    # REQUEST``): ported with the export (which must then ship hostlib beside them: remote.source)
+    "make_tiny_model.py": {"atomic write", "envelope"},  # its "atomic write": a model directory renamed into place
     "model_sync.py": {"atomic write"},  # commit renames the staged directory into place: no file is written
     "nixl_probe.py": {"envelope"},
     "pd_verify.py": {"envelope"},
