@@ -240,15 +240,17 @@ def parse_facts(text: str) -> HostFacts:
 
 
 def parse_ansible(text: str) -> dict[str, Any]:
-    """The ``ansible`` section: one JSON object of Ansible's fact names; {} when absent or not an object (a
-    host without python3, or output that is not ours: facts are data, never trusted further)."""
+    """The ``ansible`` section: ``ansible_facts.py``'s answer, its ``facts`` an object of Ansible's fact names;
+    {} when absent or not an object (a host without python3, or output that is not ours: facts are data, never
+    trusted further)."""
     for line in reversed(text.splitlines()):
         if line.startswith("{"):
             try:
                 value = host_json(line)
             except ValueError:
                 return {}
-            return value if isinstance(value, dict) else {}
+            facts = value.get("facts") if isinstance(value, dict) else None
+            return facts if isinstance(facts, dict) else {}
     return {}
 
 

@@ -38,7 +38,8 @@ class Group(Module):
         request = {k: args[k] for k in ("name", "state", "gid", "system", "force", "non_unique", "gid_min", "gid_max")}
         request["check"] = ctx.check
         try:
-            answer = ctx.call_helper("accounts.py", "group", json.dumps(request), what="group", check_rc=False)
+            answer = ctx.call_helper("accounts.py", "group", stdin=json.dumps(request).encode(), what="group",
+                                     check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         return ModuleResult.from_answer(answer)

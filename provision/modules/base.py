@@ -43,7 +43,7 @@ class HelperError(ModuleError):
     """A shipped helper (``provision/remote/``) gave no answer, could not start, or failed.
 
     ``msg`` is one line for the user; ``data`` (rc, stdout, stderr) goes into the task's result. ``reason`` is
-    the host's own ``msg`` (or ``error``) from the answer when there is one, else the output's tail;
+    the host's own ``msg`` from the answer when there is one, else the output's tail;
     ``answer`` the JSON answer (None when there was none); ``no_python`` says the interpreter could not be run
     (rc 126/127, no answer)."""
 
@@ -82,16 +82,18 @@ def helper_answer(
     hint: str = "",
     check_rc: bool = True,
 ) -> dict[str, Any]:
-    """The JSON answer of a helper run (:meth:`CommandResult.last_json`), or :class:`HelperError`.
+    """The answer of a helper run in the host library's ONE envelope (``hostlib.serve``: one JSON object on the
+    last stdout line, ``{"ok": true, ...}`` or ``{"ok": false, "failed": true, "msg": ...}``, exit 1 when not ok),
+    or :class:`HelperError`.
 
     The messages: ``WHAT: cannot run PYTHON (rc=127): HINT TAIL`` (no answer, rc 126/127);
-    ``WHAT failed (rc=N): REASON`` (rc != 0 with ``check_rc``: the host's ``msg``/``error``, else the output's
-    tail); ``WHAT printed no answer (rc=N): HINT TAIL`` (``failed`` instead of ``printed no answer`` when rc != 0
-    with ``check_rc``). ``what`` defaults to the script's name; ``hint`` says what to check when there is no
-    answer."""
+    ``WHAT failed (rc=N): MSG`` (a failure answer with ``check_rc``: the host's ``msg``, else the output's tail);
+    ``WHAT printed no answer (rc=N): HINT TAIL`` (``failed`` instead of ``printed no answer`` when rc != 0 with
+    ``check_rc``). ``check_rc=False`` returns a failure answer too (the caller reads its ``ok`` and ``msg``).
+    ``what`` defaults to the script's name; ``hint`` says what to check when there is no answer."""
     what = what or script
     answer = result.last_json()
-    if answer is not None and (result.rc == 0 or not check_rc):
+    if answer is not None and ((result.rc == 0 and answer.get("ok") is not False) or not check_rc):
         return answer
     no_python = answer is None and result.rc in (126, 127)
     hinted = f"{hint} " if hint else ""
@@ -99,7 +101,7 @@ def helper_answer(
         reason = result.tail(5)
         msg = f"{what}: cannot run {python} (rc={result.rc}): {hinted}{reason}"
     elif answer is not None:
-        reason = str(answer.get("msg") or answer.get("error") or result.tail())
+        reason = str(answer.get("msg") or result.tail())
         msg = f"{what} failed (rc={result.rc}): {reason}"
     else:
         reason = result.tail()
@@ -125,8 +127,9 @@ class ModuleResult:
     @classmethod
     def from_answer(cls, answer: Mapping[str, Any]) -> ModuleResult:
         """A helper's answer that already has Ansible's result shape: ``changed``, ``failed`` and ``msg``, and the
-        module's own keys as the returned values."""
+        module's own keys as the returned values (the envelope's ``ok`` is not one of them)."""
         data = dict(answer)
+        data.pop("ok", None)
         changed, failed = bool(data.pop("changed", False)), bool(data.pop("failed", False))
         return cls(changed=changed, failed=failed, msg=str(data.pop("msg", "") or ""), data=data)
 

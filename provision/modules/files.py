@@ -14,7 +14,7 @@ import stat
 import time
 from typing import Any
 
-from .. import vault
+from .. import remote, vault
 from ..errors import ModuleError, TemplateError
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .controller_files import find_controller_file
@@ -26,8 +26,9 @@ DIFF_LIMIT = 1 << 20  # old content is fetched for --diff only up to this size
 
 # ------------------------------------------------------------------------------------------ remote helper
 def helper(ctx: ModuleContext, action: str, request: dict[str, Any], stdin: bytes | None = None) -> dict[str, Any]:
-    """Run one action of the file-state helper; its JSON answer, or HelperError with the host's reason."""
-    return ctx.call_helper(HELPER, action, json.dumps(request), stdin=stdin, what=action)
+    """Run one action of the file-state helper (``stdin``: the data of ``write``); its JSON answer, or HelperError
+    with the host's reason."""
+    return ctx.call_helper(HELPER, action, stdin=remote.request(request, stdin), what=action)
 
 
 def remote_stat(ctx: ModuleContext, paths: list[str], **request: Any) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ class Git(Module):
             "check": ctx.check,
         }
         try:
-            answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what="git", check_rc=False)
+            answer = ctx.call_helper(HELPER, "apply", stdin=json.dumps(request).encode(), what="git", check_rc=False)
         except HelperError as exc:
             return exc.as_result()
         return ModuleResult.from_answer(answer)  # before, after, remote_url_changed

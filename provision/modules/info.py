@@ -27,7 +27,7 @@ CHECKSUM_ALGORITHM = Arg(  # stat's and find's
 
 
 def _ask(ctx: ModuleContext, action: str, request: dict[str, Any]) -> dict[str, Any]:
-    return ctx.call_helper(HELPER, action, json.dumps(request), what=action, check_rc=False)
+    return ctx.call_helper(HELPER, action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
 
 
 @register
@@ -71,7 +71,7 @@ class WaitForConnection(Module):
                     answer = ctx.call_helper(
                         HELPER,
                         "ping",
-                        json.dumps({"data": "pong"}),
+                        stdin=json.dumps({"data": "pong"}).encode(),
                         what="ping",
                         timeout=float(args["connect_timeout"]),
                     )

@@ -133,7 +133,11 @@ class Uri(Module):
         }
         try:
             answer = ctx.call_helper(
-                "http_request.py", stdin=json.dumps(request).encode(), timeout=args["timeout"] + 30, what="uri"
+                "http_request.py",
+                "request",
+                stdin=json.dumps(request).encode(),
+                timeout=args["timeout"] + 30,
+                what="uri",
             )
         except HelperError as exc:
             return exc.as_result()

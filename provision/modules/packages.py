@@ -54,7 +54,7 @@ def _apply(ctx: ModuleContext, request: dict[str, Any], what: str = "apt") -> Mo
             return ModuleResult(failed=True, msg=f"{what}: wildcards in package names are not supported: {name}")
     request["check"] = ctx.check
     try:
-        answer = ctx.call_helper(HELPER, stdin=json.dumps(request).encode(), what=what, check_rc=False)
+        answer = ctx.call_helper(HELPER, "apply", stdin=json.dumps(request).encode(), what=what, check_rc=False)
     except HelperError as exc:
         return exc.as_result()
     result = ModuleResult.from_answer(answer)  # cache_updated, cache_update_time, stdout, stderr, rc, diff

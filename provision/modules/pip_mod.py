@@ -78,7 +78,7 @@ class Pip(Module):
                 results.append({"req": f"-r {reqs_file}", "name": None, "installed": None, "satisfied": None})
             return {"results": results, "file_ok": False}
         request = {"requirements": names, "file": reqs_file}
-        res = ctx.run_script("pip_state.py", json.dumps(request), python=python)
+        res = ctx.run_script("pip_state.py", "state", python=python, stdin=json.dumps(request).encode())
         if res.rc in VENV_MISSING_RC and args["virtualenv"]:
             return None
         return helper_answer(res, ctx.host, "pip_state.py", python or ctx.python(), what="reading installed packages")

@@ -96,7 +96,8 @@ class Tempfile(Module):
             return ModuleResult(skipped=True, msg="remote module (tempfile) does not support check mode")
         request = {k: args[k] for k in ("state", "path", "prefix", "suffix")}
         try:
-            answer = ctx.call_helper("transfer.py", "tempfile", json.dumps(request), what="tempfile", check_rc=False)
+            answer = ctx.call_helper("transfer.py", "tempfile", stdin=json.dumps(request).encode(), what="tempfile",
+                                     check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         if not answer.get("ok"):
@@ -165,7 +166,7 @@ def _service_helper(ctx: ModuleContext, request: dict[str, Any]) -> ModuleResult
     request["check"] = ctx.check
     try:
         answer = ctx.call_helper(
-            "service.py", stdin=json.dumps(request).encode(), what=request["module"], check_rc=False
+            "service.py", "apply", stdin=json.dumps(request).encode(), what=request["module"], check_rc=False
         )
     except HelperError as exc:
         return exc.as_result()

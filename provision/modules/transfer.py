@@ -19,6 +19,7 @@ import posixpath
 import shlex
 from typing import Any
 
+from .. import remote
 from ..localfiles import replace_file
 from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 from .controller_files import find_controller_file
@@ -37,7 +38,7 @@ def _absolute_mode(module: str, mode: Any, is_template: Any = lambda _: False) -
 
 
 def _ask(ctx: ModuleContext, action: str, request: dict[str, Any], stdin: bytes | None = None) -> dict[str, Any]:
-    return ctx.call_helper(HELPER, action, json.dumps(request), stdin=stdin, what=action, check_rc=False)
+    return ctx.call_helper(HELPER, action, stdin=remote.request(request, stdin), what=action, check_rc=False)
 
 
 def _md5(data: bytes) -> str | None:
@@ -204,7 +205,7 @@ class GetUrl(Module):
         }
         try:
             answer = ctx.call_helper(
-                "get_url.py", stdin=json.dumps(request).encode(), what="get_url", check_rc=False,
+                "get_url.py", "get", stdin=json.dumps(request).encode(), what="get_url", check_rc=False,
                 timeout=args["timeout"] * 3 + 60,
             )  # fmt: skip
         except HelperError as exc:
@@ -312,7 +313,8 @@ class Script(Module):
             "name": posixpath.basename(words[0]),
         }
         try:
-            answer = ctx.call_helper("run_script.py", json.dumps(request), stdin=source, what="script", check_rc=False)
+            answer = ctx.call_helper("run_script.py", "run", stdin=remote.request(request, source), what="script",
+                                     check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         if answer.get("skipped"):

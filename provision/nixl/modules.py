@@ -318,10 +318,10 @@ class _Run:
         self.ctx.put(meta, f"{self.idir}/meta.json", 0o600)
         self.progress(f"writing {self.args['size_mb']} MiB x {self.args['iters']} into {self.args['target']}")
         python = venv_python(self.ctx, self.args["venv"])
+        request = {"meta_in": f"{self.idir}/meta.json", **self.common(self.args["src_gpu"]), **self.reference()}
         result = self.ctx.run_script(
-            SCRIPT, "initiator", "--meta-in", f"{self.idir}/meta.json", *self.common(self.args["src_gpu"]),
-            *self.reference_args(), python=python, env={**self.env, "UCX_PROTO_INFO": "y"},
-            timeout=self.args["timeout"] + 30,
+            SCRIPT, "initiator", python=python, env={**self.env, "UCX_PROTO_INFO": "y"},
+            stdin=json.dumps(request).encode(), timeout=self.args["timeout"] + 30,
         )  # fmt: skip
         try:  # the raw result too: its stderr holds UCX_PROTO_INFO's lines
             report = helper_answer(
@@ -343,7 +343,7 @@ class _Run:
             "target_result": target,
         }
         if not report.get("ok") or not target:
-            why = report.get("error") or (target or {}).get("error") or "the target wrote no result"
+            why = report.get("msg") or (target or {}).get("error") or "the target wrote no result"
             tail = "\n".join(diagnostics(result.stderr) or result.stderr.strip().splitlines()[-8:])
             return ModuleResult(
                 failed=True, msg=f"NIXL transfer to {self.args['target']} failed: {why}\n{tail}", data=data
@@ -351,26 +351,15 @@ class _Run:
         self.finished = True
         return ModuleResult(data=data)
 
-    def reference_args(self) -> list[object]:
+    def reference(self) -> dict[str, Any]:
         a = self.args
         if a["mem"] != "vram" or not a["reference_copy"] or not self.same_host:
-            return []
-        return ["--reference-gpu", a["dst_gpu"]]
+            return {}
+        return {"reference_gpu": a["dst_gpu"]}
 
-    def common(self, gpu: int) -> list[object]:
+    def common(self, gpu: int) -> dict[str, Any]:
         a = self.args
-        return [
-            "--size",
-            self.size,
-            "--mem",
-            a["mem"],
-            "--gpu",
-            gpu,
-            "--iters",
-            a["iters"],
-            "--timeout",
-            a["timeout"],
-        ]
+        return {"size": self.size, "mem": a["mem"], "gpu": gpu, "iters": a["iters"], "timeout": a["timeout"]}
 
     def start_target(self) -> tuple[bytes | None, ModuleResult | None]:
         """Launch the target detached on the peer; wait for its metadata (or its early failure)."""
@@ -379,12 +368,10 @@ class _Run:
         _check(peer, Command.of("mkdir", "-p", "-m", "700", t))
         peer.put(self.source, f"{t}/{SCRIPT}", 0o700)
         python = venv_python(peer, self.args["venv"])
-        cmd = Command.of(
-            python, f"{t}/{SCRIPT}", "target", "--meta-out", f"{t}/meta.json",
-            "--result-out", f"{t}/result.json", *self.common(self.args["dst_gpu"]),
-            "--detach", "--log", f"{t}/target.log",
-        ).with_env(self.env)  # fmt: skip
-        launched = peer.run(cmd, timeout=60)
+        request = {"meta_out": f"{t}/meta.json", "result_out": f"{t}/result.json",
+                   **self.common(self.args["dst_gpu"]), "detach": True, "log": f"{t}/target.log"}  # fmt: skip
+        cmd = Command.of(python, f"{t}/{SCRIPT}", "target").with_env(self.env)
+        launched = peer.run(cmd, timeout=60, stdin=json.dumps(request).encode())
         try:
             what = f"starting the NIXL target on {self.args['target']}"
             report = helper_answer(launched, self.args["target"], SCRIPT, python, what=what, hint=VENV_HINT)

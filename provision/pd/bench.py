@@ -249,14 +249,14 @@ class PdBench(Module):
         }  # fmt: skip
         try:
             with ctx.waiting(f"bench_serving through {target.name} ({request['url']})", args["timeout"]):
-                answer = ctx.call_helper("pd_bench.py", stdin=json.dumps(request).encode(),
+                answer = ctx.call_helper("pd_bench.py", "bench", stdin=json.dumps(request).encode(),
                                          timeout=args["timeout"] + 180, what="pd_bench", check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         answer["target"] = {"host": ctx.host, "role": target.role, "name": target.name, "url": request["url"]}
         if not answer.get("ok"):
             tail = "\n".join(f"  {line}" for line in (answer.get("tail") or [])[-12:])
-            msg = f"bench_serving through {target.name}: {answer.get('error') or 'no result'}"
+            msg = f"bench_serving through {target.name}: {answer.get('msg') or 'no result'}"
             return ModuleResult(failed=True, msg=f"{msg}\n{tail}" if tail else msg, data={"bench": answer})
         return ModuleResult(msg=f"bench_serving through {target.name}: done in {answer.get('seconds')}s",
                             data={"bench": answer})  # fmt: skip
@@ -342,7 +342,7 @@ class PdMetrics(Module):
         server = plan.server
         request = {"urls": [url], "timeout": args["timeout"]}
         try:
-            answer = ctx.call_helper("pd_metrics.py", stdin=json.dumps(request).encode(),
+            answer = ctx.call_helper("pd_metrics.py", "read", stdin=json.dumps(request).encode(),
                                      timeout=args["timeout"] + 60, what="pd_metrics")  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
@@ -378,9 +378,9 @@ class PdServingPath(Module):
             return found
         plan, url = found
         server = plan.server
-        request = {"info_only": True, "servers": [url], "timeout": args["timeout"]}
+        request = {"servers": [url], "timeout": args["timeout"]}
         try:
-            answer = ctx.call_helper("pd_bench.py", stdin=json.dumps(request).encode(),
+            answer = ctx.call_helper("pd_bench.py", "server_info", stdin=json.dumps(request).encode(),
                                      timeout=args["timeout"] + 60, what="pd_serving_path")  # fmt: skip
         except HelperError as exc:
             return exc.as_result()

@@ -15,8 +15,10 @@ This ``__init__`` is controller-side only and imports nothing of provision.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 REMOTE_DIR = Path(__file__).resolve().parent
 LIBRARIES = ("hostlib",)  # the modules of this directory that scripts import (shipped with them)
@@ -45,6 +47,13 @@ def path(name: str) -> Path:
     if not name or "/" in name or name.startswith(".") or name == "__init__.py":
         raise ValueError(f"not a shipped helper script: {name!r}")
     return REMOTE_DIR / name
+
+
+def request(req: dict[str, Any], data: bytes | None = None) -> bytes:
+    """The stdin of one helper call in the host library's envelope (``hostlib.serve``): the request as a JSON
+    object on one line, then, for an action that takes data (``hostlib.takes_data``), the data's bytes."""
+    line = json.dumps(req).encode("utf-8")
+    return line if data is None else line + b"\n" + data
 
 
 def libraries_of(text: str) -> list[str]:

@@ -1,19 +1,18 @@
 """Host side of ``group`` and ``user`` (stdlib only; Python 3.6+): read the account, change it only when it
 differs, as Ansible's modules decide it.
 
-``python3 - group JSON`` (``name, state, gid, system, force, non_unique, gid_min, gid_max, check``) and
-``python3 - user JSON`` (``name, state, uid, group, groups, append, comment, home, shell, create_home,
-move_home, system, force, remove, non_unique, check``) print Ansible's result. ``groupadd``/``groupmod``/
+``python3 - group`` (``name, state, gid, system, force, non_unique, gid_min, gid_max, check``) and
+``python3 - user`` (``name, state, uid, group, groups, append, comment, home, shell, create_home,
+move_home, system, force, remove, non_unique, check``), the request on stdin (the host library's envelope,
+``hostlib.serve``: it may hold a password hash, never in an argv), answer Ansible's result. ``groupadd``/``groupmod``/
 ``groupdel`` and ``useradd``/``usermod``/``userdel`` run with an argv (no shell), as root through ``become``;
 their stdout/stderr come back as Ansible's modules return them. No password travels here.
 """
 
 import grp
-import json
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 
 import hostlib
@@ -26,14 +25,6 @@ def _info(name):
         return None
 
 
-def _exec(argv):
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # noqa: UP022
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
-
-
 def do_group(req):
     name, state, gid = req["name"], req.get("state") or "present", req.get("gid")
     result = {"name": name, "state": state}
@@ -43,7 +34,7 @@ def do_group(req):
         if current is not None:
             if req.get("check"):
                 return {"changed": True}
-            rc, out, err = _exec(["groupdel"] + (["-f"] if req.get("force") else []) + [name])
+            rc, out, err = hostlib.run(["groupdel"] + (["-f"] if req.get("force") else []) + [name])
     elif current is None:
         if req.get("check"):
             return {"changed": True}
@@ -55,12 +46,13 @@ def do_group(req):
         for key, value in (("GID_MIN", req.get("gid_min")), ("GID_MAX", req.get("gid_max"))):
             if value is not None:
                 argv += ["-K", "%s=%s" % (key, value)]
-        rc, out, err = _exec(argv + [name])
+        rc, out, err = hostlib.run(argv + [name])
     elif gid is not None and current.gr_gid != int(gid):
         if req.get("check"):
             rc = 0
         else:
-            rc, out, err = _exec(["groupmod", "-g", str(gid)] + (["-o"] if req.get("non_unique") else []) + [name])
+            unique = ["-o"] if req.get("non_unique") else []
+            rc, out, err = hostlib.run(["groupmod", "-g", str(gid)] + unique + [name])
     if rc is not None and rc != 0:
         return {"failed": True, "name": name, "msg": err}
     result["changed"] = rc is not None
@@ -96,16 +88,7 @@ def _shadow_hash(name):
 
 def _set_hash(name, value):
     """``chpasswd -e``: the hash travels on stdin, never in an argv (Ansible puts it in ``useradd -p``)."""
-    try:
-        proc = subprocess.run(  # noqa: UP022
-            ["chpasswd", "-e"],
-            input=("%s:%s\n" % (name, value)).encode(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+    return hostlib.run(["chpasswd", "-e"], stdin=("%s:%s\n" % (name, value)).encode())
 
 
 def _memberships(name):
@@ -249,7 +232,7 @@ def do_user(req):
         if info is not None:
             if check:
                 return {"changed": True}
-            rc, out, err = _exec(
+            rc, out, err = hostlib.run(
                 ["userdel"] + (["-f"] if req.get("force") else []) + (["-r"] if req.get("remove") else []) + [name]
             )
             if rc != 0:
@@ -262,7 +245,7 @@ def do_user(req):
             argv, error = _create(req)
             if error:
                 return {"failed": True, "msg": error}
-            rc, out, err = _exec(argv)
+            rc, out, err = hostlib.run(argv)
             new = _new_hash(req, False)
             if rc == 0 and new is not None:
                 rc, more_out, more_err = _set_hash(name, new)
@@ -273,7 +256,7 @@ def do_user(req):
             if error:
                 return {"failed": True, "msg": error}
             if argv is not None:
-                rc, out, err = (0, "", "") if check else _exec(argv)
+                rc, out, err = (0, "", "") if check else hostlib.run(argv)
             new = _new_hash(req, True)
             if new is not None and (rc is None or rc == 0):
                 if check:
@@ -304,19 +287,7 @@ def do_user(req):
     return result
 
 
-def main(argv):
-    # the request on stdin when it holds a password hash (never in an argv), else as the second argument
-    action = argv[1]
-    req = json.loads(argv[2]) if len(argv) > 2 else json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    if action == "group":
-        answer = do_group(req)
-    elif action == "user":
-        answer = do_user(req)
-    else:
-        answer = {"failed": True, "msg": "unknown action %r" % action}
-    print(json.dumps(answer))
-    return 1 if answer.get("failed") else 0
-
+ACTIONS = {"group": do_group, "user": do_user}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

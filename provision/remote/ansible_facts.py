@@ -1,19 +1,21 @@
 """Ansible's common fact names, computed on the host (stdlib only; Python 3.6+).
 
-Run by ``gather_facts.sh`` (in the same single round trip as every other fact) with the host's first python3;
-prints ONE JSON object: the keys of Ansible's ``setup`` module WITHOUT the ``ansible_`` prefix, with Ansible's
+Run by ``gather_facts.sh`` (in the same single round trip as every other fact) with the host's first python3,
+as ``python3 -c PROGRAM gather`` in the host library's envelope (``hostlib.serve``); answers ``{"ok": true,
+"facts": {...}}``: the keys of Ansible's ``setup`` module WITHOUT the ``ansible_`` prefix, with Ansible's
 values and formats (``distribution``, ``os_family``, ``hostname``, ``python``, ``user_id``, ``default_ipv4``,
 ``processor_vcpus``, ``memtotal_mb``, ``pkg_mgr``, ...). A key it cannot tell is left out, never guessed.
 """
 
 import fcntl
-import json
 import os
 import platform
 import pwd
 import socket
 import struct
 import sys
+
+import hostlib
 
 # /etc/os-release ID -> Ansible's distribution name; name -> os_family
 NAMES = {
@@ -227,15 +229,17 @@ def managers(f):
         )
 
 
-def main():
+def gather(req):
     facts = {}  # type: dict[str, object]
     for part in (distribution, system, python, user, hardware, network, managers):
         try:
             part(facts)
         except Exception:  # one part that cannot tell must not cost the others
             pass
-    sys.stdout.write(json.dumps(facts, sort_keys=True) + "\n")
+    return {"facts": facts}
 
+
+ACTIONS = {"gather": gather}
 
 if __name__ == "__main__":
-    main()
+    sys.exit(hostlib.serve(ACTIONS))

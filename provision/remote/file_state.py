@@ -1,6 +1,7 @@
 """Read and change file state on the host, in one round trip each (stdlib only; Python 3.6+).
 
-Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3 - ACTION JSON``:
+Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3 - ACTION`` with the request on
+stdin (the host library's envelope, ``hostlib.serve``; a failure answers ``{"ok": false, "msg": ...}``, exit 1):
 
 * ``stat {"paths": [...], "follow": bool, "hash": bool, "glob": bool, "want": sha256,
   "content_limit": n}`` prints ``{"ok": true, "states": [...]}``, one state per path: ``exists``, ``type``
@@ -10,25 +11,22 @@ Run by the ``file``, ``copy``, ``template`` and ``command`` modules as ``python3
   ``want`` sha256 and the file is at most ``content_limit`` bytes: for ``--diff``), ``umask`` (this process's).
   With ``glob``, only ``exists`` (any match) and ``umask``.
 * ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs, copy: a file on the
-  host copied to ``path`` with its mode and times, through a temp file beside it and a rename) and prints
-  ``{"ok": true}``; on error it prints ``{"ok": false, "msg": ...}`` and exits 1.
+  host copied to ``path`` with its mode and times, through ``hostlib.copy_over``) and answers ``{"ok": true}``.
 * ``tree {"path": ...}`` prints ``{"ok": true, "entries": [...]}``: everything under a directory (not the directory
   itself; links not followed), each with ``path``, ``ftype`` (its own type), ``mode``, ``owner``, ``group``.
-* ``write {"path": ..., "mode": ...}`` writes stdin to the path atomically (temp file beside it, rename).
+* ``write {"path": ..., "mode": ...}`` (the request's line, then the data) writes the data to the path
+  (``hostlib.atomic_write``).
 """
 
 import base64
 import glob
 import grp
-import hashlib
-import json
 import os
 import pwd
 import shutil
 import stat
 import sys
 import time
-import uuid
 
 import hostlib
 
@@ -44,14 +42,6 @@ def _name(lookup, ident):
         return lookup(ident)[0]
     except KeyError:
         return str(ident)
-
-
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def stat_one(path, req):
@@ -86,7 +76,7 @@ def stat_one(path, req):
         atime=shown.st_atime,
     )
     if req.get("hash") and out["ftype"] == "file":
-        out["sha256"] = _sha256(path)
+        out["sha256"] = hostlib.digest(path)
         want = req.get("want")
         if want and want != out["sha256"] and out["size"] <= req.get("content_limit", 0):
             with open(path, "rb") as fh:
@@ -141,53 +131,26 @@ def apply_op(op):
     _attrs(path, op)
 
 
-def _replace(path, fill, finish):
-    """Atomically replace ``path``: a temp file beside it (a short name, never over NAME_MAX; 0600 until
-    ``finish`` sets its attributes) that ``fill`` writes, renamed over it; the temp file never outlives a failure."""
-    tmp = os.path.join(os.path.dirname(path) or ".", ".provision-%s" % uuid.uuid4().hex[:12])
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fill(fh)
-        finish(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _copy(src, path):
     """As Ansible's copy with remote_src: the source's mode and times come along, except that a file made new
     gets 0666 less the umask."""
     creating = not os.path.lexists(path)
-
-    def fill(fh):
-        with open(src, "rb") as source:
-            shutil.copyfileobj(source, fh, 1 << 20)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-    def finish(tmp):
-        shutil.copystat(src, tmp)
-        if os.path.islink(path):
-            os.unlink(path)
-
-    _replace(path, fill, finish)
+    hostlib.copy_over(src, path)
     if creating:
         os.chmod(path, 0o666 & ~hostlib.umask())
 
 
-def write(req):
+@hostlib.takes_data
+def write(req, data):
     path = os.path.expanduser(req["path"])
-    data = sys.stdin.buffer.read()
     mode = req.get("mode")
     if mode is None:
         try:
             mode = stat.S_IMODE(os.stat(path).st_mode)
         except OSError:
             mode = 0o644
-    _replace(path, lambda fh: fh.write(data), lambda tmp: os.chmod(tmp, mode))
+    hostlib.atomic_write(path, data, mode)
+    return {"ok": True}
 
 
 def tree(req):
@@ -211,29 +174,18 @@ def tree(req):
     return entries
 
 
-def main(argv):
-    action, req = argv[1], json.loads(argv[2])
-    result: object
-    try:
-        if action == "stat":
-            result = {"ok": True, "states": [stat_one(p, req) for p in req["paths"]]}
-        elif action == "apply":
-            for op in req["ops"]:
-                apply_op(op)
-            result = {"ok": True}
-        elif action == "write":
-            write(req)
-            result = {"ok": True}
-        elif action == "tree":
-            result = {"ok": True, "entries": tree(req)}
-        else:
-            raise ValueError("unknown action " + action)
-    except (OSError, KeyError, ValueError) as exc:
-        print(json.dumps({"ok": False, "msg": f"{type(exc).__name__}: {exc}"}))
-        return 1
-    print(json.dumps(result))
-    return 0
+def apply(req):
+    for op in req["ops"]:
+        apply_op(op)
+    return {"ok": True}
 
+
+ACTIONS = {
+    "stat": lambda req: {"ok": True, "states": [stat_one(p, req) for p in req["paths"]]},
+    "apply": apply,
+    "write": write,
+    "tree": lambda req: {"ok": True, "entries": tree(req)},
+}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

@@ -137,7 +137,7 @@ for _, name in socket.if_nameindex():
     # provision/remote/ansible_facts.py, put in $PROVISION_ANSIBLE_FACTS by provision/facts.py
     section ansible
     if [ -n "$PY" ] && [ -n "${PROVISION_ANSIBLE_FACTS:-}" ]; then
-        t "$PY" -c "$PROVISION_ANSIBLE_FACTS" 2>/dev/null
+        t "$PY" -c "$PROVISION_ANSIBLE_FACTS" gather 2>/dev/null
     fi
 
     section end

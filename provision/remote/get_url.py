@@ -1,35 +1,25 @@
 """Host side of ``get_url``: the download happens ON the host, as Ansible's (stdlib only; Python 3.6+).
 
-``python3 - JSON`` with ``{"url", "dest", "checksum", "mode", "force", "timeout", "headers", "check"}`` (the
-headers may hold secrets: the request travels on stdin when it has any, see the module) prints one JSON
-answer with Ansible's keys. Semantics as Ansible's get_url: an existing ``dest`` with a matching ``checksum``
-and ``force: no`` is not downloaded; otherwise the request carries ``If-Modified-Since`` (a 304 changes
-nothing); the body goes to a temp file beside ``dest`` (never a planted name: ``mkstemp``), is checked against
-``checksum``, and replaces ``dest`` atomically with its final mode only when its content differs. Every wait
-is bounded by ``timeout``.
+``python3 - get`` with ``{"url", "dest", "checksum", "mode", "force", "timeout", "headers", "check"}`` on stdin
+(the host library's envelope, ``hostlib.serve``: the headers may hold secrets) answers with Ansible's keys.
+Semantics as Ansible's get_url: an existing ``dest`` with a matching ``checksum`` and ``force: no`` is not
+downloaded; otherwise the request carries ``If-Modified-Since`` (a 304 changes nothing); the body goes to a temp
+file beside ``dest`` (``hostlib.atomic_write``: never a planted name), is checked against ``checksum``, and
+replaces ``dest`` with its final mode only when its content differs (check mode writes nothing). Every wait is
+bounded by ``timeout``.
 """
 
 import email.utils
 import hashlib
-import json
 import os
 import ssl
 import stat
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 
 import hostlib
-
-
-def _digest(path, algorithm):
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _set_mode(path, mode, check):
@@ -94,7 +84,7 @@ def _main(req):
     if os.path.exists(dest):
         mismatch = False
         if not force and want:
-            mismatch = _digest(dest, algorithm) != want
+            mismatch = hostlib.digest(dest, algorithm) != want
         if not force and want and not mismatch:
             result["changed"] = _set_mode(dest, mode, check)
             result["msg"] = (
@@ -136,56 +126,70 @@ def _main(req):
         response.close()
         result.update(failed=True, msg="Destination %s does not exist" % parent)
         return result
-    try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".provision-get_url-")
-    except OSError:
-        response.close()
-        result.update(failed=True, msg="Destination %s is not writable" % parent)
-        return result
-    try:
-        size = 0
-        with os.fdopen(fd, "wb") as fh:
-            while True:
-                block = response.read(1 << 16)
-                if not block:
-                    break
-                size += len(block)
+    hashes = {name: hashlib.new(name) for name in {"sha1", "md5", algorithm or "sha1"}}
+    state = {"size": 0, "opened": False}
+
+    def stream(fh):
+        state["opened"] = True
+        while True:
+            block = response.read(1 << 16)
+            if not block:
+                break
+            state["size"] += len(block)
+            for h in hashes.values():
+                h.update(block)
+            if fh is not None:
                 fh.write(block)
         response.close()
-        result.update(status_code=response.status, msg="OK (%d bytes)" % size, size=size)
-        result["checksum_src"] = _digest(tmp, "sha1")
-        result["checksum_dest"] = _digest(dest, "sha1") if os.path.exists(dest) else None
-        if check:
+        result.update(status_code=response.status, msg="OK (%d bytes)" % state["size"], size=state["size"])
+        result["checksum_src"] = hashes["sha1"].hexdigest()
+        result["checksum_dest"] = hostlib.digest(dest, "sha1") if os.path.exists(dest) else None
+        if fh is None:
+            return
+        if want and hashes[algorithm].hexdigest() != want:
+            for key in ("size", "status_code"):
+                result.pop(key, None)
+            got = hashes[algorithm].hexdigest()
+            raise _Keep("The checksum for %s did not match %s; it was %s." % (dest, want, got))
+        if result["checksum_src"] == result["checksum_dest"]:
+            raise _Keep(None)  # the same content: dest is left as it is
+
+    try:
+        if check:  # nothing is written: the answer says whether it would change
+            stream(None)
             result["changed"] = result["checksum_dest"] != result["checksum_src"]
             result["msg"] = "OK"
             return result
-        if want:
-            got = _digest(tmp, algorithm)
-            if got != want:
-                for key in ("size", "status_code"):
-                    result.pop(key, None)
-                result.update(failed=True, msg="The checksum for %s did not match %s; it was %s." % (dest, want, got))
-                return result
-        if result["checksum_src"] != result["checksum_dest"]:
-            final = (
-                mode
-                if mode is not None
-                else (stat.S_IMODE(os.stat(dest).st_mode) if os.path.exists(dest) else 0o666 & ~hostlib.umask())
-            )
-            os.chmod(tmp, final)
-            os.rename(tmp, dest)
-            tmp = None  # type: ignore[assignment]  # renamed: nothing to clean up
+        final = (
+            mode
+            if mode is not None
+            else (stat.S_IMODE(os.stat(dest).st_mode) if os.path.exists(dest) else 0o666 & ~hostlib.umask())
+        )
+        try:
+            hostlib.atomic_write(dest, mode=final, fill=stream)  # a new O_EXCL file beside dest, renamed over it
             result["changed"] = True
-        else:
+        except _Keep as keep:
+            if keep.msg is not None:
+                result.update(failed=True, msg=keep.msg)
+                return result
             result["changed"] = _set_mode(dest, mode, False)
-        result["md5sum"] = _digest(dest, "md5")
+        result["md5sum"] = hostlib.digest(dest, "md5")
         return result
     except (OSError, ValueError) as exc:
+        if not state["opened"]:
+            response.close()
+            result.update(failed=True, msg="Destination %s is not writable" % parent)
+            return result
         result.update(failed=True, msg="failed to download %s: %s" % (url, exc))
         return result
-    finally:
-        if tmp is not None and os.path.lexists(tmp):
-            os.unlink(tmp)
+
+
+class _Keep(Exception):
+    """Raised while the download is written: the temp file is dropped, ``dest`` kept (``msg``: why it failed)."""
+
+    def __init__(self, msg):
+        super().__init__(msg)
+        self.msg = msg
 
 
 def _path_info(result):
@@ -229,7 +233,11 @@ def _gr(gid):
         return None
 
 
+def get(req):
+    return _path_info(main(req))
+
+
+ACTIONS = {"get": get}
+
 if __name__ == "__main__":
-    answer = _path_info(main(json.loads(sys.stdin.buffer.read().decode("utf-8"))))
-    print(json.dumps(answer))
-    sys.exit(1 if answer.get("failed") else 0)
+    sys.exit(hostlib.serve(ACTIONS))

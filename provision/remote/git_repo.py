@@ -1,17 +1,18 @@
 """The host side of the ``git`` module: a checkout brought to a version, as Ansible's ``git`` does (stdlib only).
 
-``python3 - < REQUEST`` (the request as JSON on stdin, never in an argv: a repo URL may carry a token) with
+``python3 - apply`` with the request on stdin (the host library's envelope, ``hostlib.serve``; never in an
+argv: a repo URL may carry a token) with
 ``repo``, ``dest``, ``version``, ``remote``, ``force``, ``depth``, ``clone``, ``update``, ``single_branch``,
 ``recursive``, ``executable``, ``umask``, ``ssh_command``, ``check``. Prints one JSON answer: ``before``,
 ``after`` (commit ids; ``before`` is null for a new clone), ``changed``, ``remote_url_changed``, and ``msg``
 with ``failed`` when it cannot. Every git run is an argv (no shell) with a bounded wait.
 """
 
-import json
 import os
 import subprocess
 import sys
 
+import hostlib
 from hostlib import Failed
 
 TIMEOUT = 1800  # one git command (a large clone); the controller's own task timeout bounds the whole
@@ -170,17 +171,14 @@ def apply(req):
     return result
 
 
-def main():
-    req = json.loads(sys.stdin.read())
+def apply_request(req):
     try:
-        answer = apply(req)
-    except Failed as exc:
-        answer = {"failed": True, "msg": str(exc)}
+        return apply(req)
     except OSError as exc:
-        answer = {"failed": True, "msg": "%s: %s" % (exc.filename or req.get("dest"), exc.strerror)}
-    print(json.dumps(answer))
-    return 0
+        raise Failed("%s: %s" % (exc.filename or req.get("dest"), exc.strerror)) from None
 
+
+ACTIONS = {"apply": apply_request}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -13,7 +13,9 @@ What is here, once:
   stdin; ONE JSON object is printed on the last stdout line, ``{"ok": true, ...}`` or ``{"ok": false,
   "failed": true, "msg": ...}``; the exit code follows the answer: 0 when ``ok``, 1 when not. A bad request
   (unknown action, stdin not a JSON object, a missing or mistyped field) is an answer like any failure
-  (``msg`` starts with ``bad request:``).
+  (``msg`` starts with ``bad request:``). An action that takes data besides its request (a file's bytes, a
+  script) is marked :func:`takes_data`: its request is then stdin's first line, the data the bytes after it.
+  An answer that says ``failed`` is not ``ok`` (Ansible's shape and the envelope's agree).
 * :class:`Failed`: raise it anywhere under :func:`serve` to answer a failure (``msg`` and any fields).
 * :func:`run`: a command's (rc, stdout, stderr) as text, bounded by a timeout, never through a shell.
 * :func:`atomic_write`, THE way a file is written on a host: a new file beside the target (a random name opened
@@ -62,8 +64,16 @@ def failure(msg, **data):
     return Failed(msg, **data).answer()
 
 
-def answer_of(actions, argv, text):
-    """The answer of one request: ``argv[0]`` names the action, ``text`` is its JSON request object."""
+def takes_data(handler):
+    """Mark an action as called ``handler(request, data)``: the request is stdin's first line, ``data`` the bytes
+    after it."""
+    handler.takes_data = True
+    return handler
+
+
+def answer_of(actions, argv, text, data=b""):
+    """The answer of one request: ``argv[0]`` names the action, ``text`` is its JSON request object (``data``:
+    the bytes after the request, for an action marked :func:`takes_data`)."""
     if not argv or argv[0] not in actions:
         return failure(BAD_REQUEST + "usage: ACTION with a JSON request on stdin; ACTION is one of %s"
                        % ", ".join(sorted(actions)))  # fmt: skip
@@ -74,7 +84,8 @@ def answer_of(actions, argv, text):
     if not isinstance(request, dict):
         return failure(BAD_REQUEST + "the request is a JSON %s, not an object" % type(request).__name__)
     try:
-        answer = actions[argv[0]](request)
+        handler = actions[argv[0]]
+        answer = handler(request, data) if getattr(handler, "takes_data", False) else handler(request)
     except Failed as exc:
         return exc.answer()
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -84,7 +95,7 @@ def answer_of(actions, argv, text):
         return failure(str(exc))
     if not isinstance(answer, dict):
         return failure("%s answered a %s, not an object" % (argv[0], type(answer).__name__))
-    answer.setdefault("ok", True)
+    answer.setdefault("ok", not answer.get("failed"))
     if not answer["ok"]:
         answer.setdefault("failed", True)
         answer.setdefault("msg", "%s failed" % argv[0])
@@ -96,8 +107,14 @@ def serve(actions, argv=None, stdin=None):
     (``stdin`` text, default the process's stdin), prints the answer as ONE JSON line, returns the exit code
     (0 when ok, 1 when not)."""
     argv = sys.argv[1:] if argv is None else argv
-    text = sys.stdin.buffer.read().decode("utf-8", "replace") if stdin is None else stdin
-    answer = answer_of(actions, argv, text)
+    data = b""
+    if stdin is not None:
+        text = stdin
+    elif argv and getattr(actions.get(argv[0]), "takes_data", False):
+        text, data = sys.stdin.buffer.readline().decode("utf-8", "replace"), sys.stdin.buffer.read()
+    else:
+        text = sys.stdin.buffer.read().decode("utf-8", "replace")
+    answer = answer_of(actions, argv, text, data)
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     return 0 if answer.get("ok") else 1
@@ -179,8 +196,12 @@ def _fsync_dir(directory):
 
 
 def temp_beside(path):
-    """A name beside ``path`` that does not exist yet (random: nobody can plant a link there in advance)."""
-    return "%s.tmp-%d-%s" % (path, os.getpid(), os.urandom(6).hex())
+    """A name beside ``path`` that does not exist yet (random: nobody can plant a link there in advance), never
+    longer than the longest name a filesystem takes (255 bytes: the target's name is shortened for it)."""
+    head, base = os.path.split(path)
+    suffix = ".tmp-%d-%s" % (os.getpid(), os.urandom(6).hex())
+    base = base.encode("utf-8", "surrogateescape")[: 255 - len(suffix)].decode("utf-8", "ignore")
+    return os.path.join(head, base + suffix)
 
 
 def atomic_write(path, data=None, mode=0o644, fill=None, sync=True, owner=None):

@@ -1,18 +1,20 @@
 """Make one HTTP(S) request from the host (urllib; stdlib only, Python 3.6+).
 
-The request is a JSON object on stdin (so headers and bodies never show on the process list): ``url``,
-``method``, ``body`` (text, sent as UTF-8), ``headers``, ``timeout``, ``validate_certs``,
-``follow_redirects`` (``none`` or anything else for urllib's default), ``max_content`` (bytes kept).
-Prints ``{"status", "url", "reason", "headers", "content", "truncated", "elapsed", "error"}``; ``status`` is
--1 when no HTTP answer came (``error`` says why). Exits 0 whenever it could report; 2 on a bad request.
+``python3 - request`` with the request on stdin (the host library's envelope, ``hostlib.serve``: headers and
+bodies never show on the process list): ``url``, ``method``, ``body`` (text, sent as UTF-8), ``headers``,
+``timeout``, ``validate_certs``, ``follow_redirects`` (``none`` or anything else for urllib's default),
+``max_content`` (bytes kept). Answers ``{"ok": true, "status", "url", "reason", "headers", "content",
+"truncated", "elapsed", "error"}`` whenever it could report; ``status`` is -1 when no HTTP answer came
+(``error`` says why).
 """
 
-import json
 import ssl
 import sys
 import time
 import urllib.error
 import urllib.request
+
+import hostlib
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -28,6 +30,8 @@ def _text(raw, headers):
 
 
 def request(req):
+    if not req.get("url"):
+        raise ValueError("no url")
     body = req.get("body")
     data = body.encode("utf-8") if isinstance(body, str) else None
     handlers: list = []
@@ -72,17 +76,7 @@ def request(req):
     return out
 
 
-def main():
-    try:
-        req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        if not isinstance(req, dict) or not req.get("url"):
-            raise ValueError("no url")
-    except ValueError as exc:
-        print(json.dumps({"status": -1, "error": f"bad request: {exc}"}))
-        return 2
-    print(json.dumps(request(req)))
-    return 0
-
+ACTIONS = {"request": request}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -1,25 +1,25 @@
 """Read-only answers for ``stat`` and ``slurp``, as Ansible's modules give them (stdlib only; Python 3.6+).
 
-``python3 - stat JSON`` with ``{"path", "follow", "get_checksum", "checksum_algorithm", "get_mime"}`` prints
-``{"ok": true, "stat": {...}}`` with Ansible's keys (``{"exists": false}`` for no file); ``slurp JSON`` with
-``{"src"}`` prints ``{"ok": true, "content": base64, "source": path}`` or ``{"ok": false, "msg": ...}``; ``find JSON``
-(Ansible's find arguments, ``age`` in seconds, ``size`` in bytes, ``mode`` an int) prints ``{"ok": true, "files":
-[...], "matched", "examined", "skipped_paths", "msg"}``.
+``python3 - ACTION`` with the request on stdin (the host library's envelope, ``hostlib.serve``): ``stat`` with
+``{"path", "follow", "get_checksum", "checksum_algorithm", "get_mime"}`` answers ``{"ok": true, "stat": {...}}``
+with Ansible's keys (``{"exists": false}`` for no file); ``slurp`` with ``{"src"}`` answers ``{"ok": true,
+"content": base64, "source": path}`` or a failure; ``find`` (Ansible's find arguments, ``age`` in seconds,
+``size`` in bytes, ``mode`` an int) answers ``{"ok": true, "files": [...], "matched", "examined",
+"skipped_paths", "msg"}``; ``ping`` with ``{"data"}`` answers ``{"ok": true, "ping": data}``.
 """
 
 import base64
 import errno
 import fnmatch
 import grp
-import hashlib
-import json
 import os
 import pwd
 import re
 import stat
-import subprocess
 import sys
 import time
+
+import hostlib
 
 
 def _name(lookup, ident):
@@ -29,28 +29,15 @@ def _name(lookup, ident):
         return None
 
 
-def _checksum(path, algorithm):
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _mime(path):
     """(mimetype, charset) as ``file`` says; ("unknown", "unknown") when it cannot."""
-    try:
-        proc = subprocess.run(
-            ["file", "--mime-type", "--mime-encoding", path],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            timeout=30,
-        )
-        if proc.returncode == 0:
-            mime, charset = proc.stdout.decode("utf-8", "replace").rsplit(":", 1)[1].split(";")
+    rc, out, _ = hostlib.run(["file", "--mime-type", "--mime-encoding", path], timeout=30)
+    if rc == 0:
+        try:
+            mime, charset = out.rsplit(":", 1)[1].split(";")
             return mime.strip(), charset.split("=")[1].strip()
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        pass
+        except (ValueError, IndexError):
+            pass
     return "unknown", "unknown"
 
 
@@ -64,14 +51,14 @@ FLAGS = {
 
 def _attributes(path):
     """(version, attr_flags, attributes) from ``lsattr -vd``; (None, "", []) when it cannot tell."""
-    try:
-        proc = subprocess.run(["lsattr", "-vd", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30)
-        if proc.returncode == 0:
-            words = proc.stdout.decode("utf-8", "replace").split()
+    rc, out, _ = hostlib.run(["lsattr", "-vd", path], timeout=30)
+    if rc == 0:
+        try:
+            words = out.split()
             flags = words[1].replace("-", "").strip()
             return words[0].strip(), flags, [FLAGS[f] for f in flags if f in FLAGS]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        pass
+        except IndexError:
+            pass
     return None, "", []
 
 
@@ -133,7 +120,7 @@ def do_stat(req):
         out["lnk_source"] = os.path.realpath(path)
         out["lnk_target"] = os.readlink(path)
     if stat.S_ISREG(mode) and req.get("get_checksum", True) and os.access(path, os.R_OK):
-        out["checksum"] = _checksum(path, req.get("checksum_algorithm") or "sha1")
+        out["checksum"] = hostlib.digest(path, req.get("checksum_algorithm") or "sha1")
     if req.get("get_mime", True):
         out["mimetype"], out["charset"] = _mime(path)
     if req.get("get_attributes", True):
@@ -195,7 +182,7 @@ def _found(path, st, req, now):
     out["gr_name"] = _name(grp.getgrgid, st.st_gid) or ""
     out["pw_name"] = _name(pwd.getpwuid, st.st_uid) or ""
     if stat.S_ISREG(mode) and req.get("get_checksum"):
-        out["checksum"] = _checksum(path, req.get("checksum_algorithm") or "sha1")
+        out["checksum"] = hostlib.digest(path, req.get("checksum_algorithm") or "sha1")
     return out
 
 
@@ -261,21 +248,12 @@ def do_slurp(req):
     return {"ok": True, "content": base64.b64encode(data).decode("ascii"), "source": src}
 
 
-def main(argv):
-    action, req = argv[1], json.loads(argv[2])
-    if action == "stat":
-        answer = {"ok": True, "stat": do_stat(req)}
-    elif action == "find":
-        answer = do_find(req)
-    elif action == "slurp":
-        answer = do_slurp(req)
-    elif action == "ping":
-        answer = {"ok": True, "ping": req.get("data", "pong")}
-    else:
-        answer = {"ok": False, "msg": "unknown action %r" % action}
-    print(json.dumps(answer))
-    return 0 if answer.get("ok") else 1
-
+ACTIONS = {
+    "stat": lambda req: {"ok": True, "stat": do_stat(req)},
+    "find": do_find,
+    "slurp": do_slurp,
+    "ping": lambda req: {"ok": True, "ping": req.get("data", "pong")},
+}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

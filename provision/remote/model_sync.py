@@ -2,9 +2,12 @@
 
     python - OP            (the request: ONE JSON line on stdin; ``recv``: the file bytes follow it)
 
-Every op prints ONE JSON object (``fetch`` prints progress lines before it); exit 1 with ``{"msg": ...}`` on
-failure. Paths: for a model directory ``P/NAME`` (``dir``) the files of the sync live beside it, on the same
-filesystem, so that the last step is one rename:
+in the host library's envelope (``hostlib.serve``): every op answers ONE JSON object (``fetch`` prints progress
+lines before it, ``serve`` its port); ``{"ok": false, "msg": ...}`` and exit 1 on failure. The controller
+imports this file too (:func:`manifest_of`, :func:`digest_of`): the host library is then its package's.
+
+Paths: for a model directory ``P/NAME`` (``dir``) the files of the sync live beside it, on the same filesystem,
+so that the last step is one rename:
 
 * ``P/.NAME.provision-partial/``: the staged copy being filled (files resume where they stopped);
 * ``P/.NAME.provision-partial.manifest.json`` / ``P/.NAME.provision-manifest.json``: the manifest caches of the
@@ -43,6 +46,7 @@ import ctypes
 import errno
 import hashlib
 import hmac
+import importlib
 import json
 import os
 import shutil
@@ -53,13 +57,14 @@ import sys
 import threading
 import time
 
+try:
+    import hostlib
+except ImportError:  # the controller imports this file (provision.remote.model_sync): its package's library
+    hostlib = importlib.import_module(__package__ + ".hostlib")
+
 BLOCK = 1 << 20
 PARTIAL = ".provision-partial"
 CACHE = ".provision-manifest.json"
-
-
-class Failure(Exception):
-    pass
 
 
 # ------------------------------------------------------------------------------------------------ paths
@@ -67,7 +72,7 @@ def _names(dir_):
     path = os.path.abspath(os.path.expanduser(dir_)).rstrip("/")
     parent, name = os.path.split(path)
     if not name:
-        raise Failure("the model directory cannot be /")
+        raise hostlib.Failed("the model directory cannot be /")
     return path, parent, name
 
 
@@ -88,10 +93,10 @@ def _partial_cache(dir_):
 def _check_rel(rel):
     """A request's relative path: plain components only (no '', '.', '..', no absolute path, no NUL)."""
     if not isinstance(rel, str) or not rel or rel.startswith("/") or "\0" in rel:
-        raise Failure("bad file path in the request: %r" % (rel,))
+        raise hostlib.Failed("bad file path in the request: %r" % (rel,))
     parts = rel.split("/")
     if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
-        raise Failure("bad file path in the request: %r" % (rel,))
+        raise hostlib.Failed("bad file path in the request: %r" % (rel,))
     return parts
 
 
@@ -133,24 +138,13 @@ def _ensure_real_dir(path, create):
         os.mkdir(path, 0o755)
         return True
     if stat.S_ISLNK(st.st_mode):
-        raise Failure("%s is a symbolic link: point model_path at the real directory" % path)
+        raise hostlib.Failed("%s is a symbolic link: point model_path at the real directory" % path)
     if not stat.S_ISDIR(st.st_mode):
-        raise Failure("%s exists and is not a directory" % path)
+        raise hostlib.Failed("%s exists and is not a directory" % path)
     return True
 
 
 # ------------------------------------------------------------------------------------------------ manifests
-def sha256_file(path, start=None):
-    digest = start or hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(BLOCK)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def walk(root):
     """relative path -> os.stat of the model's files (through file links; dot names skipped), sorted."""
     out = {}
@@ -180,16 +174,9 @@ def read_cache(path):
 
 
 def write_cache(path, files):
-    """The cache file, atomically (a temp file made O_EXCL beside it, then renamed over it)."""
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"version": 1, "files": files}, fh, sort_keys=True)
-    os.replace(tmp, path)
+    """The cache file, through ``hostlib.atomic_write`` (a new file beside it, renamed over it)."""
+    data = json.dumps({"version": 1, "files": files}, sort_keys=True).encode()
+    hostlib.atomic_write(path, data, 0o644, sync=False)
 
 
 def _cached_sha(cache, rel, st):
@@ -206,7 +193,7 @@ def manifest_of(root, cache_file):
     for rel, st in walk(root).items():
         sha = _cached_sha(cache, rel, st)
         if sha is None:
-            sha = sha256_file(os.path.join(root, rel))
+            sha = hostlib.digest(os.path.join(root, rel))
             hashed += st.st_size
         files[rel] = [st.st_size, sha]
         fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, sha]
@@ -235,11 +222,11 @@ def op_manifest(req):
 def _want(req):
     want = req["want"]
     if not isinstance(want, dict):
-        raise Failure("want must be a mapping")
+        raise hostlib.Failed("want must be a mapping")
     for rel, entry in want.items():
         _check_rel(rel)
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and entry[0] >= 0):
-            raise Failure("bad manifest entry for %s" % rel)
+            raise hostlib.Failed("bad manifest entry for %s" % rel)
     return want
 
 
@@ -279,7 +266,7 @@ def op_plan(req):
     for rel, (size, sha) in want.items():
         st = staged.get(rel)
         if st is not None and st.st_size == size:
-            got = _cached_sha(cache, rel, st) or sha256_file(os.path.join(partial, rel))
+            got = _cached_sha(cache, rel, st) or hostlib.digest(os.path.join(partial, rel))
             if got == sha:
                 fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, got]
                 continue
@@ -343,9 +330,9 @@ def op_recv(req, payload):
     try:
         current = os.fstat(fd).st_size
         if current != offset:
-            raise Failure("%s holds %d bytes, not %d: plan again" % (rel, current, offset))
+            raise hostlib.Failed("%s holds %d bytes, not %d: plan again" % (rel, current, offset))
         if offset + len(payload) > size:
-            raise Failure("%s would grow past its size %d" % (rel, size))
+            raise hostlib.Failed("%s would grow past its size %d" % (rel, size))
         _write_at(fd, offset, payload)
         end = offset + len(payload)
         if end < size:
@@ -353,7 +340,7 @@ def op_recv(req, payload):
         os.fsync(fd)
     finally:
         os.close(fd)
-    ok = _finish(path, rel, size, sha, sha256_file(os.path.join(_partial(path), rel)))
+    ok = _finish(path, rel, size, sha, hostlib.digest(os.path.join(_partial(path), rel)))
     return {"done": [rel] if ok else [], "bad": [] if ok else [rel], "size": size}
 
 
@@ -387,7 +374,7 @@ def _serve_one(conn, roots, token, allowed):
                 try:
                     fd = _open_file(root, rel, os.O_RDONLY)
                     break
-                except (OSError, Failure):
+                except (OSError, hostlib.Failed):
                     continue
             if fd is None:
                 raise ConnectionError("missing")
@@ -418,7 +405,7 @@ def _stop_file(req):
     _, parent, name = _names(req["dir"])
     tag = str(req["stop"])
     if not tag.isalnum():
-        raise Failure("bad stop tag")
+        raise hostlib.Failed("bad stop tag")
     return os.path.join(parent, ".%s.provision-serve-%s.stop" % (name, tag))
 
 
@@ -477,7 +464,7 @@ def _fetch_one(req, path, rel, offset, size, sha):
     try:
         current = os.fstat(fd).st_size
         if current != offset:
-            raise Failure("%s holds %d bytes, not %d: plan again" % (rel, current, offset))
+            raise hostlib.Failed("%s holds %d bytes, not %d: plan again" % (rel, current, offset))
         digest = hashlib.sha256()
         if offset:
             with open(os.path.join(partial, rel), "rb") as fh:
@@ -497,13 +484,13 @@ def _fetch_one(req, path, rel, offset, size, sha):
             while len(head) < 8:
                 chunk = sock.recv(8 - len(head))
                 if not chunk:
-                    raise Failure("the peer closed the connection for %s" % rel)
+                    raise hostlib.Failed("the peer closed the connection for %s" % rel)
                 head += chunk
             (length,) = struct.unpack(">Q", head)
             if length == (1 << 64) - 1:
-                raise Failure("the peer refused %s" % rel)
+                raise hostlib.Failed("the peer refused %s" % rel)
             if offset + length != size:
-                raise Failure("the peer has %d bytes of %s, not %d" % (offset + length, rel, size))
+                raise hostlib.Failed("the peer has %d bytes of %s, not %d" % (offset + length, rel, size))
             pos = offset
             while got < length:
                 chunk = sock.recv(min(BLOCK, length - got))
@@ -514,7 +501,7 @@ def _fetch_one(req, path, rel, offset, size, sha):
                 pos += len(chunk)
                 got += len(chunk)
         if offset + got < size:
-            raise Failure("the peer stopped sending %s at %d of %d bytes" % (rel, offset + got, size))
+            raise hostlib.Failed("the peer stopped sending %s at %d of %d bytes" % (rel, offset + got, size))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -528,7 +515,7 @@ def op_fetch(req):
         try:
             ok, got = _fetch_one(req, path, rel, int(offset), int(size), sha)
         except OSError as exc:  # socket.timeout too
-            raise Failure("fetching %s from %s:%s: %s" % (rel, req["address"], req["port"], exc)) from None
+            raise hostlib.Failed("fetching %s from %s:%s: %s" % (rel, req["address"], req["port"], exc)) from None
         total += got
         (done if ok else bad).append(rel)
         sys.stdout.write(json.dumps({"progress": rel, "bytes": total}) + "\n")
@@ -560,16 +547,16 @@ def op_commit(req):
     path = _names(req["dir"])[0]
     partial = _partial(path)
     if not _ensure_real_dir(partial, False):
-        raise Failure("nothing staged at %s: plan again" % partial)
+        raise hostlib.Failed("nothing staged at %s: plan again" % partial)
     cache = read_cache(_partial_cache(path))
     staged = walk(partial)
     for rel, (_, sha) in want.items():
         st = staged.get(rel)
         if st is None or _cached_sha(cache, rel, st) != sha:
-            raise Failure("%s is not complete in %s: sync again" % (rel, partial))
+            raise hostlib.Failed("%s is not complete in %s: sync again" % (rel, partial))
     extra = sorted(set(staged) - set(want))
     if extra:
-        raise Failure("%s holds files the model does not (%s): sync again" % (partial, extra[0]))
+        raise hostlib.Failed("%s holds files the model does not (%s): sync again" % (partial, extra[0]))
     os.chmod(partial, 0o755)
     if _ensure_real_dir(path, False):
         if _exchange(partial, path):
@@ -586,30 +573,8 @@ def op_commit(req):
     return {"dir": path, "files": len(want)}
 
 
-OPS = {"manifest": op_manifest, "plan": op_plan, "serve": op_serve, "stop": op_stop, "fetch": op_fetch,
-       "commit": op_commit}  # fmt: skip
-
-
-def main(argv):
-    op = argv[1] if len(argv) > 1 else ""
-    stdin = sys.stdin.buffer
-    try:
-        req = json.loads(stdin.readline().decode())
-        if op == "recv":
-            answer = op_recv(req, stdin.read())
-        elif op in OPS:
-            answer = OPS[op](req)
-        else:
-            raise Failure("unknown op %r" % op)
-    except Failure as exc:
-        print(json.dumps({"msg": str(exc)}))
-        return 1
-    except (OSError, KeyError, ValueError, TypeError) as exc:
-        print(json.dumps({"msg": "%s: %s" % (type(exc).__name__, exc)}))
-        return 1
-    print(json.dumps(answer))
-    return 0
-
+ACTIONS = {"manifest": op_manifest, "plan": op_plan, "recv": hostlib.takes_data(op_recv), "serve": op_serve,
+           "stop": op_stop, "fetch": op_fetch, "commit": op_commit}  # fmt: skip
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

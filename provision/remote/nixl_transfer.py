@@ -1,15 +1,17 @@
 """A real NIXL transfer between two agents in two processes, the way a PD pair moves KV cache.
 
 Shipped to the hosts and run there by the ``nixl_transfer`` module with the venv's Python; stdlib + nixl +
-numpy only (torch is imported only for ``--mem vram``).
+numpy only (torch is imported only for ``"mem": "vram"``). Two actions in the host library's envelope
+(``hostlib.serve``: the request a JSON object on stdin, ONE JSON answer, exit 1 when not ok):
 
-    target    --meta-out F --result-out F --size B [--mem dram|vram] [--gpu N] [--iters K] [--timeout S]
-              [--detach --log F]
-    initiator --meta-in F --size B [--mem dram|vram] [--gpu N] [--iters K] [--timeout S]
+    target     {"meta_out", "result_out", "size", "mem": dram|vram, "gpu", "iters", "timeout", "detach", "log"}
+    initiator  {"meta_in", "size", "mem", "gpu", "iters", "timeout", "reference_gpu"}
 
 The TARGET (decode side) allocates and registers a buffer, writes its agent metadata and serialized
-descriptors to ``--meta-out`` (atomically: the controller copies that file to the initiator's host), then
-serves K iterations and writes ``{"ok", "verified", "iterations", "errors"}`` to ``--result-out``.
+descriptors to ``meta_out`` (atomically: the controller copies that file to the initiator's host), then
+serves K iterations and writes ``{"ok", "verified", "iterations", "errors"}`` to ``result_out``. With
+``detach`` it answers ``{"pid"}`` at once and goes on in the background (its own session, its output to
+``log``).
 
 The INITIATOR (prefill side) WRITEs into the target's buffer, as SGLang's prefill does:
 
@@ -19,16 +21,14 @@ The INITIATOR (prefill side) WRITEs into the target's buffer, as SGLang's prefil
    ..., notif)`` where the notification carries the pattern's sha256, time ``transfer()`` → ``DONE``;
    the target hashes its buffer when the notification arrives and acknowledges with the verdict — the
    initiator waits for it, so the next iteration never overwrites bytes still being checked;
-3. prints one JSON object on stdout: per-iteration seconds, best/median GB/s, verified.
+3. answers per-iteration seconds, best/median GB/s, verified (``ok: false`` and ``msg`` when it failed).
 
 Every log line (NIXL's Python logger writes to stdout, UCX's ``UCX_PROTO_INFO=y`` table too) is sent to
-stderr: stdout holds the JSON only. The caller parses the UCX table from stderr. Errors are reported in the
-JSON (``ok: false``, ``error``) with exit code 0; exit 1 is for bad usage only.
+stderr: stdout holds the answer only. The caller parses the UCX table from stderr.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import hashlib
@@ -38,22 +38,14 @@ import statistics
 import sys
 import time
 import traceback
+from types import SimpleNamespace
 from typing import Any
+
+import hostlib
 
 POLL = 0.0005  # seconds between polls of a transfer's state
 NOTIF_POLL = 0.002
 BYE_WAIT = 5.0  # the target lingers this long after its last ack so that UCX delivers it
-
-
-class UsageError(SystemExit):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # bad usage: exit 1 (argparse's default is 2)
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise UsageError(1)
 
 
 def json_stdout() -> Any:
@@ -66,16 +58,7 @@ def json_stdout() -> Any:
 
 
 def write_atomic(path: str, obj: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private from the first byte
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    hostlib.atomic_write(path, json.dumps(obj).encode(), 0o600)  # private from the first byte
 
 
 def b64(data: bytes) -> str:
@@ -158,14 +141,13 @@ def wait_notifs(agent: Any, deadline: float, want: str) -> list[tuple[str, dict[
 
 
 # ------------------------------------------------------------------------------------------------ target
-def detach(log: str) -> None:
-    """Fork into the background: the parent prints the child's pid and exits at once; the child gets its
-    own session and sends stdin/stdout/stderr to ``log`` (so an SSH channel or a pipe closes)."""
+def detach(log: str) -> int:
+    """Fork into the background: the parent gets the child's pid (0 in the child, as ``fork``); the child gets
+    its own session and sends stdin/stdout/stderr to ``log`` (so an SSH channel or a pipe closes)."""
+    sys.stdout.flush()
     pid = os.fork()
     if pid:
-        sys.stdout.write(json.dumps({"pid": pid}) + "\n")
-        sys.stdout.flush()
-        os._exit(0)
+        return pid
     os.setsid()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -174,9 +156,10 @@ def detach(log: str) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     os.close(null)
+    return 0
 
 
-def run_target(args: argparse.Namespace) -> dict[str, Any]:
+def run_target(args: Any) -> dict[str, Any]:
     result: dict[str, Any] = {"ok": False, "verified": False, "iterations": [], "errors": []}
     deadline = time.monotonic() + args.timeout
     try:
@@ -224,7 +207,7 @@ def run_target(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- initiator
-def run_initiator(args: argparse.Namespace) -> dict[str, Any]:
+def run_initiator(args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"ok": False, "size": args.size, "mem": args.mem, "iterations": []}
     deadline = time.monotonic() + args.timeout
     try:
@@ -304,47 +287,50 @@ def reference_copy(size: int, src: int, dst: int, iters: int) -> float:
     return size / best / 1e9
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = Parser(prog="nixl_transfer.py", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="role", required=True)
-    for role in ("target", "initiator"):
-        p = sub.add_parser(role)
-        p.error = parser.error  # type: ignore[method-assign]
-        p.add_argument("--size", type=int, required=True)
-        p.add_argument("--mem", choices=("dram", "vram"), default="dram")
-        p.add_argument("--gpu", type=int, default=0)
-        p.add_argument("--iters", type=int, default=4)
-        p.add_argument("--timeout", type=float, default=120.0)
-        if role == "target":
-            p.add_argument("--meta-out", required=True)
-            p.add_argument("--result-out", required=True)
-            p.add_argument("--detach", action="store_true")
-            p.add_argument("--log", default=os.devnull)
-        else:
-            p.add_argument("--meta-in", required=True)
-            p.add_argument("--reference-gpu", type=int, help="also time a plain torch copy GPU --gpu → this GPU")
-    args = parser.parse_args(argv)
+def options(req: dict[str, Any], role: str) -> Any:
+    """The request's fields with their defaults (a missing or mistyped one is a bad request)."""
+    args = SimpleNamespace(
+        size=int(req["size"]), mem=str(req.get("mem", "dram")), gpu=int(req.get("gpu", 0)),
+        iters=int(req.get("iters", 4)), timeout=float(req.get("timeout", 120.0)),
+    )  # fmt: skip
+    if args.mem not in ("dram", "vram"):
+        raise ValueError("mem must be dram or vram, not %r" % args.mem)
     if args.size <= 0 or args.iters <= 0 or args.timeout <= 0:
-        parser.error("--size, --iters and --timeout must be positive")
+        raise ValueError("size, iters and timeout must be positive")
+    if role == "target":
+        args.meta_out, args.result_out = str(req["meta_out"]), str(req["result_out"])
+        args.detach, args.log = bool(req.get("detach")), str(req.get("log") or os.devnull)
+    else:
+        args.meta_in = str(req["meta_in"])
+        args.reference_gpu = None if req.get("reference_gpu") is None else int(req["reference_gpu"])
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-    except UsageError:
-        return 1
-    if args.role == "target":
-        if args.detach:
-            detach(args.log)
-        result = run_target(args)
-        return 0 if result["ok"] else 3
-    stdout = json_stdout()
-    result = run_initiator(args)
-    stdout.write(json.dumps(result) + "\n")
-    stdout.flush()
-    return 0
+def _failed(result: dict[str, Any]) -> dict[str, Any]:
+    if not result.get("ok"):
+        result["msg"] = result.get("error") or "; ".join(result.get("errors", [])) or "failed"
+    return result
 
+
+def target(req: dict[str, Any]) -> dict[str, Any]:
+    args = options(req, "target")
+    if args.detach:
+        pid = detach(args.log)
+        if pid:
+            return {"pid": pid}
+    return _failed(run_target(args))  # (detached: the answer goes to the log)
+
+
+def initiator(req: dict[str, Any]) -> dict[str, Any]:
+    args = options(req, "initiator")
+    stdout = json_stdout()
+    try:
+        return _failed(run_initiator(args))
+    finally:
+        sys.stdout = stdout  # the answer goes to the real stdout
+
+
+ACTIONS = {"target": target, "initiator": initiator}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

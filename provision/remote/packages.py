@@ -1,6 +1,7 @@
 """The host side of ``apt``/``package`` and ``dnf``: packages brought to a state with ``apt-get`` as Ansible's
 ``apt``, or with the ``dnf`` command line and ``rpm`` as Ansible's ``dnf`` (stdlib only; the request as JSON on
-stdin; ``manager``: ``apt``, the default, or ``dnf``).
+stdin, ``python3 - apply``: the host library's envelope, ``hostlib.serve``; ``manager``: ``apt``, the default,
+or ``dnf``).
 
 apt request keys: ``names`` (``pkg`` or ``pkg=version``), ``state`` (present, latest, absent), ``update_cache``,
 ``cache_valid_time``, ``purge``, ``autoremove``, ``install_recommends`` (null: apt's default), ``force``,
@@ -18,13 +19,13 @@ and after (never from dnf's text); check mode reads dnf's transaction table (``-
 """
 
 import configparser
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 
+import hostlib
 from hostlib import Failed
 
 TIMEOUT = 1800
@@ -348,16 +349,12 @@ def chosen(req):
     return req
 
 
-def main():
-    req = json.loads(sys.stdin.read())
-    try:
-        req = chosen(req)
-        answer = dnf_apply(req) if req.get("manager") == "dnf" else apt_apply(req)
-    except Failed as exc:
-        answer = dict(exc.data, msg=exc.msg, failed=True)
-    print(json.dumps(answer))
-    return 0
+def apply(req):
+    req = chosen(req)
+    return dnf_apply(req) if req.get("manager") == "dnf" else apt_apply(req)
 
+
+ACTIONS = {"apply": apply}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

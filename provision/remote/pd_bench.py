@@ -1,20 +1,22 @@
 """One load point against a serving endpoint, measured by the INSTALLED SGLang's own ``bench_serving``, run ON
 the router's host (the deployment's network path; nothing is installed on the controller).
 
-Usage: ``python3 -`` with a JSON request on stdin: ``python`` (the interpreter that has SGLang), ``env``
-(extra environment for it: the deployment's ``pd_env``), ``url`` (the router or the colocated server),
-``tokenizer`` (the model's directory on this host: the dataset is random token ids of the asked lengths made
-from ITS vocabulary, offline), ``input_len``, ``output_len``, ``num_prompts``, ``concurrency`` (or null),
-``request_rate`` (or null: closed loop), ``warmup`` (requests before the measured ones), ``timeout`` (s),
-``seed``, ``pd`` (``--pd-separated``), ``servers`` (URLs whose ``/server_info`` is read: what each server
-really runs) and ``dir`` (a private scratch directory for the result file). ``{"info_only": true, "servers":
-[...]}`` reads the servers' ``/server_info`` and nothing else.
+Usage: ``python3 - bench`` with a JSON request on stdin (the host library's envelope, ``hostlib.serve``):
+``python`` (the interpreter that has SGLang), ``env`` (extra environment for it: the deployment's ``pd_env``),
+``url`` (the router or the colocated server), ``tokenizer`` (the model's directory on this host: the dataset is
+random token ids of the asked lengths made from ITS vocabulary, offline), ``input_len``, ``output_len``,
+``num_prompts``, ``concurrency`` (or null), ``request_rate`` (or null: closed loop), ``warmup`` (requests before
+the measured ones), ``timeout`` (s), ``seed``, ``pd`` (``--pd-separated``), ``servers`` (URLs whose
+``/server_info`` is read: what each server really runs) and ``dir`` (a private scratch directory for the result
+file). ``python3 - server_info`` with ``{"servers": [...], "timeout"}`` reads the servers' ``/server_info`` and
+nothing else.
 
 Runs ``PYTHON -m sglang.bench_serving --backend sglang --dataset-name random-ids --random-range-ratio 1 ...
---output-file FILE`` (HF_HUB_OFFLINE=1: no hub), reads the JSON line it appends and prints one JSON line
-``{"ok", "argv", "seconds", "rc", "result", "versions", "server_info", "tail", "error"}``. ``result`` is the
+--output-file FILE`` (HF_HUB_OFFLINE=1: no hub), reads the JSON line it appends and answers
+``{"ok", "argv", "seconds", "rc", "result", "versions", "server_info", "tail", "msg"}`` (``ok`` false, and
+``msg`` says why, when there is no result). ``result`` is the
 tool's own document, reduced to its numbers; ``versions`` SGLang's and NIXL's as that interpreter sees them.
-Exits 0 when it could report, 2 on a bad request. Stdlib only (Python 3.6+).
+Stdlib only (Python 3.6+).
 """
 
 import json
@@ -24,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+import hostlib
 
 VERSIONS = (
     "import json\n"
@@ -75,11 +78,9 @@ KEEP_INFO = (
 def server_info(url, timeout=10):
     """The server's own /server_info (or /get_server_info), reduced to what says which paths it runs."""
     for path in ("/server_info", "/get_server_info"):
-        try:
-            with urllib.request.urlopen(url.rstrip("/") + path, timeout=timeout) as resp:
-                doc = json.loads(resp.read().decode("utf-8"))
-        except Exception as exc:
-            error = str(getattr(exc, "reason", exc))
+        status, doc, error = hostlib.http_json("GET", url.rstrip("/") + path, timeout=timeout)
+        if status != 200 or isinstance(doc, str):
+            error = error or ("HTTP %s" % status if status != 200 else "not JSON")
             continue
         if not isinstance(doc, dict):
             return {"error": "not a JSON object"}
@@ -109,26 +110,22 @@ def numbers(doc):
     return {k: finite(v) for k, v in doc.items() if isinstance(v, (int, float, str, bool, type(None)))}
 
 
-def main():
-    try:
-        req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        if req.get("info_only"):  # `pd up` / `pd status --serving-path`: each server's /server_info only
-            info = {u: server_info(u, float(req.get("timeout", 10))) for u in req["servers"]}
-            print(json.dumps(finite({"ok": True, "server_info": info}), allow_nan=False))
-            return 0
-        python, url, tokenizer = req["python"], req["url"], req["tokenizer"]
-        n, warmup = int(req["num_prompts"]), int(req.get("warmup", 1))
-        timeout = float(req.get("timeout", 1800))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        print(json.dumps({"ok": False, "error": "bad request: %r" % (exc,)}))
-        return 2
+def servers_info(req):
+    """`pd up` / `pd status --serving-path`: each server's /server_info only."""
+    return finite({"server_info": {u: server_info(u, float(req.get("timeout", 10))) for u in req["servers"]}})
+
+
+def bench(req):
+    python, url, tokenizer = req["python"], req["url"], req["tokenizer"]
+    n, warmup = int(req["num_prompts"]), int(req.get("warmup", 1))
+    timeout = float(req.get("timeout", 1800))
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (req.get("env") or {}).items()})
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     out = {"ok": False}  # type: dict
     try:
-        found = subprocess.run([python, "-c", VERSIONS], env=env, capture_output=True, timeout=120)
-        out["versions"] = json.loads(found.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        _, found, _ = hostlib.run([python, "-c", VERSIONS], timeout=120, env=env)
+        out["versions"] = json.loads(found.strip().splitlines()[-1])
     except Exception as exc:
         out["versions"] = {"error": str(exc)[:300]}
     if req.get("servers"):
@@ -181,9 +178,12 @@ def main():
     if not out["ok"] and any("ModuleNotFoundError" in line for line in out["tail"]):
         missing = [line for line in out["tail"] if "ModuleNotFoundError" in line][-1].strip()
         out["error"] = "%s: the installed SGLang's bench_serving cannot import (%s)" % (out.get("error"), missing)
-    print(json.dumps(finite(out), allow_nan=False))
-    return 0
+    if not out["ok"]:
+        out["msg"] = out.pop("error", None) or "no result"
+    return finite(out)
 
+
+ACTIONS = {"bench": bench, "server_info": servers_info}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -1,12 +1,11 @@
 """Read SGLang's Prometheus ``/metrics`` of the servers on THIS host (``provision pd status --metrics``).
 
-Usage: ``python3 -`` with a JSON request on stdin: ``urls`` (each server's ``http://host:port``), ``timeout``.
-Prints one JSON line ``{"ok", "servers": {url: {"metrics": {name: value}, "error"}}}``: every ``sglang:``
-sample summed over its labels (histograms: their ``_sum`` and ``_count``), the values as numbers. Nothing the
-host returns is evaluated: the text is parsed line by line, a bad line skipped. Stdlib only (Python 3.6+).
-"""
+Usage: ``python3 - read`` with a JSON request on stdin (the host library's envelope, ``hostlib.serve``): ``urls``
+(each server's ``http://host:port``), ``timeout``. Answers ``{"ok", "servers": {url: {"metrics": {name: value},
+"error"}}}``: every ``sglang:`` sample summed over its labels (histograms: their ``_sum`` and ``_count``), the
+values as numbers. Nothing the host returns is evaluated: the text is parsed line by line, a bad line skipped.
+Stdlib only (Python 3.6+)."""
 
-import json
 import math
 import sys
 import urllib.request
@@ -41,13 +40,8 @@ def parse(text):
     return out
 
 
-def main():
-    try:
-        req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        urls, timeout = list(req["urls"]), float(req.get("timeout", 10))
-    except (ValueError, KeyError, TypeError) as exc:
-        print(json.dumps({"ok": False, "msg": "bad request: %r" % (exc,)}))
-        return 2
+def read(req):
+    urls, timeout = list(req["urls"]), float(req.get("timeout", 10))
     servers = {}
     for url in urls:
         try:
@@ -56,9 +50,12 @@ def main():
             servers[url] = {"metrics": parse(text)}
         except Exception as exc:
             servers[url] = {"error": str(getattr(exc, "reason", exc))[:300]}
-    print(json.dumps({"ok": True, "servers": servers}))
-    return 0
+    return {"servers": servers}
 
+
+ACTIONS = {"read": read}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import hostlib  # here: the tests load the parser alone
+
+    sys.exit(hostlib.serve(ACTIONS))

@@ -1,15 +1,16 @@
 """Which of some requirements the running Python already satisfies (stdlib only; Python 3.6+).
 
-Run by the ``pip`` module with the target interpreter (a virtualenv's ``bin/python``) as
-``python - JSON`` where JSON is ``{"requirements": ["six==1.16.0", ...], "file": path-or-null}``.
-Prints ``{"python": version, "results": [{"req", "name", "installed", "satisfied"}], "file_ok": bool}``:
+Run by the ``pip`` module with the target interpreter (a virtualenv's ``bin/python``) as ``python - state``
+with the request on stdin (the host library's envelope, ``hostlib.serve``): ``{"requirements": ["six==1.16.0",
+...], "file": path-or-null}``. Answers ``{"ok": true, "python": version, "results": [{"req", "name",
+"installed", "satisfied"}], "file_ok": bool}``:
 ``satisfied`` is true/false, or null when it cannot be told here (a URL, a path, an unknown specifier);
 ``file_ok`` is false when the requirements file has lines this script does not understand (-e, -r, URLs).
 
-The controller imports :func:`evaluate` too, for ``pip list --format=json`` output (``executable``).
+The controller imports :func:`evaluate` too, for ``pip list --format=json`` output (``executable``): the host
+library is imported only when the file runs as a script.
 """
 
-import json
 import os
 import re
 import sys
@@ -144,21 +145,22 @@ def read_file(path):
     return lines, ok
 
 
-def main(argv):
-    req = json.loads(argv[1])
+def state(req):
     reqs = list(req.get("requirements") or [])
     file_ok = True
     if req.get("file"):
         try:
             lines, file_ok = read_file(req["file"])
         except OSError as exc:
-            print(json.dumps({"error": f"cannot read {req['file']}: {exc.strerror}"}))
-            return 2
+            raise OSError("cannot read %s: %s" % (req["file"], exc.strerror)) from None
         reqs += lines
     results = evaluate(reqs, installed_versions())
-    print(json.dumps({"python": sys.version.split()[0], "results": results, "file_ok": file_ok}))
-    return 0
+    return {"python": sys.version.split()[0], "results": results, "file_ok": file_ok}
 
+
+ACTIONS = {"state": state}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    import hostlib
+
+    sys.exit(hostlib.serve(ACTIONS))

@@ -1,21 +1,23 @@
 """Host side of ``script``: the controller's script arrives on stdin and runs from a private temp file.
 
-``python3 -c BOOTSTRAP JSON`` with ``{"argv", "executable", "chdir", "creates", "removes", "name"}`` and the
-script's bytes as the rest of stdin. ``creates``/``removes`` are checked first (``{"skipped": true}``); the
-script is written to a new directory made by ``mkdtemp`` (mode 0700), made executable, run with ``argv`` as its
-arguments (no shell: the words were split on the controller) and ``executable`` in front when given, in
-``chdir``, with no stdin; the temp directory is removed afterwards. Prints ``{"rc", "stdout", "stderr"}``.
-"""
+``python3 - run`` in the host library's envelope (``hostlib.serve``): stdin's first line is the request ``{"argv",
+"executable", "chdir", "creates", "removes", "name"}``, the rest the script's bytes. ``creates``/``removes`` are
+checked first (``{"skipped": true}``); the script is written to a new directory made by ``mkdtemp`` (mode 0700),
+made executable, run with ``argv`` as its arguments (no shell: the words were split on the controller) and
+``executable`` in front when given, in ``chdir``, with no stdin; the temp directory is removed afterwards. Answers
+``{"ok": true, "rc", "stdout", "stderr"}`` (``msg`` too when the script could not be started)."""
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 
+import hostlib
 
-def main(req, data):
+
+@hostlib.takes_data
+def run(req, data):
     for key, exists_skips in (("creates", True), ("removes", False)):
         path = req.get(key)
         if path and os.path.exists(os.path.expanduser(path)) == exists_skips:
@@ -47,5 +49,7 @@ def main(req, data):
         shutil.rmtree(work, ignore_errors=True)
 
 
+ACTIONS = {"run": run}
+
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]), sys.stdin.buffer.read())))
+    sys.exit(hostlib.serve(ACTIONS))

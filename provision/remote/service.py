@@ -1,5 +1,6 @@
 """The host side of ``service`` and ``systemd_service``, in one round trip (stdlib only; the request as JSON on
-stdin; one JSON answer on stdout with Ansible's keys, ``failed``/``msg`` with Ansible's messages when it could not).
+stdin, ``python3 - apply``: the host library's envelope, ``hostlib.serve``; one JSON answer with Ansible's keys,
+``failed``/``msg`` with Ansible's messages when it could not).
 
 ``systemd_service`` (request ``module: systemd``) is ansible-core's ``systemd_service`` module: ``systemctl show``
 read into ``status`` (its parser: multi-line values only for ``Exec*`` keys), then ``masked`` (``is-enabled`` says
@@ -30,7 +31,6 @@ scripts only.
 """
 
 import glob
-import json
 import os
 import select
 import shlex
@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 
+import hostlib
 from hostlib import Failed
 
 TIMEOUT = 600  # one service command; the task's own timeout bounds the whole script too
@@ -429,17 +430,14 @@ def apply(req):
     return answer
 
 
-def main():
-    req = json.loads(sys.stdin.read())
+def apply_request(req):
     try:
-        answer = apply(req)
+        return apply(req)
     except Done as done:
-        answer = done.answer
-    except Failed as exc:
-        answer = dict(exc.data, msg=exc.msg, failed=True)
-    print(json.dumps(answer))
-    return 0
+        return done.answer
 
+
+ACTIONS = {"apply": apply_request}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -1,18 +1,19 @@
 """Validate SGLang server command lines with the INSTALLED SGLang's own parser, without starting a server.
 
-Usage: ``VENV_PYTHON -`` with a JSON request on stdin: ``argvs`` (a list of argument lists, what follows
-``python -m sglang.launch_server``), ``env`` (the launch environment: applied before SGLang is imported;
-``PYTHONPATH`` entries also go to ``sys.path``), ``hf_token_file`` (read into ``HF_TOKEN`` when it
-exists, as the launch scripts do), ``stamp_dir`` (optional: remembers argument lists that
-passed, keyed by the lists, the env and the installed SGLang's files, so an unchanged deployment skips the
-~5.5 s import).
+Usage: ``VENV_PYTHON - check`` with a JSON request on stdin (the host library's envelope, ``hostlib.serve``):
+``argvs`` (a list of argument lists, what follows ``python -m sglang.launch_server``), ``env`` (the launch
+environment: applied before SGLang is imported; ``PYTHONPATH`` entries also go to ``sys.path``), ``hf_token_file``
+(read into ``HF_TOKEN`` when it exists, as the launch scripts do), ``stamp_dir`` (optional: remembers argument
+lists that passed, keyed by the lists, the env and the installed SGLang's files, so an unchanged deployment skips
+the ~5.5 s import).
 
 For each argv: ``prepare_server_args(argv)`` (argparse: an unknown flag or a bad choice exits 2 with
 argparse's message), then ``resolve_once()`` and ``check_server_args()`` (the combination checks) when this
 SGLang has them (0.5.23 does). SGLang's own message is returned verbatim.
 
-Prints one JSON line ``{"ok", "cached", "sglang_version", "results": [{"ok", "error"}], "seconds"}``;
-exit 0 when it could report, 2 on a bad request.
+Answers ``{"ok", "cached", "sglang_version", "results": [{"ok", "error"}], "seconds"}`` (``ok`` false and
+``msg`` when a command line is rejected); a failure without ``results`` when it could not check (no SGLang, its
+import failed).
 """
 
 import contextlib
@@ -24,6 +25,8 @@ import os
 import sys
 import time
 import traceback
+
+import hostlib
 
 
 def install_identity():
@@ -71,13 +74,8 @@ def check_one(prepare, argv):
     return {"ok": True, "error": None}
 
 
-def main():
-    try:
-        req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        argvs = [[str(w) for w in argv] for argv in req["argvs"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        print(json.dumps({"ok": False, "error": "bad request: %r" % (exc,)}))
-        return 2
+def check(req):
+    argvs = [[str(w) for w in argv] for argv in req["argvs"]]
     started = time.monotonic()
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
     os.environ.update(env)
@@ -89,19 +87,16 @@ def main():
         sys.path.insert(0, entry)
     identity = install_identity()
     if identity is None:
-        print(json.dumps({"ok": False, "error": "sglang is not installed for %s" % sys.executable}))
-        return 0
+        raise hostlib.Failed("sglang is not installed for %s" % sys.executable)
     key = hashlib.sha256(json.dumps([argvs, sorted(env.items()), identity]).encode()).hexdigest()
     stamp = os.path.join(os.path.expanduser(req["stamp_dir"]), key) if req.get("stamp_dir") else None
     if stamp and os.path.exists(stamp):
-        print(json.dumps({"ok": True, "cached": True, "results": [{"ok": True, "error": None}] * len(argvs)}))
-        return 0
+        return {"ok": True, "cached": True, "results": [{"ok": True, "error": None}] * len(argvs)}
     try:
         import sglang
         from sglang.srt.server_args import prepare_server_args
     except Exception as exc:
-        print(json.dumps({"ok": False, "error": "importing sglang failed: %s: %s" % (type(exc).__name__, exc)}))
-        return 0
+        raise hostlib.Failed("importing sglang failed: %s: %s" % (type(exc).__name__, exc)) from None
     results = [check_one(prepare_server_args, argv) for argv in argvs]
     ok = all(r["ok"] for r in results)
     if ok and stamp:
@@ -110,9 +105,14 @@ def main():
             fh.write(json.dumps(argvs))
     version = getattr(sglang, "__version__", None)
     seconds = round(time.monotonic() - started, 2)
-    print(json.dumps({"ok": ok, "cached": False, "sglang_version": version, "results": results, "seconds": seconds}))
-    return 0
+    answer = {"ok": ok, "cached": False, "sglang_version": version, "results": results, "seconds": seconds}
+    if not ok:
+        rejected = len([r for r in results if not r["ok"]])
+        answer["msg"] = "SGLang %s rejects %d of the command lines" % (version, rejected)
+    return answer
 
+
+ACTIONS = {"check": check}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -1,8 +1,9 @@
 """Filesystem steps of a stack install, run ON the host (stdlib only; Python 3.6+).
 
-    python - ACTION REQUEST_JSON
+    python - ACTION < REQUEST_JSON
 
-Actions (each prints ONE JSON object; exit 1 with ``{"msg": ...}`` on failure):
+in the host library's envelope (``hostlib.serve``: ONE JSON answer; ``{"ok": false, "msg": ...}`` and exit 1 on
+failure). Actions:
 
 * ``prepare {"dirs": [...]}``: create directories (parents too).
 * ``switch {"venv", "new", "envs"}``: make ``venv`` a symlink to ``new`` atomically (a temp link renamed over
@@ -17,7 +18,6 @@ Actions (each prints ONE JSON object; exit 1 with ``{"msg": ...}`` on failure):
 """
 
 import glob
-import json
 import os
 import shutil
 import site
@@ -25,10 +25,6 @@ import sys
 import time
 
 import hostlib
-
-
-class Failure(Exception):
-    pass
 
 
 def prepare(req):
@@ -46,7 +42,7 @@ def switch(req):
     if not os.path.isfile(os.path.join(new, "bin", "python")) and not os.path.islink(
         os.path.join(new, "bin", "python")
     ):
-        raise Failure(f"refusing to switch to {new}: it has no bin/python")
+        raise hostlib.Failed(f"refusing to switch to {new}: it has no bin/python")
     previous = moved = None
     if os.path.islink(venv):
         target = os.readlink(venv)
@@ -56,7 +52,7 @@ def switch(req):
         os.rename(venv, moved)  # same filesystem: envs is the venv's sibling
         previous = moved
     elif os.path.lexists(venv):
-        raise Failure(f"{venv} exists and is not a directory or a symlink: move it away")
+        raise hostlib.Failed(f"{venv} exists and is not a directory or a symlink: move it away")
     hostlib.swap_link(venv, new)  # rename(2) over a symlink is atomic: readers see the old or the new env
     removed = []
     keep = {os.path.normpath(new), os.path.normpath(previous or new)}
@@ -72,7 +68,7 @@ def switch(req):
 def discard(req):
     path, envs = req["path"], req["envs"]
     if not _inside(path, envs):
-        raise Failure(f"refusing to delete {path}: not inside {envs}")
+        raise hostlib.Failed(f"refusing to delete {path}: not inside {envs}")
     shutil.rmtree(path, ignore_errors=True)
     return {"removed": not os.path.exists(path)}
 
@@ -102,20 +98,15 @@ def utime(req):
 def verify(req):
     """After a sync: each sent file's sha256 against the controller's; a file that differs is deleted (the
     next sync sends it again), the others get the controller's mtime (the next ``list`` matches)."""
-    import hashlib
-
     bad = []
     for name, want in req["sha256"].items():
         path = os.path.join(req["dir"], name)
-        digest = hashlib.sha256()
         try:
-            with open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+            digest = hostlib.digest(path)
         except OSError:
             bad.append(name)
             continue
-        if digest.hexdigest() != want:
+        if digest != want:
             os.unlink(path)
             bad.append(name)
         elif name in req.get("times", {}):
@@ -141,7 +132,7 @@ def lock(req):
             except OSError:
                 continue
         if time.time() > deadline:
-            raise Failure("another install holds {} for more than {}s".format(req["path"], req["wait"]))
+            raise hostlib.Failed("another install holds {} for more than {}s".format(req["path"], req["wait"]))
         waited = True
         time.sleep(0.5)
 
@@ -163,7 +154,7 @@ def inherit(req):
     paths = [p for p in site.getsitepackages() if os.path.isdir(p)]
     found = glob.glob(os.path.join(req["new"], "lib", "python*", "site-packages"))
     if not found:
-        raise Failure("no site-packages in {}".format(req["new"]))
+        raise hostlib.Failed("no site-packages in {}".format(req["new"]))
     with open(os.path.join(found[0], "_provision_base_venv.pth"), "w") as fh:
         fh.write("\n".join(paths) + "\n")
     return {"inherited": paths}
@@ -182,18 +173,5 @@ ACTIONS = {
 }
 
 
-def main(argv):
-    if len(argv) != 3 or argv[1] not in ACTIONS:
-        print(json.dumps({"msg": "usage: stack_fs.py {} REQUEST_JSON".format("|".join(ACTIONS))}))
-        return 1
-    try:
-        answer = ACTIONS[argv[1]](json.loads(argv[2]))
-    except (Failure, OSError, ValueError, KeyError) as exc:
-        print(json.dumps({"msg": str(exc)}))
-        return 1
-    print(json.dumps(answer))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

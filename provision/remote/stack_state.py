@@ -1,11 +1,12 @@
 """What a host's Python stack looks like, in ONE command (stdlib only; runs on Python 3.6+ so that an
 interpreter that is too old can still say so).
 
-Run by the ``venv_stack`` / ``nixl_variant`` modules with the host's base interpreter as
-``python - REQUEST_JSON``. REQUEST: ``{"venv": path, "packages": [names], "uv": path-or-null,
-"need_venv": bool, "imports": [modules], "disk": path-or-null, "base_packages": [names]}``. Prints ONE JSON object:
+Run by the ``venv_stack`` / ``nixl_variant`` modules with the host's base interpreter as ``python - state``
+with the request on stdin (the host library's envelope, ``hostlib.serve``): ``{"venv": path, "packages":
+[names], "uv": path-or-null, "need_venv": bool, "imports": [modules], "disk": path-or-null, "base_packages":
+[names]}``. Answers ONE JSON object:
 
-    {"python": {"path", "version", "venv_ok"}, "machine", "system",
+    {"ok": true, "python": {"path", "version", "venv_ok"}, "machine", "system",
      "venv": {"path", "kind": "link"|"dir"|"absent"|"other", "target", "python_ok", "version",
               "installed": {name: version-or-null}, "torch_cuda", "import_error", "error"},
      "uv": {"exists", "sha256"} | null, "disk": {"path", "free"} | null,
@@ -16,12 +17,12 @@ site, no PYTHON* variables): one extra interpreter start, about 0.1 s with the s
 is the CUDA version torch was built for (read from ``torch/version.py`` without importing torch).
 """
 
-import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
+
+import hostlib
 
 # Run by the venv's python: versions of the named distributions, torch's CUDA (read, not imported), then
 # the imports asked for (the gate before a new env is switched in).
@@ -56,28 +57,9 @@ real_stdout.flush()
 """
 
 
-def run(argv, timeout=300):
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        return 124, out.decode(errors="replace"), (err.decode(errors="replace") + "\n(timed out)")
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
 def last_line(text):
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def venv_ok():
@@ -102,7 +84,7 @@ def venv_state(path, packages, imports):
     python = os.path.join(path, "bin", "python")
     if out["kind"] in ("absent", "other") or not os.path.exists(python):
         return out
-    rc, stdout, stderr = run([python, "-I", "-c", PROBE, json.dumps(packages), *imports], timeout=300)
+    rc, stdout, stderr = hostlib.run([python, "-I", "-c", PROBE, json.dumps(packages), *imports], timeout=300)
     try:
         probe = json.loads(last_line(stdout))
     except ValueError:
@@ -133,7 +115,7 @@ def base_state(packages):
 
 def uv_state(path):
     exists = os.path.isfile(path)
-    return {"exists": exists, "sha256": sha256(path) if exists else None}
+    return {"exists": exists, "sha256": hostlib.digest(path) if exists else None}
 
 
 def disk_state(path):
@@ -150,8 +132,7 @@ def disk_state(path):
     return {"path": probe, "free": st.f_bavail * st.f_frsize}
 
 
-def main(argv):
-    request = json.loads(argv[1]) if len(argv) > 1 else {}
+def state(request):
     python = {"path": sys.executable, "version": platform.python_version(), "venv_ok": None}
     if request.get("need_venv"):
         python["venv_ok"] = venv_ok()
@@ -172,9 +153,10 @@ def main(argv):
         answer["disk"] = disk_state(request["disk"])
     if request.get("base_packages") is not None:
         answer["base"] = base_state(request["base_packages"])
-    print(json.dumps(answer))
-    return 0
+    return answer
 
+
+ACTIONS = {"state": state}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

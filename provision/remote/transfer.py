@@ -1,6 +1,7 @@
 """Host side of ``fetch``, ``tempfile`` and ``unarchive`` (stdlib only; Python 3.6+), one action per call.
 
-``python3 - ACTION JSON`` (the archive of a controller-side ``unarchive`` on stdin) prints one JSON answer:
+``python3 - ACTION`` with the request on stdin (the host library's envelope, ``hostlib.serve``; for
+``unarchive``, the request's line, then the archive of a controller-side ``unarchive``) answers:
 
 * ``fetch {"src", "have"}``: the file's content (base64) and sha1, read through a symlink as Ansible's fetch
   does; the content is left out when its sha1 equals ``have`` (the controller's copy is already right).
@@ -16,7 +17,6 @@ import base64
 import grp
 import hashlib
 import io
-import json
 import os
 import pwd
 import shutil
@@ -296,19 +296,11 @@ def do_unarchive(req, stdin):
     return answer
 
 
-def main(argv):
-    action, req = argv[1], json.loads(argv[2])
-    if action == "fetch":
-        answer = do_fetch(req)
-    elif action == "tempfile":
-        answer = do_tempfile(req)
-    elif action == "unarchive":
-        answer = do_unarchive(req, sys.stdin.buffer.read() if req.get("src") is None else b"")
-    else:
-        answer = {"ok": False, "msg": "unknown action %r" % action}
-    print(json.dumps(answer))
-    return 0 if answer.get("ok") else 1
-
+ACTIONS = {
+    "fetch": do_fetch,
+    "tempfile": do_tempfile,
+    "unarchive": hostlib.takes_data(lambda req, data: do_unarchive(req, data if req.get("src") is None else b"")),
+}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

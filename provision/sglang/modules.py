@@ -65,13 +65,13 @@ class SglangArgs(Module):
         try:  # the check reports a rejected command line in its answer
             with ctx.waiting(f"SGLang ({python}) to check the launch command of {', '.join(names)}", args["timeout"]):
                 report = ctx.call_helper(
-                    "sglang_args_check.py", python=python, stdin=json.dumps(request).encode(),
+                    "sglang_args_check.py", "check", python=python, stdin=json.dumps(request).encode(),
                     timeout=args["timeout"], what="sglang_args", hint=SGLANG_HINT, check_rc=False,
                 )  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
-        if report.get("error"):
-            return ModuleResult(failed=True, msg=f"sglang_args: {report['error']}", data=report)
+        if not report.get("ok") and "results" not in report:  # it could not check
+            return ModuleResult(failed=True, msg=f"sglang_args: {report.get('msg')}", data=report)
         version = report.get("sglang_version")
         failures = [(n, r["error"]) for n, r in zip(names, report.get("results", []), strict=False) if not r.get("ok")]
         data = {"cached": report.get("cached", False), "sglang_version": version, "seconds": report.get("seconds")}

@@ -75,10 +75,13 @@ def explain(output: str, source: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ remote calls
-def remote(ctx: ModuleContext, python: str, script: str, *args: object, timeout: float = 600) -> dict[str, Any]:
-    """Run a stack helper with the host's base Python; its JSON answer, or StackError with the reason."""
+def remote(
+    ctx: ModuleContext, python: str, script: str, action: str, request: str, timeout: float = 600
+) -> dict[str, Any]:
+    """Run one action of a stack helper with the host's base Python, ``request`` (JSON text) on its stdin; its
+    JSON answer, or StackError with the reason."""
     try:
-        return ctx.call_helper(script, *args, python=python, timeout=timeout)
+        return ctx.call_helper(script, action, python=python, stdin=request.encode(), timeout=timeout)
     except HelperError as exc:
         if exc.no_python:
             raise StackError(
@@ -90,7 +93,7 @@ def remote(ctx: ModuleContext, python: str, script: str, *args: object, timeout:
 
 
 def host_state(ctx: ModuleContext, python: str, **request: Any) -> dict[str, Any]:
-    return remote(ctx, python, STATE, json.dumps(request))
+    return remote(ctx, python, STATE, "state", json.dumps(request))
 
 
 def version_tuple(text: str | None) -> tuple[int, ...]:

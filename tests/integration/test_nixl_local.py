@@ -124,10 +124,11 @@ def test_probe_require_vram_without_a_gpu(python: str) -> None:
 def test_two_process_dram_transfer(python: str, tmp_path: Path) -> None:
     meta, result, log = tmp_path / "meta.json", tmp_path / "result.json", tmp_path / "target.log"
     size, script = 16 * MiB, str(remote.path("nixl_transfer.py"))
-    common = ["--size", str(size), "--iters", "3", "--timeout", "60"]
-    files = ["--meta-out", str(meta), "--result-out", str(result), "--log", str(log)]
+    common = {"size": size, "iters": 3, "timeout": 60}
+    files = {"meta_out": str(meta), "result_out": str(result), "log": str(log)}
     launched = subprocess.run(
-        [python, script, "target", *files, *common, "--detach"],
+        [python, script, "target"],
+        input=json.dumps({**files, **common, "detach": True}),
         capture_output=True,
         text=True,
         timeout=30,
@@ -137,7 +138,8 @@ def test_two_process_dram_transfer(python: str, tmp_path: Path) -> None:
     wait_for(meta.exists, 30)
     assert json.loads(meta.read_text())["pid"] == pid
     proc = subprocess.run(
-        [python, script, "initiator", "--meta-in", str(meta), *common],
+        [python, script, "initiator"],
+        input=json.dumps({"meta_in": str(meta), **common}),
         capture_output=True,
         text=True,
         timeout=90,

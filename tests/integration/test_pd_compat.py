@@ -132,7 +132,7 @@ def test_cpu_engine_switch_and_flags(lab: Any, sglang_stack: SglangStack) -> Non
     }  # fmt: skip
     helper = f"{remote}/sglang_args_check.py"
     out = lab.run_as(
-        sglang_stack.host, [f"{sglang_stack.venv}/bin/python", helper], input=json.dumps(request), timeout=300
+        sglang_stack.host, [f"{sglang_stack.venv}/bin/python", helper, "check"], input=json.dumps(request), timeout=300
     )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["results"] == [{"ok": True, "error": None}] * 2, f"SGLang rejects the CPU flags: {report}"

@@ -195,7 +195,7 @@ def test_a_command_that_ignores_sigterm_is_a_timeout_not_rc_minus_one(
 def test_agent_exits_with_its_channel(lab: Lab, lab_env: None) -> None:
     conn = ssh(lab)
     agent = conn.python_agent("python3")
-    assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+    assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
     pids = pids_of(lab.hosts[0].user, "provision-agent")
     assert pids
     conn.close()
@@ -527,13 +527,13 @@ def test_heartbeats_keep_a_long_command_the_lock_and_the_agent_alive(lab: Lab, l
     conn = ssh(lab, connect_timeout=1.0, run_lock=True)  # H = 1 s: 3 s of silence would kill
     try:
         agent = conn.python_agent("python3")
-        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
         agents = pids_of(user, "provision-agent")  # it holds the run lock too
         assert agents and not pids_of(user, LOCKER_MARK)
         holders = agents
         result = conn.run(Command.shell("sleep 6; echo done"), timeout=60)
         assert (result.rc, result.stdout) == (0, "done\n"), result
-        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
         assert conn.python_agent("python3") is agent  # the same agent: it never left
         assert all(alive(p) for p in holders + agents)
     finally:
@@ -544,10 +544,10 @@ def test_local_commands_and_agents_expect_no_heartbeat(tmp_path: Path) -> None:
     conn = LocalConnection("local")
     try:
         agent = conn.python_agent(sys.executable)
-        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
         result = conn.run(Command.shell("sleep 3.5; echo done"), timeout=60)  # > 3 x the shortest H
         assert (result.rc, result.stdout) == (0, "done\n"), result
-        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
         assert conn.python_agent(sys.executable) is agent
     finally:
         conn.close()

@@ -204,11 +204,11 @@ def test_the_agent_skips_heartbeats_between_requests_and_exits_when_they_stop(tm
     try:
         with beating(proc, H / 3):  # a lot of them, between and during requests
             for _ in range(5):
-                result = agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30)
+                result = agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30)
                 assert result.rc == 0, result.stderr
                 time.sleep(H)
             agent.beat()  # what the connection's heartbeat thread calls
-            assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+            assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
             assert proc.poll() is None
         started = time.monotonic()
         assert proc.wait(10) == 0
@@ -245,7 +245,7 @@ def test_the_agent_takes_a_running_script_with_it_when_the_controller_goes_silen
 def test_the_agent_exits_at_the_end_of_its_stdin(heartbeat: float) -> None:
     agent, proc = start_agent(heartbeat)
     try:
-        assert agent.call("file_state.py", ["stat", '{"paths": ["/"]}'], None, 30).rc == 0
+        assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
         if heartbeat == 0:
             time.sleep(5 * H)  # no heartbeats expected: silence is fine
             assert proc.poll() is None

@@ -27,14 +27,14 @@ def ctx() -> Iterator[Callable[[], ModuleContext]]:
 
 
 def test_the_answer(tmp_path: Path, ctx: Callable[[], ModuleContext]) -> None:
-    answer = ctx().call_helper("file_state.py", "stat", json.dumps({"paths": [str(tmp_path)]}))
+    answer = ctx().call_helper("file_state.py", "stat", stdin=json.dumps({"paths": [str(tmp_path)]}).encode())
     assert answer["ok"] and answer["states"][0]["type"] == "directory"
 
 
 def test_a_failure_carries_the_hosts_message_and_the_output(tmp_path: Path, ctx: Callable[[], ModuleContext]) -> None:
-    request = json.dumps({"ops": [{"op": "nope", "path": str(tmp_path)}]})
+    request = json.dumps({"ops": [{"op": "nope", "path": str(tmp_path)}]}).encode()
     with pytest.raises(HelperError) as info:
-        ctx().call_helper("file_state.py", "apply", request, what="apply")
+        ctx().call_helper("file_state.py", "apply", stdin=request, what="apply")
     err = info.value
     assert isinstance(err, ModuleError) and err.host == "h" and err.rc == 1
     assert err.answer is not None and err.answer["ok"] is False and err.reason == err.answer["msg"]
@@ -45,8 +45,8 @@ def test_a_failure_carries_the_hosts_message_and_the_output(tmp_path: Path, ctx:
 
 
 def test_check_rc_false_returns_an_answer_whatever_the_rc(tmp_path: Path, ctx: Callable[[], ModuleContext]) -> None:
-    request = json.dumps({"ops": [{"op": "nope", "path": str(tmp_path)}]})
-    answer = ctx().call_helper("file_state.py", "apply", request, check_rc=False)
+    request = json.dumps({"ops": [{"op": "nope", "path": str(tmp_path)}]}).encode()
+    answer = ctx().call_helper("file_state.py", "apply", stdin=request, check_rc=False)
     assert answer["ok"] is False and "nope" in answer["msg"]
 
 
@@ -69,6 +69,13 @@ def test_no_answer() -> None:
         helper_answer(CommandResult(2, "", "boom\n", "cmd"), "h", "x.py", "python3")
     with pytest.raises(HelperError, match=r"^h: x.py printed no answer \(rc=2\): boom$"):
         helper_answer(CommandResult(2, "", "boom\n", "cmd"), "h", "x.py", "python3", check_rc=False)
+    # the one envelope: an answer that says it failed is a failure whatever the rc, with the host's msg
+    said = CommandResult(0, '{"ok": false, "failed": true, "msg": "no such user"}\n', "", "cmd")
+    with pytest.raises(HelperError, match=r"^h: x.py failed \(rc=0\): no such user$") as failed:
+        helper_answer(said, "h", "x.py", "python3")
+    assert failed.value.reason == "no such user" and failed.value.answer == {"ok": False, "failed": True,
+                                                                             "msg": "no such user"}  # fmt: skip
+    assert helper_answer(said, "h", "x.py", "python3", check_rc=False)["msg"] == "no such user"
     # the last JSON object line is the answer: lines after it that are not JSON do not hide it
     assert helper_answer(CommandResult(0, 'log\n{"ok": true}\ntrailing\n', "", "cmd"), "h", "x.py", "p") == {"ok": True}
 

@@ -38,31 +38,16 @@ SERVED = [name for name in SCRIPTS if "hostlib.serve(" in remote.path(name).read
 
 # what each not-yet-ported script still defines for itself (issue 24: ported one by one onto hostlib)
 PORT_LATER: dict[str, set[str]] = {
-    "accounts.py": {"envelope"},
     "agent.py": {"envelope"},
-    "ansible_facts.py": {"envelope"},
-    "file_state.py": {"atomic write", "envelope"},
-    "get_url.py": {"atomic write", "envelope"},
-    "git_repo.py": {"envelope"},
-    "http_request.py": {"envelope"},
-    "info.py": {"envelope"},
-    "make_tiny_model.py": {"atomic write", "envelope"},
-    "model_sync.py": {"atomic write", "envelope"},  # new this round (issue 26), written beside hostlib; the
-    # controller also imports it (manifest_of), which a bare `import hostlib` would break: ported with that
+    # the exported deployments (pd/export: Slurm, Kubernetes) copy these three as plain files and run them with
+    # their old command lines (``make_tiny_model.py DEST``, ``nixl_probe.py --backends``, ``pd_verify.py <
+    # REQUEST``): ported with the export (which must then ship hostlib beside them: remote.source)
+    "make_tiny_model.py": {"atomic write", "envelope"},  # its "atomic write": a model directory renamed into place
+    "model_sync.py": {"atomic write"},  # commit renames the staged directory into place: no file is written
     "nixl_probe.py": {"envelope"},
-    "pd_bench.py": {"envelope"},  # new this round (issue 25), written beside hostlib
-    "pd_metrics.py": {"envelope"},  # new this round (issue 25), written beside hostlib
-    "nixl_transfer.py": {"atomic write", "envelope"},
-    "packages.py": {"envelope"},
     "pd_verify.py": {"envelope"},
-    "pip_state.py": {"envelope"},
     "process_ctl.py": {"envelope"},  # its exit codes differ (0 whenever it answers): callers and tests rely on it
-    "run_script.py": {"envelope"},
-    "service.py": {"envelope"},
-    "sglang_args_check.py": {"envelope"},
-    "stack_fs.py": {"atomic write", "envelope"},  # "atomic write": a hand-made venv dir moved aside (os.rename)
-    "stack_state.py": {"envelope"},
-    "transfer.py": {"envelope"},
+    "stack_fs.py": {"atomic write"},  # a hand-made venv dir moved aside (os.rename): no file is written
 }
 
 
@@ -139,6 +124,16 @@ def test_swap_link_replaces_a_link_in_one_step_and_refuses_a_directory(tmp_path:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["A", "B", "real", "venv"]
 
 
+def test_a_name_of_the_longest_length_is_written_through_a_shortened_temp_name(tmp_path: Path) -> None:
+    """255 bytes is the most a Linux filesystem takes in one name: the temp name beside it is shortened (the
+    bare ``NAME.tmp-...`` would be too long, and the write failed with ENAMETOOLONG)."""
+    longest = "日" * 85
+    assert len(longest.encode()) == 255
+    hostlib.atomic_write(str(tmp_path / longest), b"ok", 0o640)
+    assert (tmp_path / longest).read_bytes() == b"ok" and [p.name for p in tmp_path.iterdir()] == [longest]
+    assert all(len(os.path.basename(hostlib.temp_beside(str(tmp_path / n))).encode()) <= 255 for n in (longest, "x"))
+
+
 def test_digest_and_umask(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"abc")
     assert hostlib.digest(str(tmp_path / "f")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
@@ -175,6 +170,29 @@ def test_the_envelope_answers_ok_failed_and_raised_failures() -> None:
     assert hostlib.answer_of(actions, ["refused"], "{}") == {"ok": False, "failed": True, "msg": "refused failed"}
     assert hostlib.answer_of(actions, ["fails"], "{}") == {"name": "x", "ok": False, "failed": True,
                                                            "msg": "no such thing"}  # fmt: skip
+
+
+def test_an_action_that_takes_data_gets_the_bytes_after_the_request_line() -> None:
+    seen: list[tuple[object, bytes]] = []
+
+    @hostlib.takes_data
+    def put(req: dict[str, object], data: bytes) -> dict[str, object]:
+        seen.append((req["path"], data))
+        return {"size": len(data)}
+
+    actions = {"put": put, "plain": lambda req: {"keys": sorted(req)}}
+    assert hostlib.answer_of(actions, ["put"], '{"path": "/x"}\n', b"\x00bytes\n{") == {"size": 8, "ok": True}
+    assert seen == [("/x", b"\x00bytes\n{")]
+    assert hostlib.answer_of(actions, ["plain"], '{"a": 1}') == {"keys": ["a"], "ok": True}
+    answer = hostlib.answer_of(actions, ["put"], "{", b"data")
+    assert answer["ok"] is False and answer["msg"].startswith("bad request: the request is not JSON")
+
+
+def test_an_answer_in_ansibles_shape_that_says_failed_is_not_ok() -> None:
+    """One exit-code rule: a module's ``failed: true`` answer is a failure of the envelope too (exit 1)."""
+    answer = hostlib.answer_of({"apply": lambda req: {"failed": True, "msg": "no such package"}}, ["apply"], "{}")
+    assert answer == {"failed": True, "msg": "no such package", "ok": False}
+    assert hostlib.answer_of({"apply": lambda req: {"changed": True}}, ["apply"], "{}") == {"changed": True, "ok": True}
 
 
 # ---- shipping: every way of travel -----------------------------------------------------------------------
@@ -245,6 +263,32 @@ def test_a_bad_request_gets_the_same_failure_answer_through_every_way_of_travel(
     assert all(answer == first for answer in answers.values()), answers
 
 
+# the actions that take data after their request line (hostlib.takes_data), and their data travels with them
+DATA_ACTIONS = {"file_state.py": "write", "transfer.py": "unarchive", "run_script.py": "run", "model_sync.py": "recv"}
+
+
+def test_the_data_actions_are_all_listed() -> None:
+    marked = {name for name in SERVED if "hostlib.takes_data" in remote.path(name).read_text()}
+    assert marked == set(DATA_ACTIONS)
+
+
+@pytest.mark.parametrize("script", sorted(DATA_ACTIONS))
+def test_a_bad_request_to_an_action_that_takes_data_is_the_same_failure_through_every_way(
+    script: str, tmp_path: Path
+) -> None:
+    """The request's line is not JSON; the data after it is never read as the request."""
+    argv, request = [DATA_ACTIONS[script]], b'{"path": \n{"ok": true}\n'
+    answers = {
+        "fresh process": _fresh_process(script, argv, request),
+        "agent": _agent(script, argv, request),
+        "copied file": _copied_file(script, argv, request, tmp_path),
+    }
+    first = answers["fresh process"]
+    assert first[0] == 1 and first[1]["ok"] is False, answers
+    assert str(first[1]["msg"]).startswith("bad request: the request is not JSON"), answers
+    assert all(answer == first for answer in answers.values()), answers
+
+
 def _actions_literal(script: str) -> str:
     """The names of the script's ACTIONS table, as a Python literal of a set (read from its source)."""
     tree = ast.parse(remote.path(script).read_text())
@@ -262,8 +306,8 @@ def test_a_script_that_imports_the_library_travels_with_it_and_keeps_its_line_nu
     (tmp_path / "t.py").write_text(remote.bundle("t.py", program))
     proc = subprocess.run([HOST_PYTHON, str(tmp_path / "t.py")], capture_output=True, timeout=30, cwd=tmp_path)
     assert proc.returncode == 4, proc.stderr  # line 4 of the script, as written
-    plain = remote.path("ansible_facts.py").read_bytes()
-    assert remote.source("ansible_facts.py") == plain  # a script without the library travels as it is
+    plain = "import sys\n\nsys.exit(0)\n"
+    assert remote.bundle("plain.py", plain) == plain  # a script without the library travels as it is
 
 
 # ---- the guard ---------------------------------------------------------------------------------------------

@@ -73,22 +73,22 @@ def test_damaged_bytes_are_removed_and_reported(tmp_path: Path) -> None:
     rel = "config.json"
     answer = ms.op_recv({"dir": str(dest), "path": rel, "offset": 0, "size": 2, "sha256": want[rel][1]}, b"{]")
     assert answer["bad"] == [rel] and not (tmp_path / ".m.provision-partial" / rel).exists()
-    with pytest.raises(ms.Failure, match="holds 0 bytes, not 1"):
+    with pytest.raises(ms.hostlib.Failed, match="holds 0 bytes, not 1"):
         ms.op_recv({"dir": str(dest), "path": rel, "offset": 1, "size": 2, "sha256": want[rel][1]}, b"}")
-    with pytest.raises(ms.Failure, match="not complete"):
+    with pytest.raises(ms.hostlib.Failed, match="not complete"):
         ms.op_commit({"dir": str(dest), "want": want})
 
 
 @pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../b", ".hidden", "a//b", "", "sub/.git/x"])
 def test_request_paths_must_be_plain_relative_paths(tmp_path: Path, rel: str) -> None:
-    with pytest.raises(ms.Failure, match="bad file path"):
+    with pytest.raises(ms.hostlib.Failed, match="bad file path"):
         ms.op_plan({"dir": str(tmp_path / "m"), "want": {rel: [1, "0" * 64]}, "create": True})
 
 
 def test_writes_never_go_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "m").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ms.Failure, match="is a symbolic link"):
+    with pytest.raises(ms.hostlib.Failed, match="is a symbolic link"):
         ms.op_plan({"dir": str(tmp_path / "m"), "want": manifest(FILES), "create": True})
     dest = tmp_path / "n"
     ms.op_plan({"dir": str(dest), "want": manifest(FILES), "create": True})

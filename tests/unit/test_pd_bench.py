@@ -216,7 +216,8 @@ def test_the_bench_helper_answers_strict_json_whatever_bench_serving_writes(tmp_
     fake.chmod(0o755)
     request = {"python": str(fake), "url": "http://127.0.0.1:1", "tokenizer": "/m", "input_len": 8,
                "output_len": 2, "num_prompts": 4, "concurrency": 2, "dir": str(tmp_path)}  # fmt: skip
-    done = subprocess.run([sys.executable, str(REPO / "provision" / "remote" / "pd_bench.py")], capture_output=True,
+    done = subprocess.run([sys.executable, str(REPO / "provision" / "remote" / "pd_bench.py"), "bench"],
+                          capture_output=True,
                           input=json.dumps(request).encode(), timeout=60, check=True)  # fmt: skip
     answer = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"non-finite {c} in the answer"))
     assert answer["ok"] and answer["versions"] == {"sglang": "0.5.17"}
