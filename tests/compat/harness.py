@@ -117,22 +117,53 @@ def all_cases() -> list[Case]:
 
 # The cases run in CHUNKS, each on a lab and a thread pool of its own (tests/compat/test_compat.py); under
 # pytest-xdist each chunk is an xdist group (tests/conftest.py), so the chunks run at once on several workers.
-# Every ``sudo`` case (it changes the machine: packages, accounts, units) is in chunk 0, where the harness's
-# lock keeps them one at a time, with the unit tests that change this machine's package database.
+# Every ``sudo`` case (it changes the machine: packages, accounts, units) is in chunk 0, where they run one after
+# another, with the unit tests that change this machine's package database.
 # one by default: with 2, the full parallel run left facts_names unreachable on two lab hosts
 CHUNKS = max(1, int(os.environ.get("PROVISION_COMPAT_CHUNKS", "1")))
+# What each case cost in a measured run (seconds of wall time on its pool worker, 4 workers on 2 cores under
+# load: ``scripts/compat_costs.py REPORT`` rewrites it from a chunk report): the chunks are dealt by cost, and
+# each pool starts its longest cases first. A case not in it (a new one) counts as the median.
+COSTS_PATH = Path(__file__).parent / "costs.json"
+
+
+@functools.cache
+def costs() -> dict[str, float]:
+    known: dict[str, float] = json.loads(COSTS_PATH.read_text()) if COSTS_PATH.is_file() else {}
+    ordered = sorted(known.values())
+    median = ordered[len(ordered) // 2] if ordered else 1.0
+    return {c.name: float(known.get(c.name, median)) for c in all_cases()}
+
+
+def deal(cases: list[Case], cost: dict[str, float], chunks: int) -> dict[str, int]:
+    """Each case's chunk: 0 for every ``sudo`` case; then each other case, the costliest first, to the chunk whose
+    total is the smallest so far, so that the chunks end at about the same time."""
+    out = {c.name: 0 for c in cases if c.sudo}
+    totals = [sum(cost[n] for n in out)] + [0.0] * (chunks - 1)
+    for name in sorted((c.name for c in cases if not c.sudo), key=lambda n: (-cost[n], n)):
+        out[name] = min(range(chunks), key=lambda i: (totals[i], i))
+        totals[out[name]] += cost[name]
+    return out
 
 
 @functools.cache
 def _chunks() -> dict[str, int]:
-    cases = all_cases()
-    others = [c.name for c in cases if not c.sudo]
-    return {**{c.name: 0 for c in cases if c.sudo}, **{name: i % CHUNKS for i, name in enumerate(others)}}
+    return deal(all_cases(), costs(), CHUNKS)
 
 
 def chunk_of(name: str) -> int:
-    """The chunk of the case ``name``: 0 for a ``sudo`` case, the others dealt round."""
+    """The chunk of the case ``name``: 0 for a ``sudo`` case, the others dealt by cost (:func:`_chunks`)."""
     return _chunks()[name]
+
+
+def lanes(cases: list[Case]) -> list[list[Case]]:
+    """A chunk's cases as its pool's jobs, the longest first: the ``sudo`` cases one job, run one after another
+    on one pool worker (they hold the machine's lock: spread over workers, they kept three workers waiting on
+    it), every other case a job of its own."""
+    cost = costs()
+    jobs = [[c for c in cases if c.sudo]] if any(c.sudo for c in cases) else []
+    jobs += [[c] for c in cases if not c.sudo]
+    return sorted(jobs, key=lambda job: -sum(cost[c.name] for c in job))
 
 
 # folders where ansible-core finds a case's own modules and module_utils (Harness.ansiballz_dir)
