@@ -2,7 +2,7 @@
 AnsiballZ cache among the ansible-playbook runs of one compat chunk.
 
 ansible-core builds each Python module's payload (the module and the ``module_utils`` it imports, found by
-compiling them all: about a second of CPU for ``copy``) once per run, into ``<local tmp>/ansiballz_cache``, a
+compiling them all: tenths of a second of CPU per module) once per run, into ``<local tmp>/ansiballz_cache``, a
 folder its controller makes anew for every run (``ANSIBLE_LOCAL_TEMP``'s ``ansible-local-*``). Loaded in the
 controller before the first worker forks, this makes that folder a link to ``$PROVISION_COMPAT_ANSIBALLZ``, so
 each module is built once per chunk instead of once per run: ansible-core still builds, sends and runs every
