@@ -1,10 +1,11 @@
-"""How the compat harness deals its cases into chunks and pool jobs (tests/compat/harness.py): by measured cost."""
+"""How the compat harness deals its cases into chunks and pool jobs (tests/compat/harness.py): by measured cost;
+which AnsiballZ cache ansible-core's runs share."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.compat.harness import Case, all_cases, costs, deal, lanes
+from tests.compat.harness import Case, Harness, all_cases, costs, deal, lanes
 
 
 def _case(name: str, sudo: bool = False) -> Case:
@@ -38,3 +39,21 @@ def test_every_case_has_a_cost_a_new_one_the_median() -> None:
     cost = costs()
     assert set(cost) == {c.name for c in all_cases()}
     assert all(v > 0 for v in cost.values())
+
+
+def test_a_case_with_modules_of_its_own_gets_an_ansiballz_cache_of_its_own(tmp_path: Path) -> None:
+    """The cache's key is a module's name, not its source: a case's own ``library``/``module_utils`` (or one named
+    in its env) must not be served another case's payload of the same name."""
+    work = tmp_path / "work"
+    harness = Harness(None, work)
+    try:
+        plain, own, named = (work / "cases" / name / "ansible" for name in ("plain", "own", "named"))
+        (plain / "templates").mkdir(parents=True)
+        (own / "roles" / "r" / "library").mkdir(parents=True)
+        named.mkdir(parents=True)
+        (named / "case.yml").write_text("env:\n  ANSIBLE_LIBRARY: '{dir}/lib'\n")
+        assert harness.ansiballz_dir(plain) == work / "ansiballz"
+        assert harness.ansiballz_dir(own) == work / "cases" / "own" / "ansiballz"
+        assert harness.ansiballz_dir(named) == work / "cases" / "named" / "ansiballz"
+    finally:
+        harness.close()
