@@ -117,22 +117,57 @@ def all_cases() -> list[Case]:
 
 # The cases run in CHUNKS, each on a lab and a thread pool of its own (tests/compat/test_compat.py); under
 # pytest-xdist each chunk is an xdist group (tests/conftest.py), so the chunks run at once on several workers.
-# Every ``sudo`` case (it changes the machine: packages, accounts, units) is in chunk 0, where the harness's
-# lock keeps them one at a time, with the unit tests that change this machine's package database.
+# Every ``sudo`` case (it changes the machine: packages, accounts, units) is in chunk 0, where they run one after
+# another, with the unit tests that change this machine's package database.
 # one by default: with 2, the full parallel run left facts_names unreachable on two lab hosts
 CHUNKS = max(1, int(os.environ.get("PROVISION_COMPAT_CHUNKS", "1")))
+# What each case cost in a measured run (seconds of wall time on its pool worker, 4 workers on 2 cores under
+# load: ``scripts/compat_costs.py REPORT`` rewrites it from a chunk report): the chunks are dealt by cost, and
+# each pool starts its longest cases first. A case not in it (a new one) counts as the median.
+COSTS_PATH = Path(__file__).parent / "costs.json"
+
+
+@functools.cache
+def costs() -> dict[str, float]:
+    known: dict[str, float] = json.loads(COSTS_PATH.read_text()) if COSTS_PATH.is_file() else {}
+    ordered = sorted(known.values())
+    median = ordered[len(ordered) // 2] if ordered else 1.0
+    return {c.name: float(known.get(c.name, median)) for c in all_cases()}
+
+
+def deal(cases: list[Case], cost: dict[str, float], chunks: int) -> dict[str, int]:
+    """Each case's chunk: 0 for every ``sudo`` case; then each other case, the costliest first, to the chunk whose
+    total is the smallest so far, so that the chunks end at about the same time."""
+    out = {c.name: 0 for c in cases if c.sudo}
+    totals = [sum(cost[n] for n in out)] + [0.0] * (chunks - 1)
+    for name in sorted((c.name for c in cases if not c.sudo), key=lambda n: (-cost[n], n)):
+        out[name] = min(range(chunks), key=lambda i: (totals[i], i))
+        totals[out[name]] += cost[name]
+    return out
 
 
 @functools.cache
 def _chunks() -> dict[str, int]:
-    cases = all_cases()
-    others = [c.name for c in cases if not c.sudo]
-    return {**{c.name: 0 for c in cases if c.sudo}, **{name: i % CHUNKS for i, name in enumerate(others)}}
+    return deal(all_cases(), costs(), CHUNKS)
 
 
 def chunk_of(name: str) -> int:
-    """The chunk of the case ``name``: 0 for a ``sudo`` case, the others dealt round."""
+    """The chunk of the case ``name``: 0 for a ``sudo`` case, the others dealt by cost (:func:`_chunks`)."""
     return _chunks()[name]
+
+
+def lanes(cases: list[Case]) -> list[list[Case]]:
+    """A chunk's cases as its pool's jobs, the longest first: the ``sudo`` cases one job, run one after another
+    on one pool worker (they hold the machine's lock: spread over workers, they kept three workers waiting on
+    it), every other case a job of its own."""
+    cost = costs()
+    jobs = [[c for c in cases if c.sudo]] if any(c.sudo for c in cases) else []
+    jobs += [[c] for c in cases if not c.sudo]
+    return sorted(jobs, key=lambda job: -sum(cost[c.name] for c in job))
+
+
+# folders where ansible-core finds a case's own modules and module_utils (Harness.ansiballz_dir)
+_OWN_MODULES = frozenset({"library", "module_utils", "modules", "collections", "ansible_collections"})
 
 
 @dataclass
@@ -167,7 +202,10 @@ class Harness:
         self.work = work
         self.ansible_home = work / "ansible-home"
         self.ansible_home.mkdir(parents=True, exist_ok=True)
-        (work / "ansible.cfg").write_text("[defaults]\n")
+        # ansible-core's controller polls its workers' results every internal_poll_interval seconds: at its
+        # default, 0.001, the polling cost a fifth of ansible-playbook's CPU in a case (the doc of the setting
+        # says to raise it where CPU matters more than UI latency); results and their order are unchanged
+        (work / "ansible.cfg").write_text("[defaults]\ninternal_poll_interval = 0.01\n")
         # ssh's control sockets: a short path of their own (a Unix socket's path has at most 107 bytes; the
         # work dir under pytest-xdist's base temp is longer than that with ssh's %C and its random suffix)
         self.control = Path(tempfile.mkdtemp(prefix="cmp-cp-"))
@@ -194,6 +232,9 @@ class Harness:
             ANSIBLE_REMOTE_TMP="~/.ansible/tmp",
             ANSIBLE_STDOUT_CALLBACK="compat_json",
             ANSIBLE_CALLBACK_PLUGINS=str(Path(__file__).parent / "plugins"),
+            # each module's AnsiballZ payload built once per chunk, not once per run (plugins/compat_ansiballz.py)
+            ANSIBLE_CALLBACKS_ENABLED="compat_ansiballz",
+            PROVISION_COMPAT_ANSIBALLZ=str(self.ansiballz_dir(case_dir)),
             ANSIBLE_HOST_KEY_CHECKING="True",
             ANSIBLE_PIPELINING="True",
             ANSIBLE_SSH_ARGS=(
@@ -210,6 +251,17 @@ class Harness:
             ANSIBLE_COLLECTIONS_PATH=str(Path(sys.prefix) / "collections"),
         )
         return env
+
+    def ansiballz_dir(self, case_dir: Path) -> Path:
+        """The AnsiballZ cache of ansible's runs in ``case_dir`` (a tool's copy of a case): the chunk's, or the
+        case's own where the case brings modules or ``module_utils`` (the cache's key is a module's name)."""
+        own = _OWN_MODULES & {p.name for p in case_dir.rglob("*") if p.is_dir()}
+        meta = case_dir / "case.yml"
+        if meta.is_file() and any(w in meta.read_text() for w in ("LIBRARY", "MODULE_UTILS", "COLLECTIONS")):
+            own = {"env"}
+        path = case_dir.parent / "ansiballz" if own else self.work / "ansiballz"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def provision_env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.harness import Harness, Outcome, all_cases, chunk_of
+from tests.compat.harness import Case, Harness, Outcome, all_cases, chunk_of, lanes
 from tests.support.lab import Lab
 
 pytestmark = pytest.mark.lab
@@ -32,24 +32,25 @@ def selected() -> list[str]:
 def run_chunk(chunk: int, base: Path) -> dict[str, Outcome]:
     """Every selected case of ``chunk``, WORKERS at a time, each worker on its own two lab hosts."""
     chosen = [c for c in CASES if c.name in selected() and chunk_of(c.name) == chunk]
-    workers = max(1, min(WORKERS, len(chosen)))
+    jobs = lanes(chosen)
+    workers = max(1, min(WORKERS, len(jobs)))
     with Lab(2 * workers, base / "lab", prefix=f"cmp{chunk}") as lab:
         harness = Harness(lab, base / "work")
         slots: queue.Queue[list[object]] = queue.Queue()
         for i in range(workers):
             slots.put([lab.host(2 * i), lab.host(2 * i + 1)])
 
-        def one(case):  # type: ignore[no-untyped-def]
+        def one(job: list[Case]) -> list[Outcome]:
             slot = slots.get()
             try:
-                return harness.run_case(case, slot)
+                return [harness.run_case(case, slot) for case in job]
             finally:
                 slots.put(slot)
 
         started = time.monotonic()
         try:
             with ThreadPoolExecutor(workers) as pool:
-                results = {o.case: o for o in pool.map(one, chosen)}
+                results = {o.case: o for done in pool.map(one, jobs) for o in done}
         finally:
             harness.close()
     elapsed = time.monotonic() - started
