@@ -36,9 +36,8 @@ from .progress import Waiting
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}
 # run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
-_BOOTSTRAP = (
-    "import sys;n=int(sys.stdin.buffer.readline());exec(compile(sys.stdin.buffer.read(n),'<provision>','exec'))"
-)
+# (``provision/remote/programs/script_boot.py``, minified)
+_BOOTSTRAP = remote.program("script_boot.py")
 
 
 class HelperError(ModuleError):

@@ -31,29 +31,11 @@ QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer
 HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
 FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
-# the agent's source from argv (zlib, base64: with the first request, see PythonAgent.command), else read
-# from stdin unbuffered (nothing of the first request may be swallowed by a buffer); runs it
-BOOTSTRAP = """\
-import os, sys
-if len(sys.argv) > 2:
-    import base64, zlib
-    s = zlib.decompress(base64.b64decode(sys.argv[2]))
-else:
-    h = b''
-    while not h.endswith(b'\\n'):
-        c = os.read(0, 1)
-        if not c:
-            raise SystemExit(1)
-        h += c
-    n = int(h)
-    s = b''
-    while len(s) < n:
-        c = os.read(0, n - len(s))
-        if not c:
-            raise SystemExit(1)
-        s += c
-exec(compile(s, 'provision-agent', 'exec'))
-"""
+# starts the agent: its source from argv (zlib, base64: with the first request, see PythonAgent.command), else
+# from stdin (``provision/remote/programs/agent_boot.py``, minified)
+BOOTSTRAP = remote.program("agent_boot.py")
+# the agent as it travels: ``provision/remote/agent.py`` with the spawn core, minified
+AGENT_SOURCE = remote.program("agent.py").encode("utf-8")
 
 
 class AgentUnavailable(Exception):
@@ -84,7 +66,7 @@ class PythonAgent:
         self.phases: Phases | None = None  # the connection's round-trip trace (provision.transport.trace)
         if preloaded:  # source and first request came with the command: see command(first=...)
             return
-        source = remote.source("agent.py")
+        source = AGENT_SOURCE
         try:
             stream.send(b"%d\n" % len(source) + source)
         except OSError as exc:
@@ -102,7 +84,7 @@ class PythonAgent:
         beat = f"{heartbeat:g}" if heartbeat > 0 else "0"
         if first is None:
             return Command.of(interpreter, "-c", BOOTSTRAP, beat)
-        packed = base64.b64encode(zlib.compress(remote.source("agent.py"), 9)).decode()
+        packed = base64.b64encode(zlib.compress(AGENT_SOURCE, 9)).decode()
         request = base64.b64encode(json.dumps(first).encode()).decode()
         return Command.of(interpreter, "-c", BOOTSTRAP, beat, packed, request)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .. import remote
 from ..commands import Command
 from ..errors import CommandTimeout, HostBusy, OutputTooLarge
 
@@ -271,25 +272,7 @@ class Collected:
 # connection, or died: sshd closes it) or, when H > 0, for 3 H seconds without a heartbeat (a frozen
 # controller, a silently dropped link), and exits, which releases the lock. A host without python3 gets no
 # lock (it cannot run provision's helpers either).
-RUN_LOCKER = """\
-import os,sys,fcntl,select
-b=float(sys.argv[2]) if len(sys.argv)>2 else 0
-d=os.path.expanduser('~/.provision')
-try:os.makedirs(d,0o700)
-except OSError:pass
-f=os.open(os.path.join(d,'run-%s.lock'%sys.argv[1]),os.O_RDWR|os.O_CREAT,0o600)
-h=b''
-while not h.endswith(b'\\n'):
- c=os.read(0,1)
- if not c:sys.exit(0)
- h+=c
-try:fcntl.flock(f,fcntl.LOCK_EX|fcntl.LOCK_NB)
-except OSError:
- os.write(1,b'busy '+os.pread(f,4096,0).split(b'\\n')[0]+b'\\n');sys.exit(1)
-os.ftruncate(f,0);os.pwrite(f,h,0)
-os.write(1,b'locked\\n')
-while (b<=0 or select.select([0],[],[],3*b)[0]) and os.read(0,4096):pass
-"""
+RUN_LOCKER = remote.program("run_lock.py")  # provision/remote/programs/run_lock.py, minified
 _STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
