@@ -29,7 +29,7 @@ from .. import remote
 from ..commands import Command, check_nul
 from ..data import templates_dir
 from ..errors import ModuleError
-from ..transport import CommandResult, Connection
+from ..transport import AgentHost, CommandResult, Connection
 from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
 from .progress import Waiting
 
@@ -217,13 +217,13 @@ class ModuleContext:
         for arg in args:
             check_nul("a helper argument", arg)
         interpreter = python or self.python()
-        if script in QUICK_SCRIPTS and not self.become and not self.environment and not env and not on_output:
-            agent_of = getattr(self.conn, "python_agent", None)
-            if agent_of is not None:
-                try:
-                    return agent_of(interpreter).call(script, [str(a) for a in args], stdin, timeout or self.timeout)
-                except AgentUnavailable:
-                    pass  # no agent on this host: a fresh process below says what is wrong
+        quick = script in QUICK_SCRIPTS and not self.become and not self.environment and not env and not on_output
+        if quick and isinstance(self.conn, AgentHost):
+            try:
+                agent = self.conn.python_agent(interpreter)
+                return agent.call(script, [str(a) for a in args], stdin, timeout or self.timeout)
+            except AgentUnavailable:
+                pass  # no agent on this host: a fresh process below says what is wrong
         source = remote.source(script)
         if stdin is None:
             cmd, data = Command.of(interpreter, "-", *args), source

@@ -271,6 +271,41 @@ class PythonAgent:
             self._stream.close()
 
 
+class AgentPool:
+    """The python agents of one connection, one per interpreter, for SSH and local connections alike: a live one
+    is reused; a dead one (or none) is replaced on the next ask by the connection's ``start(interpreter,
+    dead)`` (``dead``: the agent it replaces, or None), which raises :class:`AgentUnavailable` when none can
+    start; all are closed with the connection. One start at a time: two threads asking get the same agent.
+    ``start`` is passed on each ask, never kept: the pool holds no reference back to its connection."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, PythonAgent] = {}
+        self._lock = threading.RLock()  # a start may connect, and connecting may add the run lock's agent
+
+    def get(self, interpreter: str, start: Callable[[str, PythonAgent | None], PythonAgent]) -> PythonAgent:
+        with self._lock:
+            agent = self._agents.get(interpreter)
+            if agent is None or agent.dead:
+                agent = self._agents[interpreter] = start(interpreter, agent)
+            return agent
+
+    def live(self, interpreter: str) -> PythonAgent | None:
+        """The interpreter's agent when one is running; never starts one."""
+        agent = self._agents.get(interpreter)
+        return None if agent is None or agent.dead else agent
+
+    def add(self, interpreter: str, agent: PythonAgent) -> None:
+        """An agent started elsewhere (the one that took the run lock)."""
+        with self._lock:
+            self._agents[interpreter] = agent
+
+    def close(self) -> None:
+        with self._lock:
+            agents, self._agents = list(self._agents.values()), {}
+        for agent in agents:
+            agent.close()
+
+
 def _checked(answer: Any, op: str | None) -> dict[str, Any]:
     """An answer of the shape the agent gives (``rc`` an int, ``out``/``err`` base64 text; a batch's
     ``answers`` each so), else ValueError: nothing of a malformed answer is used."""

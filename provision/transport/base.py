@@ -1,6 +1,6 @@
 """The transport contract: what every connection offers and returns.
 
-``Connection`` (run a :class:`~provision.commands.Command`, put/get a file, expand ``~``, close),
+``Connection`` (run a :class:`~provision.commands.Command`, put/get a file, expand ``~``, close), ``AgentHost``,
 ``CommandResult``, ``ConnectOptions``, ``finished`` (a runner's exit → result or :class:`CommandTimeout`), the
 run lock's remote program (``RUN_LOCKER``) and its helpers, and the pieces both implementations share.
 Imports only :mod:`provision.commands` and :mod:`provision.errors`.
@@ -20,11 +20,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .. import remote
 from ..commands import Command
 from ..errors import CommandTimeout, HostBusy, OutputTooLarge
+
+if TYPE_CHECKING:
+    from .agent import PythonAgent
 
 OUTPUT_MAX = 64 << 20  # bytes of one command's output (stdout and stderr together) the controller keeps
 LINE_MAX = 64 << 10  # bytes of one progress line: a longer one is cut into pieces of this size
@@ -136,6 +139,16 @@ class Connection(Protocol):
     def get(self, path: str) -> bytes | None: ...
     def expand_path(self, path: str) -> str: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AgentHost(Connection, Protocol):
+    """A connection that can give the host's persistent python agent for an interpreter (SSH and local
+    connections: :class:`~provision.transport.agent.AgentPool`); callers test for it with ``isinstance``.
+    ``python_agent`` raises :class:`~provision.transport.agent.AgentUnavailable` when none can start (the
+    caller then runs a fresh process)."""
+
+    def python_agent(self, interpreter: str) -> PythonAgent: ...
 
 
 @dataclass

@@ -26,7 +26,7 @@ import paramiko
 from ..commands import HEARTBEAT, Command
 from ..errors import CommandTimeout, HostError, HostKeyChanged, HostKeyUnknown, OutputTooLarge, UnreachableError
 from . import known_hosts, persist
-from .agent import AgentUnavailable, PythonAgent
+from .agent import AgentPool, AgentUnavailable, PythonAgent
 from .base import (
     COUNTERS,
     RUN_LOCKER,
@@ -236,7 +236,7 @@ class SSHConnection:
         self._sftp: paramiko.SFTPClient | None = None
         self._home: str | None = None
         self._lock = threading.Lock()
-        self._agents: dict[str, PythonAgent] = {}
+        self._agents = AgentPool()
         self.agent_calls = 0
         self._lock_channel: paramiko.Channel | None = None
         self._lock_agent: str | None = None  # the interpreter whose agent holds the run lock
@@ -363,7 +363,7 @@ class SSHConnection:
             if answer.startswith("busy"):
                 raise busy(self.name, answer)
             raise AgentUnavailable("the agent did not take the run lock")
-        self._agents[interpreter] = agent
+        self._agents.add(interpreter, agent)
         self._lock_agent = interpreter
         self._home = home or None
         self._preread = agent.preread
@@ -506,7 +506,7 @@ class SSHConnection:
             self._take_run_lock_alone(transport, interpreter)
             return
         if answer == "locked":
-            self._agents[interpreter] = agent
+            self._agents.add(interpreter, agent)
             self._beating(agent, agent.beat)
             self._lock_agent = interpreter
             self._home = home or None
@@ -657,21 +657,20 @@ class SSHConnection:
     def python_agent(self, interpreter: str) -> PythonAgent:
         self.connect()  # connects first: taking the run lock may start this very agent
         self._preread.clear()
-        agent = self._agents.get(interpreter)
-        if agent is not None and not agent.dead:
-            return agent
-        transport = self._transport()
-        if agent is None or agent.dead:
-            if agent is not None:
-                self._beating(agent, None)
-            agent = self._start_agent(transport, interpreter)
-            if interpreter == self._lock_agent:  # the agent that held the run lock died: the lock went with it
-                answer, _ = agent.lock(lock_name(self.name), lock_holder())
-                if answer != "locked":
-                    agent.close()
-                    raise busy(self.name, answer)
-            self._agents[interpreter] = agent
-            self._beating(agent, agent.beat)
+        return self._agents.get(interpreter, self._new_agent)
+
+    def _new_agent(self, interpreter: str, dead: PythonAgent | None) -> PythonAgent:
+        """The pool's start: an agent on a channel of its own; when the one that held the run lock died (the
+        lock went with it), the new one takes the lock again."""
+        if dead is not None:
+            self._beating(dead, None)
+        agent = self._start_agent(self._transport(), interpreter)
+        if interpreter == self._lock_agent:
+            answer, _ = agent.lock(lock_name(self.name), lock_holder())
+            if answer != "locked":
+                agent.close()
+                raise busy(self.name, answer)
+        self._beating(agent, agent.beat)
         return agent
 
     def _lock_args(self) -> tuple[str, str, tuple[str, ...], int]:
@@ -773,8 +772,8 @@ class SSHConnection:
             return kept
         self._preread.clear()
         path = self.expand_path(path)
-        agent = self._agents.get(self._interpreter())
-        if agent is not None and not agent.dead:  # no SFTP subsystem started for a small read
+        agent = self._agents.live(self._interpreter())
+        if agent is not None:  # no SFTP subsystem started for a small read
             with contextlib.suppress(AgentUnavailable):
                 data = agent.read(path, AGENT_READ_MAX)
                 if data is not False:
@@ -814,9 +813,7 @@ class SSHConnection:
                     self._sftp.close()
             with contextlib.suppress(Exception):
                 self.run(Command.of("rm", "-f", "--", *temps), timeout=10)
-        for agent in self._agents.values():
-            agent.close()
-        self._agents.clear()
+        self._agents.close()
         with contextlib.suppress(Exception):
             if self._lock_channel is not None:
                 self._lock_channel.close()  # the holder on the host sees EOF, exits: the lock is free
