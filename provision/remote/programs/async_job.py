@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from spawn import Child, deadline_wait
+from spawn import Child, ended
 
 MODE, JOB = sys.argv[1], sys.argv[2]
 DIR = os.path.join(os.path.expanduser("~"), ".provision", "async")
@@ -77,7 +77,7 @@ def start(request):
     began = time.time()
     child = Child(script, data, out, err)
     record = {"ansible_job_id": JOB, "started": 1, "finished": 1, "meta": meta, "start": began}
-    if deadline_wait(child, limit):
+    if ended(child, limit) == "exited":
         record.update(rc=child.rc(), stdout=taken(FILE + ".out"), stderr=taken(FILE + ".err"))
     else:
         taken(FILE + ".out")

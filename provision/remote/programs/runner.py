@@ -14,7 +14,9 @@ import _thread
 import os
 import sys
 
-from spawn import Child, deadline_wait, exactly, watch
+from spawn import Child, ended, exactly, watch
+
+EXIT = {"deadline": 124, "gone": 129}
 
 
 def main():
@@ -24,13 +26,10 @@ def main():
     if script is None or data is None:
         os._exit(125)
     child = Child(script, data)
-
-    def gone():
-        child.stop(2)
-        os._exit(129)
-
-    _thread.start_new_thread(watch, (0, beat, None, gone))
-    os._exit(child.rc() if deadline_wait(child, limit) else 124)
+    gone, said = os.pipe()  # the watch thread says so when stdin ends or goes silent; this thread decides
+    _thread.start_new_thread(watch, (0, beat, None, lambda: os.write(said, b"x")))
+    how = ended(child, limit, gone)
+    os._exit(child.rc() if how == "exited" else EXIT[how])
 
 
 if __name__ == "__main__":

@@ -131,10 +131,15 @@ class Child:
         self.signal(9)
 
 
-def deadline_wait(child, timeout):
-    """Wait for ``child`` until ``timeout`` seconds (0 or None: no limit); at the deadline TERM its session,
-    KILL it 5 s later: False then, True when it exited in time."""
-    if child.wait(timeout if timeout and timeout > 0 else None):
-        return True
-    child.stop(5)
-    return False
+def ended(child, timeout, gone=-1):
+    """Wait for ``child`` until ``timeout`` seconds (0 or None: no limit) or until the fd ``gone`` (when given)
+    becomes readable; how it ended: ``"exited"`` (its own exit comes first when both are ready), ``"deadline"``
+    (TERM its session, KILL it 5 s later) or ``"gone"`` (the controller went away: TERM, KILL 2 s later). The
+    caller decides the exit code, in one thread: a child killed here never exits with its own status first."""
+    if child.status is None:
+        fds = [child.done] if gone < 0 else [child.done, gone]
+        ready = select.select(fds, [], [], timeout if timeout and timeout > 0 else None)[0]
+        if child.done not in ready:
+            child.stop(2 if ready else 5)
+            return "gone" if ready else "deadline"
+    return "exited"
