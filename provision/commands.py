@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from . import remote
+
 MASK = "********"
 MIN_SECRET_LEN = 4
 SECRET_NAME_RE = re.compile(r"token|password|passwd|secret", re.IGNORECASE)
@@ -188,70 +190,11 @@ def _shown(value: object) -> str:
     return MASK if isinstance(value, Secret) else shlex.quote(str(value))
 
 
-# The fixed program that runs every command on a host (``python3 -c RUNNER N M T H``). It reads the N-byte
-# shell script and M bytes of the command's stdin data from its own stdin, starts ``/bin/sh`` on the script
-# (through a pipe: never argv) in a NEW session, feeds it the data, then waits for the first of: the child
-# exits (exit with its rc), its own stdin reaches EOF (the controller closed the channel or died: TERM the
-# child's process group, KILL it 2 s later), the deadline T (TERM, KILL 5 s later, exit 124), and, when
-# H > 0, no byte on its stdin for 3 H seconds (the controller sends a heartbeat, :data:`HEARTBEAT`, every H
-# seconds after the script and data: silence means a frozen controller or a link that dropped without a FIN
-# ever arriving: handled like EOF). H = 0: no heartbeats expected (LocalConnection). Stdlib only,
-# Python 3.6+, and only cheap builtin modules (fork/exec, _thread, _signal: no subprocess, threading or
-# signal imports, which would double the interpreter's start time). The parent waits for the exec (a
-# close-on-exec pipe) so the new session exists before anything may signal it. Changing this text changes
-# what every host sees in `ps`: keep it free of user values.
-RUNNER = """\
-import os,sys,time,select,_thread,_signal
-n,m,t,h=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3]),float(sys.argv[4])
-def rd(n):
- b=bytearray(n);v=memoryview(b);k=0
- while k<n:
-  if h>0 and not select.select([0],[],[],3*h)[0]:os._exit(125)
-  c=os.readv(0,[v[k:k+(1<<20)]])
-  if not c:os._exit(125)
-  k+=c
- return bytes(b)
-s=rd(n);d=rd(m)
-sr,sw=os.pipe();dr,dw=os.pipe();wr,ww=os.pipe();er,ew=os.pipe()
-p=os.fork()
-if p==0:
- try:
-  os.setsid();os.dup2(dr,0);os.dup2(sr,3);os.set_inheritable(3,True)
-  for g in (13,25):_signal.signal(g,0)
-  os.execv('/bin/sh',['/bin/sh','/proc/self/fd/3'])
- finally:os._exit(127)
-os.close(ew);os.read(er,1);os.close(sr);os.close(dr)
-def feed(f,x):
- try:
-  while x:x=x[os.write(f,x):]
- except OSError:pass
- os.close(f)
-rc=[]
-def wait():
- rc.append(os.waitpid(p,0)[1]);os.write(ww,b'x')
-_thread.start_new_thread(feed,(sw,memoryview(s)))
-_thread.start_new_thread(feed,(dw,memoryview(d)))
-_thread.start_new_thread(wait,())
-def stop(grace,code):
- for g,w in ((15,grace),(9,0)):
-  try:os.killpg(p,g)
-  except OSError:pass
-  if w:select.select([wr],[],[],w)
- os._exit(code)
-end=time.monotonic()+t if t>0 else None
-seen=time.monotonic()
-while 1:
- w=[x for x in (end,seen+3*h if h>0 else None) if x is not None]
- r=select.select([0,wr],[],[],max(0,min(w)-time.monotonic()) if w else None)[0]
- if wr in r:
-  c=rc[0];os._exit(os.WEXITSTATUS(c) if os.WIFEXITED(c) else 128+os.WTERMSIG(c))
- if 0 in r:
-  if not os.read(0,65536):stop(2,129)
-  seen=time.monotonic()
- elif not r:
-  if end is not None and time.monotonic()>=end:stop(5,124)
-  if h>0 and time.monotonic()>=seen+3*h:stop(2,129)
-"""
+# The fixed program that runs every command on a host (``python3 -c RUNNER N M T H``: the script and data on its
+# stdin, ``/bin/sh`` in a new session, killed at the deadline, when the channel ends or goes silent): the file
+# ``provision/remote/programs/runner.py`` with the spawn core, minified (:func:`provision.remote.program`).
+# What every host's ``ps`` shows: it holds no user value.
+RUNNER = remote.program("runner.py")
 
 # What the controller sends every H seconds on the stdin of a command's runner, of the run-lock holder
 # (``connection.RUN_LOCKER``) and of the python agent, once everything else it had to send is sent: one
@@ -259,17 +202,9 @@ while 1:
 # empty line between two requests, which it skips (a request starts with its length in digits).
 HEARTBEAT = b"\n"
 
-# Chooses the runner, or (no python3 on the host) a plain sh path: the script is read with head -c and given
-# to sh through a here-document on fd 3, GNU timeout kills it at the deadline; no tie to the channel and no
-# heartbeat watch there (heartbeats sent to it are never read: a byte every H seconds, harmless).
+# Chooses the runner, or (no python3 on the host) a plain sh path (``remote/programs/select_runner.sh``).
 # Arguments: $0 RUNNER, $1 N, $2 M, $3 T, $4 H.
-SELECTOR = """\
-if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$0" "$@"; fi
-s=$(head -c "$1"; echo .); s=${s%.}
-head -c "$2" | timeout -k 5 "$3" /bin/sh /proc/self/fd/3 3<<PROVISION_EOF
-$s
-PROVISION_EOF
-"""
+SELECTOR = remote.program("select_runner.sh")
 
 
 class CommandError(ValueError):
@@ -386,97 +321,9 @@ def argv_join(argv: Sequence[object]) -> str:
 
 
 # The fixed program behind ``async`` tasks and ``async_status`` (``python3 -c ASYNC_JOB MODE JID ...``): the ONE
-# deliberate exception to "a command dies with its channel". Job files live in ``~/.provision/async/`` (0700);
-# each is written atomically (O_EXCL temp file, 0600, rename) and holds a JSON record. Modes:
-#   start JID LIMIT NM NS: reads NM bytes of metadata (JSON: what the controller wants kept with the job), NS
-#     bytes of job script and then the job's stdin data from its stdin; writes the "started" record, then
-#     double-forks a daemon in a NEW session (so the runner's TERM/KILL of its process group, when the channel
-#     closes, does not reach it) with stdin/stdout/stderr on /dev/null (it holds nothing of the channel). The
-#     daemon runs /bin/sh on the script (through a pipe, as RUNNER does: never argv), output to 0600 files
-#     beside the record, and after LIMIT seconds TERMs the job's process group (KILL 5 s later) and records
-#     "Timeout exceeded". The finished record replaces the started one (rc, stdout, stderr, times).
-#   write JID: the record given on stdin (JSON), as a finished job (check mode, a skipped guard).
-#   status JID: prints {"file": PATH, "job": TEXT or null}. cleanup JID: removes the record and its output files.
-# Keep it free of user values: its text is what the host's process list shows.
-ASYNC_JOB = """\
-import os,sys,json,time,_thread,_signal
-m,j=sys.argv[1],sys.argv[2]
-d=os.path.join(os.path.expanduser('~'),'.provision','async')
-os.makedirs(d,0o700,exist_ok=True)
-f=os.path.join(d,j)
-def put(r):
- t='%s.tmp%d'%(f,os.getpid());x=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600)
- os.write(x,json.dumps(r).encode());os.fsync(x);os.close(x);os.rename(t,f)
-def say(**k):
- k['file']=f;sys.stdout.write(json.dumps(k)+'\\n');sys.stdout.flush()
-if m=='status':
- try:
-  with open(f) as h:t=h.read()
- except FileNotFoundError:t=None
- say(job=t);sys.exit(0)
-if m=='cleanup':
- for x in (f,f+'.out',f+'.err'):
-  try:os.remove(x)
-  except FileNotFoundError:pass
- say();sys.exit(0)
-b=sys.stdin.buffer.read()
-if m=='write':
- r=json.loads(b.decode());r.update(ansible_job_id=j,started=1,finished=1);put(r);say();sys.exit(0)
-lim,nm,ns=float(sys.argv[3]),int(sys.argv[4]),int(sys.argv[5])
-meta=json.loads(b[:nm].decode());s=b[nm:nm+ns];data=b[nm+ns:]
-put({'ansible_job_id':j,'started':1,'finished':0,'meta':meta})
-r,w=os.pipe()
-if os.fork():
- os.close(w);os.read(r,1);say();os._exit(0)
-os.close(r);os.setsid()
-if os.fork():os._exit(0)
-n=os.open(os.devnull,os.O_RDWR)
-for x in (0,1,2):os.dup2(n,x)
-os.close(w)
-o=os.open(f+'.out',os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o600)
-e=os.open(f+'.err',os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o600)
-sr,sw=os.pipe();dr,dw=os.pipe()
-t0=time.time()
-p=os.fork()
-if p==0:
- try:
-  os.setpgid(0,0);os.dup2(dr,0);os.dup2(o,1);os.dup2(e,2);os.dup2(sr,3);os.set_inheritable(3,True)
-  for g in (13,25):_signal.signal(g,0)
-  os.execv('/bin/sh',['/bin/sh','/proc/self/fd/3'])
- finally:os._exit(127)
-for x in (sr,dr,o,e):os.close(x)
-def feed(x,v):
- try:
-  while v:v=v[os.write(x,v):]
- except OSError:pass
- os.close(x)
-_thread.start_new_thread(feed,(sw,memoryview(s)))
-_thread.start_new_thread(feed,(dw,memoryview(data)))
-st=None
-while st is None:
- q,c=os.waitpid(p,os.WNOHANG)
- if q:st=c;break
- if time.time()>=t0+lim:break
- time.sleep(0.1)
-def rd(x):
- try:
-  with open(x,'rb') as h:return h.read().decode('utf-8','replace')
- finally:os.remove(x)
-t1=time.time()
-r={'ansible_job_id':j,'started':1,'finished':1,'meta':meta,'start':t0,'end':t1}
-if st is None:
- for g,wt in ((15,5),(9,0)):
-  try:os.killpg(p,g)
-  except OSError:pass
-  z=time.time()+wt
-  while wt and time.time()<z and not os.waitpid(p,os.WNOHANG)[0]:time.sleep(0.1)
- rd(f+'.out');rd(f+'.err')
- r.update(failed=1,msg='Timeout exceeded',child_pid=p,stdout='',stderr='')
-else:
- r.update(rc=os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128+os.WTERMSIG(st),stdout=rd(f+'.out'),stderr=rd(f+'.err'))
-put(r)
-os._exit(0)
-"""
+# deliberate exception to "a command dies with its channel" (``provision/remote/programs/async_job.py``, with
+# the spawn core, minified). Its text is what the host's process list shows: it holds no user value.
+ASYNC_JOB = remote.program("async_job.py")
 
 
 def async_job(python: str, mode: str, jid: str, *rest: object) -> Command:

@@ -32,11 +32,11 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from .. import templating
 from ..playbook import Play, Task
-from ..transport import CommandResult, Connection
+from ..transport import AgentHost, CommandResult, Connection
 from ..transport.agent import QUICK_SCRIPTS
 from .task_executor import TaskRunner
 
@@ -252,11 +252,10 @@ class Prefetch:
         for interpreter, group in by_python.items():
             if len(group) < 2:
                 continue  # one read gains nothing: the task makes it itself
-            agent_of = getattr(raw, "python_agent", None)
-            if agent_of is None:
+            if not isinstance(raw, AgentHost):
                 continue
             try:
-                results = agent_of(interpreter).batch([(k[1], list(k[2]), k[3]) for k in group], BATCH_TIMEOUT)
+                results = raw.python_agent(interpreter).batch([(k[1], list(k[2]), k[3]) for k in group], BATCH_TIMEOUT)
             except Exception:  # AgentUnavailable, a lost connection: the tasks read for themselves and report it
                 continue
             with self._lock:
@@ -284,7 +283,7 @@ class _Watched:
         self.conn.put(*args, **kwargs)
 
     def python_agent(self, interpreter: str) -> _WatchedAgent:
-        return _WatchedAgent(self.conn.python_agent(interpreter), self, interpreter)  # type: ignore[attr-defined]
+        return _WatchedAgent(cast(AgentHost, self.conn).python_agent(interpreter), self, interpreter)
 
 
 class _WatchedAgent:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from .. import remote
 from ..commands import Command, check_nul
 from ..errors import ModuleError
-from ..transport import CommandResult, Connection
+from ..transport import AgentHost, CommandResult, Connection
 from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
 from .args import ArgError, parse_kv
 from .modes import parse_mode
@@ -34,9 +34,8 @@ from .progress import Waiting
 BOOL_TRUE = {"yes", "true", "on", "1", "y"}
 BOOL_FALSE = {"no", "false", "off", "0", "n"}
 # run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
-_BOOTSTRAP = (
-    "import sys;n=int(sys.stdin.buffer.readline());exec(compile(sys.stdin.buffer.read(n),'<provision>','exec'))"
-)
+# (``provision/remote/programs/script_boot.py``, minified)
+_BOOTSTRAP = remote.program("script_boot.py")
 
 
 class HelperError(ModuleError):
@@ -215,13 +214,13 @@ class ModuleContext:
         for arg in args:
             check_nul("a helper argument", arg)
         interpreter = python or self.python()
-        if script in QUICK_SCRIPTS and not self.become and not self.environment and not env and not on_output:
-            agent_of = getattr(self.conn, "python_agent", None)
-            if agent_of is not None:
-                try:
-                    return agent_of(interpreter).call(script, [str(a) for a in args], stdin, timeout or self.timeout)
-                except AgentUnavailable:
-                    pass  # no agent on this host: a fresh process below says what is wrong
+        quick = script in QUICK_SCRIPTS and not self.become and not self.environment and not env and not on_output
+        if quick and isinstance(self.conn, AgentHost):
+            try:
+                agent = self.conn.python_agent(interpreter)
+                return agent.call(script, [str(a) for a in args], stdin, timeout or self.timeout)
+            except AgentUnavailable:
+                pass  # no agent on this host: a fresh process below says what is wrong
         source = remote.source(script)
         if stdin is None:
             cmd, data = Command.of(interpreter, "-", *args), source

@@ -15,8 +15,10 @@ This ``__init__`` is controller-side only and imports nothing of provision.
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +81,88 @@ def source(name: str) -> bytes:
     if not name.endswith(".py"):
         return raw
     return bundle(name, raw.decode("utf-8")).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------ fixed programs
+# The programs provision itself runs on hosts: the runner and its selector, async jobs, the run lock, the two
+# bootstraps (``programs/``) and the python agent (``agent.py``). They travel in command lines (what the host's
+# ``ps`` shows: no user value ever) or, the agent, zlib'd in one; so they go minified (:func:`minified`), and
+# each that imports the spawn core (``from spawn import ...``) has the core's text put in front of it.
+PROGRAMS_DIR = REMOTE_DIR / "programs"
+_SPAWN_IMPORT = re.compile(r"^from spawn import [^\n]*\n", re.M)
+
+
+def minified(text: str) -> str:
+    """Python ``text`` as it travels: comments, docstrings (a string alone on its line), blank lines and repeated
+    top-level imports left out, one space per indentation level, a space between two tokens only where two
+    names or numbers would merge, simple statements of one block joined with ``;`` and a block of those put
+    on its header's line. The result compiles to the same program (no f-strings: their inner tokens are not
+    joined back faithfully)."""
+    lines: list[tuple[int, str]] = []  # (depth, text) of each logical line kept
+    words: list[str] = []
+    kinds: list[int] = []
+    depth = 0
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.INDENT:
+            depth += 1
+        elif tok.type == tokenize.DEDENT:
+            depth -= 1
+        elif tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            line = "".join(words)
+            if words and kinds != [tokenize.STRING] and not (depth == 0 and line.startswith("import") and
+                                                             (0, line) in lines):  # fmt: skip
+                lines.append((depth, line))
+            words, kinds = [], []
+        elif tok.type not in (tokenize.COMMENT, tokenize.NL):
+            if words and _WORDY.match(words[-1][-1]) and _WORDY.match(tok.string[0]):
+                words.append(" ")
+            words.append(tok.string)
+            kinds.append(tok.type)
+    return "".join(" " * d + line + "\n" for d, line in _joined(lines))
+
+
+def _compound(line: str) -> bool:
+    """A compound statement's line (its header, with or without its body) or a decorator: never joined after
+    another statement."""
+    return line.startswith("@") or re.split(r"[^A-Za-z]", line, maxsplit=1)[0] in _COMPOUND
+
+
+def _header(line: str) -> bool:
+    return line.endswith(":") and _compound(line)
+
+
+_COMPOUND = {"if", "elif", "else", "for", "while", "try", "except", "finally", "with", "def", "class"}
+
+
+def _joined(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Adjacent simple statements of one depth (one block: a block in between would need a header) joined
+    with ``;``, then a header whose block is one such line given that line."""
+    simple: list[tuple[int, str]] = []
+    for d, line in lines:
+        if simple and simple[-1][0] == d and not _compound(line) and not _compound(simple[-1][1]):
+            simple[-1] = (d, simple[-1][1] + ";" + line)
+        else:
+            simple.append((d, line))
+    out: list[tuple[int, str]] = []
+    for i, (d, line) in enumerate(simple):
+        ends = i + 1 == len(simple) or simple[i + 1][0] < d  # the block is this one line
+        if ends and out and out[-1][0] == d - 1 and _header(out[-1][1]) and not _compound(line):
+            out[-1] = (d - 1, out[-1][1] + line)
+        else:
+            out.append((d, line))
+    return out
+
+
+_WORDY = re.compile(r"[A-Za-z0-9_]")
+
+
+def program(name: str) -> str:
+    """The fixed program ``name`` (``programs/NAME``, or ``agent.py``) as it travels: the spawn core in front
+    when it imports it, minified; a ``.sh`` one without its comment lines."""
+    file = REMOTE_DIR / name if name == "agent.py" else PROGRAMS_DIR / name
+    text = file.read_text(encoding="utf-8")
+    if name.endswith(".sh"):
+        return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+    if _SPAWN_IMPORT.search(text):
+        text = (PROGRAMS_DIR / "spawn.py").read_text(encoding="utf-8") + _SPAWN_IMPORT.sub("", text)
+    return minified(text)

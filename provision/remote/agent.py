@@ -17,7 +17,7 @@ Besides scripts (no ``op``), four operations, so that one interpreter per host s
 * ``{"op": "read", "path": P, "max": bytes}``: a file's bytes (``rc`` 0), ``rc`` 2 when there is none, ``rc`` 3
   when it is larger than ``max`` (the controller uses SFTP then), ``rc`` 1 with the error otherwise.
 * ``{"op": "batch", "requests": [script call, ...]}``: the script calls (requests without ``op``) one after the
-  other, their answers in ``answers`` (the controller's batched state reads: ``provision.prefetch``).
+  other, their answers in ``answers`` (the controller's batched state reads: ``provision.executor.prefetch``).
 * ``{"op": "exec", "script": base64, "stdin": base64, "timeout": T}``: run a command's script with ``/bin/sh``
   exactly as the runner does (``provision.commands.RUNNER``): the script through a pipe on fd 3 (never argv),
   the data on its stdin, in a NEW session; at the deadline TERM its process group, KILL it 5 s later, answer
@@ -43,6 +43,8 @@ import threading
 import time
 import traceback
 
+from spawn import Child, watch
+
 
 class _Timeout(BaseException):
     pass
@@ -53,31 +55,20 @@ def _alarm(signum, frame):
 
 
 class _Input:
-    """The request stream: a thread reads stdin into a buffer; the end of stdin, or 3 ``beat`` seconds without
-    a byte when ``beat`` > 0, ends the agent (:func:`_gone`) even while a script runs."""
+    """The request stream: a thread reads stdin into a buffer (:func:`spawn.watch`); the end of stdin, or 3
+    ``beat`` seconds without a byte when ``beat`` > 0, ends the agent (:func:`_gone`) even while a script runs."""
 
     def __init__(self, fd, beat):
-        self._fd = fd
-        self._beat = beat
         self._buf = bytearray()
         self._cond = threading.Condition()
-        pump = threading.Thread(target=self._pump, name="provision-agent-stdin")
+        pump = threading.Thread(target=watch, args=(fd, beat, self._got, _gone), name="provision-agent-stdin")
         pump.daemon = True
         pump.start()
 
-    def _pump(self):
-        try:
-            while True:
-                if self._beat > 0 and not select.select([self._fd], [], [], 3 * self._beat)[0]:
-                    return  # the controller went silent
-                data = os.read(self._fd, 65536)
-                if not data:
-                    return
-                with self._cond:
-                    self._buf += data
-                    self._cond.notify()
-        finally:
-            _gone()
+    def _got(self, data):
+        with self._cond:
+            self._buf += data
+            self._cond.notify()
 
     def line(self):
         with self._cond:
@@ -135,25 +126,19 @@ def _on_term(signum, frame):
     os._exit(0 if _leaving else 128 + signum)  # TERM from anyone else: as if by the default action
 
 
-_children = set()  # type: set[int]  # the session leaders of running ``exec`` commands (each its own process group)
+_children = set()  # type: set[Child]  # running ``exec`` commands (each in its own session)
 
 
 def _kill_children():
-    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0)):
-        for pid in list(_children):
-            try:
-                os.killpg(pid, sig)
-            except OSError:
-                _children.discard(pid)
-        end = time.time() + grace
-        while _children and time.time() < end:
-            for pid in list(_children):
-                try:
-                    if os.waitpid(pid, os.WNOHANG)[0]:
-                        _children.discard(pid)
-                except OSError:
-                    _children.discard(pid)
-            time.sleep(0.05)
+    """TERM every running command's session, KILL them 2 s later (at once for those that exited)."""
+    children = list(_children)
+    for child in children:
+        child.signal(signal.SIGTERM)
+    end = time.time() + 2.0
+    for child in children:
+        child.wait(max(0.0, end - time.time()))
+    for child in children:
+        child.signal(signal.SIGKILL)
 
 
 def _gone():
@@ -169,94 +154,44 @@ def _gone():
     os._exit(0)
 
 
-def _feed(fd, data):
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _exec(script, data, timeout):
-    """Run a command's script as the runner does; (rc, out, err)."""
-    sr, sw = os.pipe()
-    dr, dw = os.pipe()
+    """Run a command's script as the runner does (:class:`spawn.Child`: a new session; at the deadline TERM it,
+    KILL it 5 s later, rc 124); (rc, out, err)."""
     outr, outw = os.pipe()
     errr, errw = os.pipe()
-    xr, xw = os.pipe()  # close-on-exec: EOF once the child has exec'd (its new session exists then)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setsid()
-            os.dup2(dr, 0)
-            os.dup2(outw, 1)
-            os.dup2(errw, 2)
-            os.dup2(sr, 3)
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGALRM):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execv("/bin/sh", ["/bin/sh", "/proc/self/fd/3"])
-        finally:
-            os._exit(127)
-    _children.add(pid)
-    for fd in (sr, dr, outw, errw, xw):
-        os.close(fd)
-    os.read(xr, 1)
-    os.close(xr)
-    for fd, payload in ((sw, script), (dw, data)):
-        feeder = threading.Thread(target=_feed, args=(fd, payload))
-        feeder.daemon = True
-        feeder.start()
+    child = Child(script, data, outw, errw)
+    _children.add(child)
     chunks = {outr: [], errr: []}  # type: dict[int, list[bytes]]
     open_fds = [outr, errr]
     end = time.time() + timeout if timeout else None
-    status = None
-    killed = None  # (signal sent, when)
-    while open_fds or status is None:
-        if status is None:
-            done, code = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = code
+    killed = None  # when the TERM was sent
+    while open_fds or child.status is None:
         now = time.time()
         if end is not None and now >= end:  # the command, or what it left holding our pipes
             if killed is None:
-                killed = (signal.SIGTERM, now)
-                _signal_group(pid, signal.SIGTERM)
-            elif killed[0] == signal.SIGTERM and now >= killed[1] + 5:
-                killed = (signal.SIGKILL, now)
-                _signal_group(pid, signal.SIGKILL)
-        if killed is not None and status is not None and now >= killed[1] + 5:
-            break  # killed at the deadline: a straggler holding our pipes is not waited for
-        if not open_fds:  # the pipes ended: only the exit status is missing (or was just reaped above)
-            if status is None and end is None:
-                status = os.waitpid(pid, 0)[1]
-            elif status is None:
-                time.sleep(0.002)
-            continue
-        ready = select.select(open_fds, [], [], 0.05 if status is None or killed else 0.5)[0]
-        for fd in ready:
-            data_read = os.read(fd, 65536)
-            if data_read:
-                chunks[fd].append(data_read)
-            else:
-                open_fds.remove(fd)
-    for fd in (outr, errr):
+                killed = now
+                child.signal(signal.SIGTERM)
+            elif now >= killed + 5:
+                child.signal(signal.SIGKILL)
+                if child.status is not None:
+                    break  # killed at the deadline: a straggler holding our pipes is not waited for
+        wait = [child.done] if child.status is None else []
+        limit = None if end is None else (0.05 if killed else max(0.0, min(end - now, 0.5)))
+        for fd in select.select(open_fds + wait, [], [], limit)[0]:
+            if fd in open_fds:
+                got = os.read(fd, 65536)
+                if got:
+                    chunks[fd].append(got)
+                else:
+                    open_fds.remove(fd)
+    for fd in (outr, errr, child.done):
         os.close(fd)
-    _children.discard(pid)
+    _children.discard(child)
+    out, err = b"".join(chunks[outr]), b"".join(chunks[errr])
     if killed is not None:
-        _signal_group(pid, signal.SIGKILL)
-        return 124, b"".join(chunks[outr]), b"".join(chunks[errr])
-    rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
-    return rc, b"".join(chunks[outr]), b"".join(chunks[errr])
-
-
-def _signal_group(pid, sig):
-    try:
-        os.killpg(pid, sig)
-    except OSError:
-        pass
+        child.signal(signal.SIGKILL)
+        return 124, out, err
+    return child.rc(), out, err
 
 
 _lock_fds = []  # type: list[int]  # the run lock, held until the agent exits

@@ -1,6 +1,6 @@
 """Transport: one connection per host, reused by every task of a run.
 
-``base`` holds the contract (``Connection``, ``CommandResult``, ``ConnectOptions``) and what the two
+``base`` holds the contract (``Connection``, ``AgentHost``, ``CommandResult``, ``ConnectOptions``) and what the two
 implementations share; ``local`` runs commands on the controller (``ansible_connection: local``); ``ssh``
 (imported only when a host needs SSH) is built on Fabric over paramiko with the safety Fabric lacks by default:
 
@@ -11,7 +11,8 @@ implementations share; ``local`` runs commands on the controller (``ansible_conn
   out command is killed on the host with its whole process group (see :mod:`provision.commands`).
 * files are written atomically: SFTP to a temp file beside the target, chmod, then ``posix_rename``.
 
-``agent`` is the persistent Python helper a connection starts per interpreter. paramiko/socket exceptions never
+``agent`` is the persistent Python helper a connection starts per interpreter (one :class:`AgentPool` per
+connection, SSH or local). paramiko/socket exceptions never
 leave this package: they become :class:`UnreachableError` and friends.
 
 May import: :mod:`provision.commands`, :mod:`provision.errors`, :mod:`provision.remote`. Imported by the
@@ -25,12 +26,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UnreachableError
-from .base import COUNTERS, TIMEOUT_RC, CommandResult, Connection, ConnectOptions
+from .base import COUNTERS, TIMEOUT_RC, AgentHost, CommandResult, Connection, ConnectOptions
 from .local import LocalConnection
 
 __all__ = [
     "COUNTERS",
     "TIMEOUT_RC",
+    "AgentHost",
     "CommandResult",
     "ConnectOptions",
     "Connection",

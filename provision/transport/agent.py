@@ -31,29 +31,11 @@ QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer
 HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
 FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
-# the agent's source from argv (zlib, base64: with the first request, see PythonAgent.command), else read
-# from stdin unbuffered (nothing of the first request may be swallowed by a buffer); runs it
-BOOTSTRAP = """\
-import os, sys
-if len(sys.argv) > 2:
-    import base64, zlib
-    s = zlib.decompress(base64.b64decode(sys.argv[2]))
-else:
-    h = b''
-    while not h.endswith(b'\\n'):
-        c = os.read(0, 1)
-        if not c:
-            raise SystemExit(1)
-        h += c
-    n = int(h)
-    s = b''
-    while len(s) < n:
-        c = os.read(0, n - len(s))
-        if not c:
-            raise SystemExit(1)
-        s += c
-exec(compile(s, 'provision-agent', 'exec'))
-"""
+# starts the agent: its source from argv (zlib, base64: with the first request, see PythonAgent.command), else
+# from stdin (``provision/remote/programs/agent_boot.py``, minified)
+BOOTSTRAP = remote.program("agent_boot.py")
+# the agent as it travels: ``provision/remote/agent.py`` with the spawn core, minified
+AGENT_SOURCE = remote.program("agent.py").encode("utf-8")
 
 
 class AgentUnavailable(Exception):
@@ -84,7 +66,7 @@ class PythonAgent:
         self.phases: Phases | None = None  # the connection's round-trip trace (provision.transport.trace)
         if preloaded:  # source and first request came with the command: see command(first=...)
             return
-        source = remote.source("agent.py")
+        source = AGENT_SOURCE
         try:
             stream.send(b"%d\n" % len(source) + source)
         except OSError as exc:
@@ -102,7 +84,7 @@ class PythonAgent:
         beat = f"{heartbeat:g}" if heartbeat > 0 else "0"
         if first is None:
             return Command.of(interpreter, "-c", BOOTSTRAP, beat)
-        packed = base64.b64encode(zlib.compress(remote.source("agent.py"), 9)).decode()
+        packed = base64.b64encode(zlib.compress(AGENT_SOURCE, 9)).decode()
         request = base64.b64encode(json.dumps(first).encode()).decode()
         return Command.of(interpreter, "-c", BOOTSTRAP, beat, packed, request)
 
@@ -287,6 +269,41 @@ class PythonAgent:
         self.dead = True
         with contextlib.suppress(OSError):
             self._stream.close()
+
+
+class AgentPool:
+    """The python agents of one connection, one per interpreter, for SSH and local connections alike: a live one
+    is reused; a dead one (or none) is replaced on the next ask by the connection's ``start(interpreter,
+    dead)`` (``dead``: the agent it replaces, or None), which raises :class:`AgentUnavailable` when none can
+    start; all are closed with the connection. One start at a time: two threads asking get the same agent.
+    ``start`` is passed on each ask, never kept: the pool holds no reference back to its connection."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, PythonAgent] = {}
+        self._lock = threading.RLock()  # a start may connect, and connecting may add the run lock's agent
+
+    def get(self, interpreter: str, start: Callable[[str, PythonAgent | None], PythonAgent]) -> PythonAgent:
+        with self._lock:
+            agent = self._agents.get(interpreter)
+            if agent is None or agent.dead:
+                agent = self._agents[interpreter] = start(interpreter, agent)
+            return agent
+
+    def live(self, interpreter: str) -> PythonAgent | None:
+        """The interpreter's agent when one is running; never starts one."""
+        agent = self._agents.get(interpreter)
+        return None if agent is None or agent.dead else agent
+
+    def add(self, interpreter: str, agent: PythonAgent) -> None:
+        """An agent started elsewhere (the one that took the run lock)."""
+        with self._lock:
+            self._agents[interpreter] = agent
+
+    def close(self) -> None:
+        with self._lock:
+            agents, self._agents = list(self._agents.values()), {}
+        for agent in agents:
+            agent.close()
 
 
 def _checked(answer: Any, op: str | None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The transport contract: what every connection offers and returns.
 
-``Connection`` (run a :class:`~provision.commands.Command`, put/get a file, expand ``~``, close),
+``Connection`` (run a :class:`~provision.commands.Command`, put/get a file, expand ``~``, close), ``AgentHost``,
 ``CommandResult``, ``ConnectOptions``, ``finished`` (a runner's exit → result or :class:`CommandTimeout`), the
 run lock's remote program (``RUN_LOCKER``) and its helpers, and the pieces both implementations share.
 Imports only :mod:`provision.commands` and :mod:`provision.errors`.
@@ -20,10 +20,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .. import remote
 from ..commands import Command
 from ..errors import CommandTimeout, HostBusy, OutputTooLarge
+
+if TYPE_CHECKING:
+    from .agent import PythonAgent
 
 OUTPUT_MAX = 64 << 20  # bytes of one command's output (stdout and stderr together) the controller keeps
 LINE_MAX = 64 << 10  # bytes of one progress line: a longer one is cut into pieces of this size
@@ -135,6 +139,16 @@ class Connection(Protocol):
     def get(self, path: str) -> bytes | None: ...
     def expand_path(self, path: str) -> str: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AgentHost(Connection, Protocol):
+    """A connection that can give the host's persistent python agent for an interpreter (SSH and local
+    connections: :class:`~provision.transport.agent.AgentPool`); callers test for it with ``isinstance``.
+    ``python_agent`` raises :class:`~provision.transport.agent.AgentUnavailable` when none can start (the
+    caller then runs a fresh process)."""
+
+    def python_agent(self, interpreter: str) -> PythonAgent: ...
 
 
 @dataclass
@@ -271,25 +285,7 @@ class Collected:
 # connection, or died: sshd closes it) or, when H > 0, for 3 H seconds without a heartbeat (a frozen
 # controller, a silently dropped link), and exits, which releases the lock. A host without python3 gets no
 # lock (it cannot run provision's helpers either).
-RUN_LOCKER = """\
-import os,sys,fcntl,select
-b=float(sys.argv[2]) if len(sys.argv)>2 else 0
-d=os.path.expanduser('~/.provision')
-try:os.makedirs(d,0o700)
-except OSError:pass
-f=os.open(os.path.join(d,'run-%s.lock'%sys.argv[1]),os.O_RDWR|os.O_CREAT,0o600)
-h=b''
-while not h.endswith(b'\\n'):
- c=os.read(0,1)
- if not c:sys.exit(0)
- h+=c
-try:fcntl.flock(f,fcntl.LOCK_EX|fcntl.LOCK_NB)
-except OSError:
- os.write(1,b'busy '+os.pread(f,4096,0).split(b'\\n')[0]+b'\\n');sys.exit(1)
-os.ftruncate(f,0);os.pwrite(f,h,0)
-os.write(1,b'locked\\n')
-while (b<=0 or select.select([0],[],[],3*b)[0]) and os.read(0,4096):pass
-"""
+RUN_LOCKER = remote.program("run_lock.py")  # provision/remote/programs/run_lock.py, minified
 _STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 

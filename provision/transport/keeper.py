@@ -18,8 +18,9 @@ from typing import Any
 
 from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
 from .base import ConnectOptions
+from .channels import exec_pipelined
 from .persist import SOCKET, _answer, socket_address
-from .ssh import SSHConnection, _exec_pipelined
+from .ssh import SSHConnection
 
 
 class Keeper:
@@ -113,7 +114,7 @@ class Keeper:
                 raise
             conn, _ = self._connection(request, stale=conn)
             channel = conn._transport().open_session(timeout=conn.opts.channel_timeout)
-        _exec_pipelined(channel, str(request["command"]))
+        exec_pipelined(channel, str(request["command"]))
         return channel
 
     def open(self, sock: socket.socket, request: Mapping[str, Any]) -> None:

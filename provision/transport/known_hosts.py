@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fcntl
 import hashlib
 import hmac
 import os
@@ -29,9 +30,13 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import fabric
 import paramiko
 from paramiko.pkey import UnknownKeyType
+
+from .base import ConnectOptions
 
 MARKERS = ("@revoked", "@cert-authority")
 
@@ -173,3 +178,77 @@ def cached(path: str) -> KnownHosts:
         parsed = read(path)
         _parsed[path] = (stamp, parsed)
         return parsed
+
+
+# -------------------------------------------------------------------------- verifying a connection
+_known_hosts_lock = threading.Lock()
+
+
+class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Trust-on-first-use, as OpenSSH's ``StrictHostKeyChecking=accept-new``: save the key, under a lock; a
+    revoked key is refused all the same."""
+
+    def __init__(self, path: str, revoked: set[bytes]) -> None:
+        self.path = path
+        self.revoked = revoked
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if key.asbytes() in self.revoked:
+            raise RevokedKey(hostname, key)
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _known_hosts_lock, open(self.path, "a", encoding="ascii") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # other provision processes append to the same file
+            fh.write(line)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+class RefusePolicy(paramiko.MissingHostKeyPolicy):
+    def __init__(self, revoked: set[bytes]) -> None:
+        self.revoked = revoked
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise (RevokedKey if key.asbytes() in self.revoked else UnknownKey)(hostname, key)
+
+
+class UnknownKey(Exception):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        self.hostname = hostname
+        self.key = key
+
+
+class RevokedKey(UnknownKey):
+    """The host presented a key a ``@revoked`` line names."""
+
+
+def known_hosts_files(conn: fabric.Connection, opts: ConnectOptions) -> list[str]:
+    files = list(opts.known_hosts)
+    configured = conn.ssh_config.get("userknownhostsfile")
+    if configured:
+        files += [os.path.expanduser(p) for p in str(configured).split()]
+    files.append(os.path.expanduser("~/.ssh/known_hosts"))
+    return files
+
+
+def secure(conn: fabric.Connection, opts: ConnectOptions) -> None:
+    """Replace Fabric's trust-everything default with known_hosts verification."""
+    files = known_hosts_files(conn, opts)
+    client = conn.client
+    known = client.get_host_keys()
+    known.clear()
+    port = int(conn.port or 22)
+    name = conn.host if port == 22 else f"[{conn.host}]:{port}"  # how paramiko looks the server up
+    revoked: set[bytes] = set()
+    found: dict[str, paramiko.PKey] = {}
+    for path in files:
+        keys, bad = cached(path).for_host(name)
+        revoked |= bad
+        found.update(keys)  # a later file wins, as when the files are loaded in order
+    for keytype, key in found.items():
+        if key.asbytes() not in revoked:  # listed and revoked: revoked wins, as in OpenSSH
+            known.add(name, keytype, key)
+    if opts.accept_new_host_keys:
+        client.set_missing_host_key_policy(AcceptNewPolicy(files[len(opts.known_hosts) :][0], revoked))
+    else:
+        client.set_missing_host_key_policy(RefusePolicy(revoked))

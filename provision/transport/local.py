@@ -20,6 +20,7 @@ from typing import Any
 
 from ..commands import Command
 from ..errors import CommandTimeout, HostError
+from .agent import AgentPool, AgentUnavailable, PythonAgent
 from .base import (
     CommandResult,
     LineFeed,
@@ -174,35 +175,32 @@ class LocalConnection:
         self._lock_path: str | None = None
         self.commands_run = 0
         self.agent_calls = 0
-        self._agents: dict[str, Any] = {}
+        self._agents = AgentPool()
         self._running: set[subprocess.Popen[bytes]] = set()
 
-    def python_agent(self, interpreter: str) -> Any:
-        from .agent import AgentUnavailable, PythonAgent
-
+    def python_agent(self, interpreter: str) -> PythonAgent:
         self._take_lock()
-        agent = self._agents.get(interpreter)
-        if agent is None or agent.dead:
-            try:
-                proc = subprocess.Popen(
-                    ["/bin/sh", "-c", PythonAgent.command(interpreter).direct()],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise AgentUnavailable(str(exc)) from None
-            # no reference back to self (a cycle): a connection nobody closed is finalized (its agent killed and
-            # reaped) as soon as it is dropped, never after the agent's Popen in a cyclic collection
-            answered = weakref.WeakMethod(self._agent_answered)
-            stream = _PipeStream(proc)
-            try:
-                agent = PythonAgent(self.name, stream, lambda: (answered() or _nothing)())
-            except AgentUnavailable:
-                stream.close()  # it died at once (no such interpreter): reaped here, not by a finalizer's warning
-                raise
-            self._agents[interpreter] = agent
-        return agent
+        return self._agents.get(interpreter, self._start_agent)
+
+    def _start_agent(self, interpreter: str, dead: PythonAgent | None) -> PythonAgent:
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", PythonAgent.command(interpreter).direct()],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise AgentUnavailable(str(exc)) from None
+        # no reference back to self (a cycle): a connection nobody closed is finalized (its agent killed and
+        # reaped) as soon as it is dropped, never after the agent's Popen in a cyclic collection
+        answered = weakref.WeakMethod(self._agent_answered)
+        stream = _PipeStream(proc)
+        try:
+            return PythonAgent(self.name, stream, lambda: (answered() or _nothing)())
+        except AgentUnavailable:
+            stream.close()  # it died at once (no such interpreter): reaped here, not by a finalizer's warning
+            raise
 
     def _agent_answered(self) -> None:
         self.agent_calls += 1  # a round trip like a command: counted in both
@@ -267,9 +265,7 @@ class LocalConnection:
         for proc in list(self._running):  # their runners see stdin end and kill the commands
             with contextlib.suppress(OSError, ValueError):
                 proc.stdin.close()  # type: ignore[union-attr]
-        for agent in self._agents.values():
-            agent.close()
-        self._agents.clear()
+        self._agents.close()
         if self._lock_path is not None:
             _local_unlock(self._lock_path)
             self._lock_path = None

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from provision.commands import Command
+from provision.commands import RUNNER, Command
 from provision.errors import CommandTimeout, HostError
 from provision.transport import ConnectOptions, LocalConnection
 from provision.transport.ssh import SSHConnection
@@ -463,7 +463,7 @@ AGENT_SLEEP_PLAYBOOK = """
     - name: long
       shell: echo $$ > {pidfile}; sleep 300; echo never
 """
-RUNNER_MARK = "import os,sys,time,select,_thread,_signal"  # the runner's first line, on its command line
+RUNNER_MARK = RUNNER[RUNNER.rindex("def main():") :][:60]  # the runner's own main, on its command line
 LOCKER_MARK = "run-%s.lock"  # in the run-lock holder's program text
 
 

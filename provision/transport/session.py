@@ -1,0 +1,152 @@
+"""Opening a host's SSH session: the Fabric connection made from the host's vars and ssh_config, a jump host
+opened first with the same host-key checks and channel timeout, every failure to connect said in words, and the
+keepalive watchdog that closes a session whose host stopped answering.
+
+paramiko/socket exceptions never leave this module: they become :class:`UnreachableError` and friends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import fabric
+import paramiko
+
+from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
+from .base import ConnectOptions
+from .known_hosts import RevokedKey, UnknownKey, fingerprint, secure
+
+
+def config(opts: ConnectOptions) -> fabric.Config:
+    """Fabric's config: ssh_config from ``opts.ssh_config``, ``$PROVISION_SSH_CONFIG`` or the default."""
+    path = opts.ssh_config or os.environ.get("PROVISION_SSH_CONFIG")
+    if path:
+        return fabric.Config(runtime_ssh_path=path)
+    return fabric.Config()
+
+
+def make(name: str, variables: Mapping[str, Any], opts: ConnectOptions, password: str | None) -> fabric.Connection:
+    """The Fabric connection for a host's vars (``ansible_host``/``_user``/``_port``/``_ssh_private_key_file``),
+    its ssh_config (:func:`config`) and timeouts, with host-key verification (:func:`~.known_hosts.secure`)."""
+    v = variables
+    host, user = str(v.get("ansible_host") or name), v.get("ansible_user")
+    port = int(v["ansible_port"]) if v.get("ansible_port") else None
+    key = v.get("ansible_ssh_private_key_file")
+    connect_kwargs: dict[str, Any] = {
+        "banner_timeout": opts.banner_timeout,
+        "auth_timeout": opts.auth_timeout,
+        "channel_timeout": opts.channel_timeout,
+    }
+    if key:
+        connect_kwargs["key_filename"] = [os.path.expanduser(key)]
+    if password:
+        connect_kwargs["password"] = password
+    conn = fabric.Connection(
+        host,
+        user=user,
+        port=port,
+        config=config(opts),
+        connect_timeout=opts.connect_timeout,
+        connect_kwargs=connect_kwargs,
+    )
+    secure(conn, opts)
+    return conn
+
+
+def _open(conn: fabric.Connection, opts: ConnectOptions) -> None:
+    gateway = conn.gateway
+    if isinstance(gateway, fabric.Connection):
+        # ProxyJump: open the jump host ourselves so that it gets host-key checks and a channel timeout
+        secure(gateway, opts)
+        _open(gateway, opts)
+        transport = gateway.client.get_transport()
+        assert transport is not None
+        channel = transport.open_channel(
+            "direct-tcpip", (conn.host, int(conn.port)), ("", 0), timeout=opts.channel_timeout
+        )
+        conn.gateway = None
+        conn.connect_kwargs["sock"] = channel
+    conn.open()
+
+
+def open_checked(conn: fabric.Connection, opts: ConnectOptions, name: str) -> None:
+    """Open ``conn`` (and its jump host first); every failure as the error the user reads: a revoked, unknown or
+    changed host key, failed authentication, or why it could not connect (:func:`connect_reason`)."""
+    target = f"{conn.user}@{conn.host}:{conn.port}"
+    try:
+        _open(conn, opts)
+    except RevokedKey as exc:
+        raise HostKeyChanged(
+            name,
+            f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is REVOKED in "
+            "known_hosts: refusing to connect",
+        ) from None
+    except UnknownKey as exc:
+        raise HostKeyUnknown(
+            name,
+            f"host key of {exc.hostname} ({exc.key.get_name()} {fingerprint(exc.key)}) is not in known_hosts; "
+            "verify it, add it with ssh-keyscan, or rerun with --accept-new-host-keys",
+        ) from None
+    except paramiko.BadHostKeyException as exc:
+        raise HostKeyChanged(
+            name,
+            f"HOST KEY FOR {exc.hostname} HAS CHANGED (got {exc.key.get_name()} "
+            f"{fingerprint(exc.key)}); refusing to connect — someone may be intercepting, "
+            "or the host was reinstalled: remove the old key from known_hosts after checking",
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        raise UnreachableError(name, f"authentication failed for {target}: {exc}") from None
+    except UnicodeError:  # a host name the resolver cannot encode (an add_host name, say)
+        raise UnreachableError(name, f"cannot connect to {target}: not a valid host name") from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise UnreachableError(name, f"cannot connect to {target}: {connect_reason(exc)}") from None
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words: paramiko's NoValidConnectionsError reads "[Errno None] Unable to connect
+    to port 1 on 127.0.0.1" (it holds one socket error per address); the cause of those as OpenSSH says it
+    ("Connection refused"), never "[Errno None]"."""
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
+        return "; ".join(dict.fromkeys(connect_reason(e) for e in exc.errors.values()))
+    if isinstance(exc, OSError) and exc.strerror:  # "[Errno 111] Connection refused": the words only
+        return str(exc.strerror)
+    text = str(exc) or type(exc).__name__
+    if text.startswith(_NO_BANNER) and len(text) > len(_NO_BANNER):  # paramiko glues the socket error on
+        return f"{_NO_BANNER} ({_ERRNO.sub('', text[len(_NO_BANNER) :]).strip()})"
+    return text
+
+
+_NO_BANNER = "Error reading SSH protocol banner"
+_ERRNO = re.compile(r"^\[Errno -?\d+\] ")
+
+
+def keepalive_watch(
+    transport: paramiko.Transport, interval: float, stop: threading.Event, name: str, stalled: Callable[[str], None]
+) -> None:
+    """Keepalives WITH replies (paramiko's own never waits for one): every ``interval`` seconds a
+    ``keepalive@openssh.com`` global request; no reply within ``interval`` seconds and the connection is
+    closed, so whatever waits on it fails at once as unreachable (a frozen host is reported within about
+    2-3 intervals, not after the command timeout); ``stalled`` is told why first. Runs beside the commands: no
+    latency added to them."""
+
+    def ask(answered: threading.Event) -> None:
+        with contextlib.suppress(Exception):  # any reply counts, even "request failed"
+            transport.global_request("keepalive@openssh.com", wait=True)
+        answered.set()
+
+    while not stop.wait(interval) and transport.is_active():
+        answered = threading.Event()
+        threading.Thread(target=ask, args=(answered,), daemon=True, name=f"provision-keepalive-{name}").start()
+        if not answered.wait(interval) and not stop.is_set():
+            stalled(f"the host stopped answering: no keepalive reply within {interval:g}s")
+            with contextlib.suppress(Exception):
+                transport.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in send()
+            with contextlib.suppress(Exception):
+                transport.close()
+            return

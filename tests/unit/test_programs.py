@@ -1,0 +1,194 @@
+"""The fixed programs provision runs on hosts (``provision/remote/programs/`` and the agent) and the spawn core.
+
+- The guard: no Python program lives in a string of the controller's transport layer any more (commands.py,
+  transport/, modules/base.py): each is a file under ``provision/remote/programs/``, linted and typed.
+- What travels: each program, minified (:func:`provision.remote.program`), is the same program as its file (the
+  same syntax tree, docstrings aside), parses as Python 3.6, and imports only what it may (the runner and the
+  async job only cheap builtin modules: their start time is every command's).
+- The spawn core kills a command's whole session at its deadline the same way through each of its three users
+  (the runner, the agent's ``exec``, an async job): TERM first (a trap sees it), KILL 5 s later (a process
+  that ignores TERM dies too, and so does what it started in the background).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from provision import commands, remote
+from provision.commands import RUNNER, Command, async_job
+from provision.errors import CommandTimeout
+from provision.transport import LocalConnection
+
+ROOT = Path(__file__).resolve().parents[2]
+GUARDED = [ROOT / "provision/commands.py", ROOT / "provision/modules/base.py",
+           *sorted((ROOT / "provision/transport").glob("*.py"))]  # fmt: skip
+PROGRAMS = sorted(p.name for p in remote.PROGRAMS_DIR.iterdir() if p.suffix == ".py" and p.name != "spawn.py")
+CHEAP = {"_signal", "_thread", "os", "select", "sys", "time"}  # builtin or already loaded at start-up
+
+
+STATEMENTS = (ast.Import, ast.ImportFrom, ast.Assign, ast.AugAssign, ast.If, ast.For, ast.While, ast.Try, ast.With,
+              ast.FunctionDef, ast.ClassDef)  # fmt: skip
+
+
+def python_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of each string constant of ``path`` (docstrings aside) that is a Python program: it parses as
+    more than one statement, or as one statement no word or phrase parses as (``"python3"`` parses too, as a
+    name, and ``"kept:bootstrap+lock+home"`` as an annotation)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            try:
+                body = ast.parse(node.value).body
+            except (SyntaxError, ValueError):
+                continue
+            if len(body) > 1 or (body and isinstance(body[0], STATEMENTS)):
+                found.append((node.lineno, node.value))
+    return found
+
+
+@pytest.mark.parametrize("path", GUARDED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_python_program_lives_in_a_string(path: Path) -> None:
+    found = python_strings(path)
+    assert not found, f"{path.name} holds Python in strings at lines {[line for line, _ in found]}: make it a file " \
+                      "under provision/remote/programs/ and read it with remote.program()"  # fmt: skip
+
+
+def test_the_guard_finds_a_program_in_a_string(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text('RUNNER = "import os;os._exit(0)"\nNAME = "python3"\nWORDS = "not a program: words"\n')
+    assert [line for line, _ in python_strings(planted)] == [1]
+
+
+def _without_docstrings(tree: ast.Module) -> str:
+    seen: set[str] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            node.body = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                                 and isinstance(s.value.value, str))]  # fmt: skip
+    kept = []
+    for stmt in tree.body:  # a repeated top-level import (the core's and the program's) travels once
+        text = ast.dump(stmt)
+        if isinstance(stmt, ast.Import) and text in seen:
+            continue
+        seen.add(text)
+        kept.append(stmt)
+    tree.body = kept
+    return ast.dump(tree)
+
+
+@pytest.mark.parametrize("name", [*PROGRAMS, "agent.py"])
+def test_what_travels_is_the_file_minified(name: str) -> None:
+    file = remote.REMOTE_DIR / name if name == "agent.py" else remote.PROGRAMS_DIR / name
+    text = file.read_text()
+    ast.parse(text, feature_version=(3, 6))  # no syntax newer than the oldest host Python
+    if "from spawn import" in text:
+        text = (remote.PROGRAMS_DIR / "spawn.py").read_text() + text.replace(
+            text[text.index("from spawn import") :].split("\n", 1)[0] + "\n", ""
+        )
+    travels = remote.program(name)
+    assert _without_docstrings(ast.parse(travels)) == _without_docstrings(ast.parse(text))
+    assert "#" not in travels.replace("'#'", "") and "\n\n" not in travels  # no comment, no blank line
+    assert len(travels) < len(text) * 0.6
+
+
+def test_the_runner_and_the_async_job_import_only_cheap_builtins() -> None:
+    for text in (commands.RUNNER, commands.ASYNC_JOB):
+        imported = {a.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Import) for a in n.names}
+        assert imported <= CHEAP | {"json"}, imported
+    assert "json" not in commands.RUNNER
+
+
+def test_the_shell_selector_travels_without_its_comments() -> None:
+    assert commands.SELECTOR.startswith("if command -v python3")
+    assert "#" not in commands.SELECTOR and commands.SELECTOR.endswith("PROVISION_EOF\n")
+
+
+# ---- the spawn core: TERM, then KILL, of the whole session, through each of its users ---------------------
+STUBBORN = """\
+trap 'echo term >> {dir}/term' TERM
+sh -c 'trap "" TERM; while :; do sleep 0.2; done' &
+echo $! > {dir}/child
+echo $$ > {dir}/sh
+while :; do sleep 0.2; done
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def _until(check: Callable[[], object], limit: float = 60.0) -> object:
+    end = time.monotonic() + limit
+    while not (value := check()) and time.monotonic() < end:
+        time.sleep(0.1)
+    return value
+
+
+def _through_runner(conn: LocalConnection, script: str) -> None:
+    with pytest.raises(CommandTimeout):
+        conn.run(Command.shell(script), timeout=1)
+
+
+def _through_agent(conn: LocalConnection, script: str) -> None:
+    rc, _, _ = conn.python_agent(sys.executable).try_exec(Command.shell(script).script_text().encode(), b"", 1)
+    assert rc == 124
+
+
+def _through_async_job(conn: LocalConnection, script: str) -> None:
+    jid = f"j{os.getpid()}.{time.monotonic_ns()}"
+    meta, body = b"{}", Command.shell(script).script_text().encode()
+    started = conn.run(async_job(sys.executable, "start", jid, 1, len(meta), len(body)), stdin=meta + body)
+    assert started.rc == 0, started.stderr
+
+    def record() -> dict[str, object] | None:
+        answer = json.loads(conn.run(async_job(sys.executable, "status", jid)).stdout)
+        job = json.loads(answer["job"]) if answer["job"] else {}
+        return job if job.get("finished") else None
+
+    try:
+        job = _until(record)
+        assert isinstance(job, dict) and job["msg"] == "Timeout exceeded", job
+    finally:
+        conn.run(async_job(sys.executable, "cleanup", jid))
+
+
+@pytest.mark.parametrize("way", [_through_runner, _through_agent, _through_async_job], ids=lambda f: f.__name__[9:])
+def test_the_spawn_core_kills_the_whole_session_at_the_deadline(
+    tmp_path: Path, way: Callable[[LocalConnection, str], None]
+) -> None:
+    conn = LocalConnection("local")
+    try:
+        way(conn, STUBBORN.format(dir=tmp_path))
+        assert _until(lambda: (tmp_path / "child").exists() and (tmp_path / "sh").exists())
+        pids = [int((tmp_path / name).read_text()) for name in ("sh", "child")]
+        assert _until(lambda: not any(_alive(pid) for pid in pids)), "a process of the session outlived the KILL"
+        assert (tmp_path / "term").read_text().startswith("term")  # TERM came first: the trap saw it
+    finally:
+        conn.close()
+
+
+def test_the_exec_text_is_the_fixed_runner_without_user_values() -> None:
+    inv = Command.of("echo", "s3cr3t").render(5, b"data", 1.0)
+    assert commands.quote(RUNNER) in inv.text and "s3cr3t" not in inv.text and b"s3cr3t" in inv.stdin
