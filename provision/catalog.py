@@ -43,6 +43,7 @@ MODULES: dict[str, str] = {
     "find": "provision.modules.info",
     "ping": "provision.modules.info",
     "wait_for_connection": "provision.modules.info",
+    "reboot": "provision.modules.reboot",
     "raw": "provision.modules.info",
     "slurp": "provision.modules.info",
     "stat": "provision.modules.info",
