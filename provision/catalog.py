@@ -38,6 +38,7 @@ MODULES: dict[str, str] = {
     "pip": "provision.modules.pip_mod",
     "git": "provision.modules.git_mod",
     "apt": "provision.modules.packages",
+    "apt_repository": "provision.modules.apt_sources",
     "package": "provision.modules.packages",
     "dnf": "provision.modules.packages",
     "find": "provision.modules.info",
