@@ -200,5 +200,7 @@ def apply(req):
             "diffs": diffs}  # fmt: skip
 
 
+ACTIONS = {"apply": apply}
+
 if __name__ == "__main__":
-    sys.exit(hostlib.serve({"apply": apply}))
+    sys.exit(hostlib.serve(ACTIONS))
