@@ -5,14 +5,15 @@ As ansible-core's action: the boot id (``boot_time_command``, default ``cat /pro
 read; the shutdown command found in ``search_paths`` (the ``find`` module's rules, through ``remote/info.py``)
 and run (``shutdown -r DELAY_MIN "MSG"``: ``pre_reboot_delay`` in whole minutes; Alpine's ``reboot``;
 ``reboot_command`` instead when given, its first word looked up the same way); a connection lost while it runs is
-a success; ``post_reboot_delay`` slept; then, until ``reboot_timeout``, the boot id read again (the connection
-closed first, and after every failure, so that each try is a new connection) until it differs, then
-``test_command`` (default ``whoami``) until it succeeds, with Ansible's backoff (1, 2, 4, 8, then 12 s, plus up
-to a second of jitter; never past the deadline). Every command runs through ``/bin/sh`` as Ansible's low-level
-commands do, under ``become`` when the task has it. The result: ``rebooted``, ``changed``, ``elapsed`` (whole
-seconds since the reboot command); check mode reports the reboot without doing it; on a ``local`` connection the
-task fails (it would reboot the controller). ``connect_timeout`` bounds each try's command (Ansible's sets the
-SSH connection's timeout; provision's connect timeout is the run's ``--connect-timeout``).
+a success; ``post_reboot_delay`` slept; then the boot id read again (the connection closed first, and after
+every failure, so that each try is a new connection) until it differs, then ``test_command`` (default
+``whoami``) until it succeeds, each wait up to ``reboot_timeout`` seconds, with Ansible's backoff (1, 2, 4, 8,
+then 12 s, plus up to a second of jitter; never past the deadline). Every command runs through ``/bin/sh`` as
+Ansible's low-level commands do, under ``become`` when the task has it. The result: ``rebooted``,
+``changed``, ``elapsed`` (whole seconds since the reboot command); check mode reports the reboot without
+doing it; on a ``local`` connection the task fails (it would reboot the controller). ``connect_timeout``
+bounds each try's command (Ansible's sets the SSH connection's timeout; provision's connect timeout is the
+run's ``--connect-timeout``).
 """
 
 from __future__ import annotations
@@ -85,14 +86,14 @@ class Reboot(Module):
             msg = f"Reboot command failed. Error was: '{done.stdout.strip()}, {done.stderr.strip()}'"
             return ModuleResult(failed=True, msg=msg, data={"rebooted": False, "elapsed": _since(started)})
         time.sleep(max(0, args["post_reboot_delay"]))
-        deadline = time.monotonic() + args["reboot_timeout"]
         _reconnect(ctx)
         waits = (
             ("last boot time check", lambda limit: _boot_time(ctx, args["boot_time_command"], previous, limit)),
             ("post-reboot test command", lambda limit: _test(ctx, args["test_command"], limit)),
         )
         with ctx.waiting(f"{ctx.host} to reboot", float(args["reboot_timeout"])):
-            for what, attempt in waits:
+            for what, attempt in waits:  # each wait up to reboot_timeout, as Ansible's
+                deadline = time.monotonic() + args["reboot_timeout"]
                 if not _until(ctx, attempt, deadline, args["connect_timeout"]):
                     msg = f"Timed out waiting for {what} (timeout={args['reboot_timeout']})"
                     return ModuleResult(failed=True, msg=msg, data={"rebooted": True, "elapsed": _since(started)})
@@ -135,7 +136,7 @@ def _find(ctx: ModuleContext, name: str, paths: list[str]) -> str:
     request = {"paths": paths, "patterns": [name], "file_type": "any", "recurse": False, "hidden": False}
     request |= {"follow": False, "get_checksum": False, "checksum_algorithm": "sha1", "use_regex": False}
     request |= {"read_whole_file": False, "exact_mode": True, "age_stamp": "mtime"}
-    answer = ctx.call_helper("info.py", "find", stdin=json.dumps(request).encode(), what="find", check_rc=False)
+    answer = ctx.call_helper("info.py", "find", json.dumps(request), what="find", check_rc=False)
     found = {str(f.get("path")) for f in answer.get("files") or [] if isinstance(f, dict)}
     for folder in paths:
         candidate = f"{folder.rstrip('/')}/{name}"

@@ -13,7 +13,7 @@ from ansible.modules.apt_repository import SourcesList
 from provision import remote
 
 sys.path.insert(0, str(remote.REMOTE_DIR))
-import apt_repository  # noqa: E402  (the shipped script, imported as a host would run it)
+import apt_repository  # the shipped script, imported as a host would run it
 
 LINES = [
     "deb http://deb.debian.org/debian bookworm main",
