@@ -142,7 +142,7 @@ def _find(ctx: ModuleContext, name: str, paths: list[str]) -> str:
         candidate = f"{folder.rstrip('/')}/{name}"
         if candidate in found:
             return candidate
-    raise _NotYet(f'Unable to find command "{name}" in search paths: {paths!r}')
+    raise _NotYet(f'Task failed: Unable to find command "{name}" in search paths: {paths!r}')  # as 2.19 says it
 
 
 def _shell(ctx: ModuleContext, text: str, timeout: float | None = None) -> Any:
