@@ -49,8 +49,9 @@ class Ping(Module):
 class WaitForConnection(Module):
     """``wait_for_connection``: ``ping`` the host (its Python answering through the connection) until it
     answers, ``delay`` seconds first, ``sleep`` between tries, each try bounded by ``connect_timeout``, for at
-    most ``timeout`` seconds; ``elapsed`` (whole seconds) as Ansible's. A host that never answers fails the
-    task: ``timed out waiting for ping module test: REASON``."""
+    most ``timeout`` seconds; ``elapsed`` (whole seconds) as Ansible's. A try that fails closes the connection:
+    the next one connects anew (a host that rebooted). A host that never answers fails the task: ``timed out
+    waiting for ping module test: REASON``. Skipped in check mode, as Ansible's."""
 
     name = "wait_for_connection"
     args = {
@@ -61,6 +62,8 @@ class WaitForConnection(Module):
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if ctx.check:  # as Ansible's action
+            return ModuleResult(skipped=True)
         started = time.monotonic()
         deadline = started + max(0, args["timeout"])
         time.sleep(max(0, args["delay"]))
@@ -80,6 +83,7 @@ class WaitForConnection(Module):
                     reason = f"unexpected answer {str(answer)[:100]!r}"
                 except HostError as exc:  # unreachable, timed out, no Python yet: try again until the deadline
                     reason = str(exc)
+                    ctx.conn.close()  # a connection that broke (a host that rebooted): the next try opens a new one
                 if time.monotonic() + args["sleep"] > deadline:
                     break
                 time.sleep(max(0, args["sleep"]))

@@ -26,7 +26,8 @@ in ``sysinit.target``, whose ``systemd-tmpfiles-setup`` empties the real ``/tmp`
 to ``/etc/systemd/system`` are real files of the machine: the test removes them. Its boot (the first, and each
 :meth:`reboot_systemd_host`) starts, besides the sshd, the ``provision-pd-*.service`` units enabled for
 ``multi-user.target`` whose ``User=`` is that host's user (what a reboot of a real host would start of provision's),
-nothing else of /etc's.
+nothing else of /etc's. A reboot from inside (``shutdown -r now`` as root on the host: systemd's ``reboot(2)`` in
+a PID namespace ends that namespace only) boots it again the same way: what the ``reboot`` module is tested on.
 
 :meth:`Lab.grant_sudo` gives one host's user passwordless sudo (a sudoers drop-in
 ``/etc/sudoers.d/provision-lab-<user>``, mode 0440, checked with ``visudo -cf``) until :meth:`Lab.revoke_sudo`
@@ -49,6 +50,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -267,6 +269,8 @@ class Lab:
         self.prefix = prefix
         self.hosts: list[LabHost] = []
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._boot_lock = threading.RLock()  # a systemd host booted again (_boot_again) or ended by the lab
+        self._ended: set[int] = set()  # pids of systemd hosts the lab ended itself: not booted again
         self._lock: IO[str] | None = None
         self._token = ""
         self._started = False
@@ -692,6 +696,23 @@ class Lab:
             )
         self._procs[proc.pid] = proc
         h.pid = proc.pid
+        if h.systemd:
+            name = f"lab-boot-{h.name}"
+            threading.Thread(target=self._boot_again, args=(h, proc), daemon=True, name=name).start()
+
+    def _boot_again(self, h: LabHost, proc: subprocess.Popen[bytes]) -> None:
+        """A systemd host's namespace that ends on its own (a reboot from inside: ``shutdown -r now``,
+        ``systemctl reboot``: systemd's ``reboot(2)`` in a PID namespace ends that namespace, never the machine)
+        is booted again, as a machine's firmware would; one the lab ends itself (:meth:`_kill_host`) is not."""
+        proc.wait()
+        with self._boot_lock:
+            if not self._started or not h.systemd or h.pid != proc.pid or proc.pid in self._ended:
+                return
+            self._procs.pop(proc.pid, None)
+            self._spawn(h)
+            with contextlib.suppress(LabError):  # the test sees the host unreachable, with the log
+                self._wait_listening(h)
+            self._write_state()
 
     def _wait_listening(self, h: LabHost) -> None:
         proc = self._procs[h.pid] if h.pid is not None else None
@@ -705,8 +726,13 @@ class Lab:
         raise LabError(f"sshd for {h.name} not listening on {h.address}:{h.port} after 10 s:\n{_tail(h.log)}")
 
     def _kill_host(self, h: LabHost) -> None:
+        with self._boot_lock:
+            self._kill_host_locked(h)
+
+    def _kill_host_locked(self, h: LabHost) -> None:
         if h.pid is None:
             return
+        self._ended.add(h.pid)
         if h.systemd:  # SIGKILL to a PID namespace's init ends every process in it (SIGTERM would re-exec it)
             for child in _descendants(h.pid)[:1]:
                 _kill(child, grace=0)
