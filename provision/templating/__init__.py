@@ -3,6 +3,8 @@ single expressions), the builtin filters, tests and lookup plugins, and the stat
 
 - ``templar`` — :class:`Vars` (lazy layered variables, :func:`inert` data layers), :func:`render`,
   :func:`evaluate`, :func:`condition`; the environments ``ENV``/``FILE_ENV``/``NAME_ENV`` and the lookup globals.
+- ``tables`` — :func:`make_env` (the builtin filters and tests in a sandboxed environment), :func:`truthy`,
+  :func:`drop_omitted`.
 - ``environment`` — :class:`Unsafe`, ``OMIT``, the sandbox and the undefined kinds the environments are made of.
 - ``analysis`` — :func:`check_syntax`, :func:`names_used`, :func:`check_filters_tests` (before any host).
 - ``filters_core``, ``filters``, ``tests`` — Ansible's builtin filters and tests (``FILTERS``, ``TESTS``, ``REFUSED``).
@@ -14,13 +16,13 @@ below are the package's API (``from provision import templating; templating.rend
 
 from .analysis import check_filters_tests, check_syntax, names_used
 from .environment import MANAGED, OMIT, Unsafe, is_template
+from .tables import drop_omitted, truthy
 from .templar import (
     ENV,
     FILE_ENV,
     NAME_ENV,
     Vars,
     condition,
-    drop_omitted,
     escape_backslashes,
     evaluate,
     evaluate_expression,
@@ -32,7 +34,6 @@ from .templar import (
     render_name,
     render_text,
     run_lookup,
-    truthy,
 )
 
 __all__ = [

@@ -18,7 +18,6 @@ Jinja2 exceptions never leave this module: they become :class:`provision.errors.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -33,10 +32,8 @@ import jinja2.sandbox
 import jinja2.visitor
 import yaml
 
-from .. import yamlsafe
-from ..commands import quote
 from ..errors import TemplateError, did_you_mean
-from . import filters, lookups, tests
+from . import lookups
 from .environment import (
     _CONDITION,
     _EMBEDDED,
@@ -44,29 +41,11 @@ from .environment import (
     _RESULT,
     _SINGLE_EXPR,
     MANAGED,
-    OMIT,
     Unsafe,
-    _finalize,
-    _listing,
-    _Sandbox,
     _ShownUndefined,
-    _Undefined,
     is_template,
 )
-from .filters_core import (
-    _b64decode,
-    _b64encode,
-    _bool,
-    _combine,
-    _dict2items,
-    _items2dict,
-    _mandatory,
-    _regex_replace,
-    _regex_search,
-    _result_test,
-    _to_nice_yaml,
-    _to_yaml,
-)
+from .tables import make_env
 
 
 class _ContextVars(Mapping[str, Any]):
@@ -136,57 +115,12 @@ def _query(ctx: Any, name: str, *terms: Any, errors: str = "strict", **kw: Any) 
     return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=True, errors=errors, **kw)
 
 
-def _make_env(**options: Any) -> jinja2.Environment:
-    # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
-    # str.format tricks, and bounds range(): a template can read data, never reach Python
-    options.setdefault("undefined", _Undefined)
-    env = _Sandbox(keep_trailing_newline=True, autoescape=False, finalize=_finalize, **options)
-    env.filters.update(
-        bool=_bool,
-        to_json=lambda v, **kw: json.dumps(v, **kw),
-        to_nice_json=lambda v, indent=4: json.dumps(v, indent=indent, sort_keys=True),
-        from_json=json.loads,
-        to_yaml=_to_yaml,
-        to_nice_yaml=_to_nice_yaml,
-        combine=_combine,
-        from_yaml=yamlsafe.load,  # bounded: host output with an alias bomb is refused
-        regex_replace=_regex_replace,
-        regex_search=_regex_search,
-        basename=os.path.basename,
-        dirname=os.path.dirname,
-        quote=quote,  # the one quoting function (provision.commands): for launch scripts
-        b64encode=_b64encode,
-        b64decode=_b64decode,
-        mandatory=_mandatory,
-        ternary=lambda v, a, b, none_val=None: none_val if v is None and none_val is not None else a if v else b,
-        dict2items=_dict2items,
-        items2dict=_items2dict,
-        from_yaml_all=yamlsafe.load_all,
-    )
-    env.tests.update(
-        succeeded=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
-        success=lambda r: isinstance(r, Mapping) and not r.get("failed", False),
-        failed=_result_test("failed"),
-        changed=_result_test("changed"),
-        skipped=_result_test("skipped"),
-        match=lambda v, p: re.match(p, str(v)) is not None,
-        search=lambda v, p: re.search(p, str(v)) is not None,
-        change=_result_test("changed"),
-    )
-    env.filters.update(filters.FILTERS)
-    env.filters.update({name: _listing(fn) for name, fn in env.filters.items()})
-    env.tests.update(tests.TESTS)
-    env.globals.update(lookup=_lookup, query=_query, q=_query, **{_EMBEDDED: _render_term})
-    for table in (env.filters, env.tests):  # every name also under its FQCN, as ansible-core knows them
-        table.update({f"ansible.builtin.{name}": fn for name, fn in list(table.items()) if "." not in name})
-    return env
-
-
-ENV = _make_env()
+_GLOBALS = {"lookup": _lookup, "query": _query, "q": _query, _EMBEDDED: _render_term}
+ENV = make_env(_GLOBALS)
 yaml.SafeDumper.add_representer(Unsafe, yaml.representer.SafeRepresenter.represent_str)  # dumped as text
 # the template module's environment: Ansible's template defaults (trim_blocks=True, lstrip_blocks=False)
-FILE_ENV = _make_env(trim_blocks=True)
-NAME_ENV = _make_env(undefined=_ShownUndefined)  # task names: never fail, show what is undefined
+FILE_ENV = make_env(_GLOBALS, trim_blocks=True)
+NAME_ENV = make_env(_GLOBALS, undefined=_ShownUndefined)  # task names: never fail, show what is undefined
 
 
 @lru_cache(maxsize=4096)
@@ -197,24 +131,6 @@ def _compile(source: str) -> jinja2.Template:
 @lru_cache(maxsize=256)
 def _compile_file(source: str) -> jinja2.Template:
     return FILE_ENV.from_string(source)
-
-
-def truthy(value: Any) -> bool:
-    """A rendered flag (``run_once``, ``check_mode``) read as Ansible reads booleans."""
-    return _bool(value) if isinstance(value, str) else bool(value)
-
-
-def drop_omitted(args: dict[str, Any]) -> dict[str, Any]:
-    """Arguments without those rendered to ``omit`` (also inside nested mappings and lists)."""
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items() if v != OMIT}
-        if isinstance(value, list):
-            return [clean(v) for v in value if v != OMIT]
-        return value
-
-    return {k: clean(v) for k, v in args.items() if v != OMIT}
 
 
 def escape_backslashes(source: str) -> str:
