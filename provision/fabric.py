@@ -176,8 +176,8 @@ def _options(c: Context, conn_opts: dict[str, Any], extra_vars: list[str], check
 
 
 def report(result: api.RunResult, reporter: Reporter) -> int:
-    """The recap (and the one ERROR line on stderr) as ``provision run`` prints them; the exit code."""
-    reporter.recap(result.summary)
+    """The one ERROR line on stderr as ``provision run`` prints it (the reporter printed the recap on the run's
+    last event); the exit code."""
     if result.exit_code != EXIT_OK:
         reporter.out.flush()
         print(api.masked(f"ERROR: {result.reason}"), file=sys.stderr)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from .commands import MASKER
-from .events import Event, Message, PlayStarted, Progress, TaskFinished, TaskStarted
+from .events import Event, Message, PlayStarted, Progress, RunFinished, TaskFinished, TaskStarted
 from .localfiles import replace_file
 from .results import RunSummary, Status, TaskResult
 from .terminal import printable
@@ -51,9 +51,11 @@ class Sink(Protocol):
 class Reporter:
     def __init__(
         self, *, json_mode: bool = False, verbosity: int = 0, stream: TextIO | None = None, profile: bool = False,
-        adhoc: str | None = None,
+        adhoc: str | None = None, recap: bool = True,
     ) -> None:  # fmt: skip
         self.json_mode = json_mode
+        self.recap_on_finish = recap  # the recap printed on the RunFinished event (False: a query's quiet run)
+        self.recapped = False  # the recap was printed (a front end prints a plain one when this listener failed)
         self.adhoc = adhoc  # the module of `provision task`: each host's result as Ansible's ad hoc shows it
         self.profile = profile  # --profile: the time of each task in the recap (Ansible's profile_tasks)
         self._timings: list[list[Any]] = []  # [title, started, ended] of each task, in order
@@ -88,7 +90,7 @@ class Reporter:
     # ------------------------------------------------------------------ events
     def handle(self, event: Event) -> None:
         """The human output and the ``--json`` document, built from the run's event stream (a listener:
-        ``EventStream(reporter.handle)``); ``RunFinished`` is left to :meth:`recap`."""
+        ``EventStream(reporter.handle)``), the recap on ``RunFinished``: a front end only parses and prints."""
         if isinstance(event, PlayStarted):
             self.play_start(event.name, list(event.hosts))
         elif isinstance(event, TaskStarted):
@@ -99,6 +101,8 @@ class Reporter:
             self.progress(event.host, event.message)
         elif isinstance(event, Message) and not (self.adhoc and event.text == NO_HOSTS_LEFT):
             self.line(event.text)
+        elif isinstance(event, RunFinished) and self.recap_on_finish:
+            self.recap(event.summary)
 
     def play_start(self, name: str, hosts: list[str]) -> None:
         self._plays.append({"play": {"name": name, "hosts": hosts}, "tasks": []})
@@ -185,6 +189,7 @@ class Reporter:
         return "\n".join(body)
 
     def recap(self, summary: RunSummary) -> None:
+        self.recapped = True
         if self.adhoc:  # as Ansible's ad hoc: each host's result is all there is
             if summary.aborted:
                 self.line(f"Run stopped early: {summary.aborted}")

@@ -189,7 +189,7 @@ def quiet_listener(verbosity: int) -> Listener | None:
     """The PD queries' runs are shown only with -v (on stderr, one level less verbose)."""
     from ..report import Reporter
 
-    return Reporter(stream=sys.stderr, verbosity=verbosity - 1).handle if verbosity else None
+    return Reporter(stream=sys.stderr, verbosity=verbosity - 1, recap=False).handle if verbosity else None
 
 
 def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False, adhoc: str | None = None) -> int:
@@ -198,18 +198,14 @@ def execute(planned: PlannedRun, *, json_mode: bool, profile: bool = False, adho
     executor.InternalError) still gets the recap and the retry file, then one line naming it and exit 2; its
     traceback goes to the debug log (and to stderr with -vvv). ``profile``: each task's time in the recap;
     ``adhoc``: the module of ``provision task``, each host's result shown as Ansible's ad hoc shows it."""
-    from ..executor import InternalError
     from ..report import Reporter
 
     options = planned.options
     reporter = Reporter(json_mode=json_mode, verbosity=options.verbosity, profile=profile, adhoc=adhoc)
-    result = planned.run(on_event=reporter.handle)
+    result = planned.run(on_event=reporter.handle)  # the reporter prints the recap on the run's last event
     summary = result.summary
     errors = list(result.internal_errors)
-    try:
-        reporter.recap(summary)
-    except Exception as exc:
-        errors.append(InternalError(f"internal error in the recap: {type(exc).__name__}: {exc}", exc))
+    if not reporter.recapped:  # the reporter failed before or in its recap (an internal error the run recorded)
         _plain_recap(summary)
     retry = result.write_retry_file()
     if retry:

@@ -15,10 +15,10 @@ import pytest
 from fabric import Config, Connection
 
 from provision import api
-from provision.events import EventStream, Message, PlayStarted, Progress, TaskFinished, TaskStarted
+from provision.events import EventStream, Message, PlayStarted, Progress, RunFinished, TaskFinished, TaskStarted
 from provision.fabric import fleet_for
 from provision.report import Reporter
-from provision.results import Status, TaskResult
+from provision.results import HostStats, RunSummary, Status, TaskResult
 
 LOCAL = "all:\n  hosts:\n    here:\n      ansible_connection: local\n    there:\n      ansible_connection: local\n"
 
@@ -78,6 +78,21 @@ def test_plan_playbook_validates_without_running_and_selects_tags(inv: Path, tmp
     assert api.run_playbook(pb, inv, tags=["a"]).changed == 1 and marker.exists()
     with pytest.raises(api.PlaybookError):
         api.plan_playbook(tmp_path / "missing.yml", inv)
+
+
+def test_the_reporter_prints_the_recap_on_the_run_finished_event() -> None:
+    """The front ends (the CLI, Fabric) only parse and print: the recap is the reporter's answer to the run's
+    last event, once; a query's quiet run (``recap=False``) prints none."""
+    summary = RunSummary(stats={"h1": HostStats(ok=2, changed=1)})
+    out, quiet = io.StringIO(), io.StringIO()
+    loud, silent = Reporter(stream=out), Reporter(stream=quiet, recap=False)
+    stream = EventStream(loud.handle, silent.handle)
+    stream.play_start("p", ["h1"])
+    assert "PLAY RECAP" not in out.getvalue() and not loud.recapped
+    stream.emit(RunFinished(summary))
+    assert out.getvalue().count("PLAY RECAP") == 1 and "h1" in out.getvalue().split("PLAY RECAP")[1]
+    assert "ok=2" in out.getvalue() and "changed=1" in out.getvalue() and loud.recapped
+    assert "PLAY RECAP" not in quiet.getvalue() and not silent.recapped
 
 
 def test_reporter_output_is_the_same_from_events() -> None:
