@@ -440,6 +440,7 @@ def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:
 
 
 def _seconds(v: Mapping[str, Any], name: str, host: str, low: float, high: float) -> float:
+    """The number ``name`` (a bool or a value outside [low, high] refused naming the host and the var)."""
     value = var(v, name)
     try:
         number = float(value)
@@ -483,13 +484,7 @@ def restart_policy(host: str, v: Mapping[str, Any]) -> dict[str, float]:
         ("burst", "pd_start_limit_burst", 0, 1000), ("interval", "pd_start_limit_interval", 1.0, 7 * 86400.0),
         ("stop_timeout", "pd_stop_timeout", 1.0, 3600.0),
     ):  # fmt: skip
-        value = var(v, name)
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = float("nan")
-        if isinstance(value, bool) or not low <= number <= high:
-            raise PlanError(f"{host}: {name}={value!r} must be a number from {low:g} to {high:g}")
+        number = _seconds(v, name, host, low, high)
         policy[key] = int(number) if key == "burst" else number
     if policy["max_delay"] < policy["delay"]:
         raise PlanError(f"{host}: pd_restart_max_delay must not be below pd_restart_delay")
