@@ -20,7 +20,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.support.cli import lab_ssh_config, run_cli_in
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.lab
 
@@ -150,16 +151,6 @@ class Deployment:
 
 def changes(doc: dict[str, Any]) -> int:
     return sum(int(h.get("changed", 0)) for h in doc["stats"].values())
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,7 @@ import secrets
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,9 @@ import pytest
 import yaml
 
 from tests.support.cli import lab_ssh_config, run_cli_in
-from tests.unit.test_group_watch import LEADER, RANK, free_port
+from tests.support.waiting import free_port, until
+from tests.support.waiting import http_status as health
+from tests.unit.test_group_watch import LEADER, RANK
 
 pytestmark = pytest.mark.lab
 
@@ -118,27 +118,6 @@ class Group:
                 else:
                     path.unlink(missing_ok=True)
             (UNIT_DIR / "multi-user.target.wants" / f"provision-pd-{name}.service").unlink(missing_ok=True)
-
-
-def health(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return None
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
 
 
 def changes(doc: dict[str, Any]) -> int:

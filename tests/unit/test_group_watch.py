@@ -10,20 +10,20 @@ leader and exits when the connection ends. Nothing here serves a generation."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
-import socket
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provision import remote
+from tests.support.waiting import free_port, http_status
+from tests.support.waiting import until as _until
 from tests.unit.test_process import alive, ctl
 
 SOURCE = remote.source("process_ctl.py").decode()
@@ -77,31 +77,8 @@ sys.exit(1)
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def health(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return None
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
+health = http_status
+until = functools.partial(_until, interval=0.1)
 
 
 @pytest.fixture

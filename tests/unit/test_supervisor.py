@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from provision import remote
+from tests.support import waiting
 from tests.unit.test_process import alive, ctl  # the helper run here as on a host, and /proc's view
 
 SOURCE = remote.source("process_ctl.py").decode()
@@ -25,13 +26,7 @@ FAST = {"delay": 0.5, "max_delay": 4.0, "burst": 2, "interval": 60.0, "stop_time
 
 
 def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    return waiting.until(what, check, timeout, interval=0.05)  # this file's waits: 30 s, polled every 50 ms
 
 
 @pytest.fixture
