@@ -3,8 +3,9 @@ batch): the plan of the pairs, the requests for the host side, and the verdict.
 
 The data flows one way: the deployment (:func:`~provision.pd.spec.build`) → :func:`plan` (every prefill with
 every decode, prefill order first) → :func:`requests` (one pinned generation each, with the bootstrap fields
-that pair them, for ``remote/pd_rollout.py pairs``, which sends them at most ``parallel`` at once from one
-host that reaches the servers: the first router's) → its answers → :func:`verdict` (:class:`PairsReport`).
+that pair them, for ``remote/pd_rollout.py pairs``, which sends them from one host that reaches the servers,
+the first router's, in the rounds of :func:`schedule`: no server in two pairs of a round, at most ``parallel``
+at once; a failed pair once more) → its answers → :func:`verdict` (:class:`PairsReport`).
 
 The verdict: a pair whose decode did not answer with tokens has ``failed``. Greedy decoding (temperature 0) of
 the same weights gives the same tokens, so with ``same_tokens`` every pair must return the token ids the most
@@ -24,6 +25,7 @@ from typing import Any
 from .spec import Deployment, Proc
 
 PARALLEL = 8  # pairs in flight at once from the host that sends them
+RETRIES = 1  # a failed pair is sent once more (a fresh bootstrap room) before it counts as failed
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,32 @@ def requests(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
              "bootstrap_port": p.prefill.bootstrap_port} for p in pairs]  # fmt: skip
 
 
+def schedule(pairs: Sequence[Pair], parallel: int = PARALLEL) -> list[list[int]]:
+    """The rounds the pairs are sent in (indices into ``pairs``): no two pairs of a round share a server, and a
+    round holds at most ``parallel``. Pair (i, j) of the i-th prefill and the j-th decode goes to round
+    (i + j) mod max(P, D), a colouring of the prefill x decode grid in the fewest rounds (max(P, D)).
+
+    Why not all at once: each pair is a prefill and a decode meeting for the first time (SGLang's bootstrap, a
+    NIXL peer added on each side), and a server meeting two new peers at once is what a lab run caught hanging:
+    in a 2 x 2, CPU mode, one of the four pairs sent together got no answer in 180 s while the others answered
+    in under a second. Rounds cost (max(P, D) - 1) pair latencies more; a failed pair is also retried once
+    (:data:`RETRIES`), and the report says so."""
+    prefills = list(dict.fromkeys(p.prefill.name for p in pairs))
+    decodes = list(dict.fromkeys(p.decode.name for p in pairs))
+    width = max(len(prefills), len(decodes), 1)
+    rounds: list[list[int]] = [[] for _ in range(width)]
+    for n, p in enumerate(pairs):
+        rounds[(prefills.index(p.prefill.name) + decodes.index(p.decode.name)) % width].append(n)
+    step = max(1, parallel)
+    return [r[k : k + step] for r in rounds if r for k in range(0, len(r), step)]
+
+
+def budget(rounds: Sequence[Sequence[int]], timeout: float, retries: int = RETRIES) -> float:
+    """Seconds the host side may take for ``rounds`` of pinned requests of ``timeout`` each, every one retried
+    ``retries`` times in the worst case."""
+    return len(rounds) * (timeout + 10) * (1 + max(0, retries)) + 60
+
+
 def runner(deployment: Deployment, hosts: Sequence[str] | None = None) -> str | None:
     """The host that sends the pairs' requests: the first router's among ``hosts`` (a play's hosts), if any."""
     for router in deployment.routers:
@@ -67,6 +95,8 @@ class PairResult:
     output_ids: list[int] | None = None
     text: str | None = None
     error: str | None = None
+    attempts: int = 1  # 2 when the first attempt failed and the pair was sent again
+    first_error: str | None = None  # what the first attempt got, when there was a second
 
     @property
     def name(self) -> str:
@@ -80,7 +110,8 @@ class PairsReport:
     reference: list[int] | None = None  # the token ids every pair must return
     suspects: list[str] = field(default_factory=list)  # servers every answered pair of which is wrong
     seconds: float | None = None  # the whole check, on the host
-    parallel: int | None = None
+    parallel: int | None = None  # the most pairs in flight at once
+    rounds: int | None = None  # the rounds they were sent in (:func:`schedule`)
 
     @property
     def ok(self) -> bool:
@@ -96,7 +127,8 @@ class PairsReport:
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PairsReport:
         return cls([PairResult(**p) for p in doc["pairs"]], bool(doc.get("same_tokens")), doc.get("reference"),
-                   list(doc.get("suspects") or []), doc.get("seconds"), doc.get("parallel"))  # fmt: skip
+                   list(doc.get("suspects") or []), doc.get("seconds"), doc.get("parallel"),
+                   doc.get("rounds"))  # fmt: skip
 
 
 def _number(value: Any) -> float | None:
@@ -112,19 +144,24 @@ def _result(pair: Pair, answer: Any) -> PairResult:
     tokens = a.get("completion_tokens")
     text = a.get("text")
     error = None if ok else str(a.get("msg") or "failed")
+    attempts = a.get("attempts")
+    attempts = attempts if type(attempts) is int and attempts > 1 else 1
+    first = str(a.get("first_msg") or "failed")[:500] if attempts > 1 else None
     return PairResult(pair.prefill.name, pair.decode.name, ok, "ok" if ok else "failed", _number(a.get("ttft")),
                       _number(a.get("latency")), tokens if type(tokens) is int else None, ids,
-                      text if isinstance(text, str) else None, error)  # fmt: skip
+                      text if isinstance(text, str) else None, error, attempts, first)  # fmt: skip
 
 
 def verdict(pairs: Sequence[Pair], answers: Sequence[Any], same_tokens: bool = True,
-            seconds: float | None = None, parallel: int | None = None) -> PairsReport:  # fmt: skip
+            seconds: float | None = None, parallel: int | None = None,
+            rounds: int | None = None) -> PairsReport:  # fmt: skip
     """The host side's answers (one per pair, in order; a missing one is a failed pair) judged: failed pairs,
     disagreeing pairs, suspects."""
     given = list(answers) if isinstance(answers, list | tuple) else []
     padded = [*given[: len(pairs)], *[None] * (len(pairs) - len(given))]
     results = [_result(pair, answer) for pair, answer in zip(pairs, padded, strict=True)]
-    report = PairsReport(results, same_tokens, seconds=_number(seconds), parallel=parallel)
+    report = PairsReport(results, same_tokens, seconds=_number(seconds), parallel=parallel,
+                         rounds=rounds if type(rounds) is int else None)  # fmt: skip
     answered = [r for r in results if r.ok]
     if same_tokens and answered:
         counts = Counter(tuple(r.output_ids or ()) for r in answered)
@@ -154,7 +191,9 @@ def summary(report: PairsReport) -> str:
     if report.ok:
         same = ", the same token ids from each" if report.same_tokens else ""
         took = f" in {report.seconds:.1f}s" if report.seconds is not None else ""
-        return f"{n} of {n} prefill x decode pairs verified{same}{took}"
+        again = sum(1 for r in report.pairs if r.attempts > 1)
+        retried = f" ({again} on a second attempt)" if again else ""
+        return f"{n} of {n} prefill x decode pairs verified{same}{took}{retried}"
     parts = [f"{r.name} {r.state}" for r in report.bad]
     who = f" (the servers in every bad pair: {', '.join(report.suspects)})" if report.suspects else ""
     return f"{len(report.bad)} of {n} pairs not verified: {'; '.join(parts)}{who}"
@@ -172,4 +211,6 @@ def table(report: PairsReport) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines += [f"  {r.name}: {r.error}" for r in report.bad]
+    lines += [f"  {r.name}: sent {r.attempts} times; the first attempt got: {r.first_error}"
+              for r in report.pairs if r.attempts > 1]  # fmt: skip
     return "\n".join(lines)

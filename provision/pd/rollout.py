@@ -425,15 +425,17 @@ class Rollout:
         until the last batch, whose verdict is the rollout's)."""
         planned = pairs.plan(self.d)
         where = self.d.routers[0].host if self.d.routers else batch[0].host
-        request = {"pairs": pairs.requests(planned), "parallel": self.o.parallel, "prompt": "Hello world",
-                   "max_new_tokens": 8, "timeout": self.o.verify_timeout, "stream": True}  # fmt: skip
-        timeout = math.ceil(len(planned) / max(1, self.o.parallel)) * (self.o.verify_timeout + 10)
+        rounds = pairs.schedule(planned, self.o.parallel)
+        request = {"pairs": pairs.requests(planned), "rounds": rounds, "parallel": self.o.parallel,
+                   "retries": pairs.RETRIES, "prompt": "Hello world", "max_new_tokens": 8,
+                   "timeout": self.o.verify_timeout, "stream": True}  # fmt: skip
+        timeout = pairs.budget(rounds, self.o.verify_timeout)
         try:
             step = self._ok([where], [_step("pairs", request, timeout)])[where]["pairs"]
         except BatchFailed as exc:
             raise BatchFailed(batch[0].host, f"the pairs could not be verified: {exc.reason}") from None
         verdict = pairs.verdict(planned, step.data.get("pairs") or [], self.o.same_tokens, step.data.get("seconds"),
-                                step.data.get("parallel"))  # fmt: skip
+                                step.data.get("parallel"), step.data.get("rounds"))  # fmt: skip
         report.pairs = verdict.to_dict()
         for proc in batch:
             peer = self.peer(proc, batch)

@@ -29,9 +29,11 @@ Server actions:
   that pair them (what the router does): the decode's answer must carry tokens; ``text``, ``output_ids``,
   ``completion_tokens``, ``latency``; with ``stream`` the decode's request streams and ``ttft`` is the time to
   its first chunk with tokens.
-* ``pairs`` ``{"pairs": [{"prefill", "decode", "bootstrap_host", "bootstrap_port"}], "parallel", "prompt",
-  "max_new_tokens", "timeout", "stream"}`` → ``pinned`` for every pair, at most ``parallel`` at once (threads);
-  ``pairs``: each pair's answer in the order given (``ok`` false for a pair that failed), ``seconds``.
+* ``pairs`` ``{"pairs": [{"prefill", "decode", "bootstrap_host", "bootstrap_port"}], "rounds", "parallel",
+  "retries", "prompt", "max_new_tokens", "timeout", "stream"}`` → ``pinned`` for every pair, round after round
+  (``rounds``: lists of pair indices), at most ``parallel`` at once (threads), then each failed pair again
+  (``retries`` times, default 1); ``pairs``: each pair's answer in the order given (``ok`` false for a pair that
+  failed; ``attempts`` and ``first_msg`` on a retried one), ``rounds``, ``seconds``.
 * ``stack`` ``{"pidfile", "python"}`` → ``changed`` when the running server has mapped the site-packages of
   another venv than the one ``python`` (``VENV/bin/python``) resolves to now (``/proc/PID/maps`` shows real
   paths): an install switched the ``VENV -> VENV.envs/ID`` link under it. ``venv``, ``loaded``.
@@ -285,32 +287,52 @@ def pinned(req):
 
 
 def pairs(req):
-    """``pinned`` for every pair of the request, at most ``parallel`` at once; each answer in the order given."""
-    todo = list(enumerate(req["pairs"]))
+    """``pinned`` for every pair of the request, round after round (``rounds``: lists of indices, the
+    controller's schedule in which no two pairs of a round share a server; one round of all when absent), at
+    most ``parallel`` at once within a round; then each failed pair once more per ``retries`` (default 1), in
+    the same rounds. Each answer in the order given; a retried one carries ``attempts`` and ``first_msg``."""
+    todo = list(req["pairs"])
     common = {k: req[k] for k in ("prompt", "max_new_tokens", "timeout", "stream") if k in req}
+    parallel = max(1, int(req.get("parallel", 8)))
+    schedule = [[i for i in r if isinstance(i, int) and 0 <= i < len(todo)] for r in req.get("rounds") or []]
+    left = sorted(set(range(len(todo))) - {i for r in schedule for i in r})
+    schedule = [r for r in schedule if r] + ([left] if left else [])
     out = [None] * len(todo)  # type: list
-    lock = threading.Lock()
 
-    def work():
-        while True:
-            with lock:
-                if not todo:
-                    return
-                i, pair = todo.pop(0)
-            try:
-                answer = pinned(dict(common, **pair))
-            except (KeyError, TypeError, ValueError, RuntimeError, OSError) as exc:  # that pair's failure
-                answer = {"ok": False, "msg": "bad pair %r: %s" % (pair, exc)}
-            out[i] = dict(answer, prefill=pair.get("prefill"), decode=pair.get("decode"))
+    def one(i):
+        try:
+            answer = pinned(dict(common, **todo[i]))
+        except (KeyError, TypeError, ValueError, RuntimeError, OSError) as exc:  # that pair's failure
+            answer = {"ok": False, "msg": "bad pair %r: %s" % (todo[i], exc)}
+        out[i] = dict(answer, prefill=todo[i].get("prefill"), decode=todo[i].get("decode"))
+
+    def send(indices):
+        for r in schedule:
+            mine = [i for i in r if i in indices]
+            for start in range(0, len(mine), parallel):
+                threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in mine[start : start + parallel]]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
 
     started = time.monotonic()
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(max(1, int(req.get("parallel", 8))),
-                                                                            len(todo)))]  # fmt: skip
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return {"ok": True, "pairs": out, "parallel": len(threads), "seconds": round(time.monotonic() - started, 3)}
+    send(set(range(len(todo))))
+    for attempt in range(2, 2 + max(0, int(req.get("retries", 1)))):
+        failed = {i: out[i] for i in range(len(todo)) if not (out[i] or {}).get("ok")}
+        if not failed:
+            break
+        send(set(failed))
+        for i, first in failed.items():
+            out[i] = dict(out[i], attempts=attempt, first_msg=first.get("first_msg") or first.get("msg"))
+    most = max([len(r) for r in schedule] or [0])
+    return {
+        "ok": True,
+        "pairs": out,
+        "parallel": min(parallel, most),
+        "rounds": len(schedule),
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def venv_of(python):

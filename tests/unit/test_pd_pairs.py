@@ -103,6 +103,7 @@ class Fake(BaseHTTPRequestHandler):
     ids: list[int] = []
     incremental = False
     delay = 0.0
+    refuse = 0  # answer the first N requests 503, as a server that is not ready
     seen: list[dict[str, Any]] = []
     active = 0
     most = 0
@@ -120,7 +121,11 @@ class Fake(BaseHTTPRequestHandler):
             cls.most = max(cls.most, cls.active)
         try:
             time.sleep(cls.delay)
-            if body.get("stream"):
+            with cls.lock:
+                cls.refuse, refused = max(0, cls.refuse - 1), cls.refuse > 0
+            if refused:
+                self.send_error(503, "not ready")
+            elif body.get("stream"):
                 self.stream()
             else:
                 self.whole({"text": "x", "output_ids": cls.ids, "meta_info": {"completion_tokens": len(cls.ids)}})
@@ -150,9 +155,10 @@ class Fake(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
 
-def serve(ids: list[int], incremental: bool = False, delay: float = 0.0) -> tuple[ThreadingHTTPServer, type[Fake]]:
+def serve(ids: list[int], incremental: bool = False, delay: float = 0.0,
+          refuse: int = 0) -> tuple[ThreadingHTTPServer, type[Fake]]:  # fmt: skip
     handler = type("Server", (Fake,), {"ids": ids, "incremental": incremental, "delay": delay, "seen": [],
-                                       "lock": threading.Lock()})  # fmt: skip
+                                       "lock": threading.Lock(), "refuse": refuse, "active": 0, "most": 0})  # fmt: skip
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, handler
@@ -185,9 +191,11 @@ def test_the_host_side_pins_each_pair_in_parallel(servers: list[tuple[str, type[
     assert got[0]["text"] == got[1]["text"] == "tttt"
     assert all(0.3 <= g["ttft"] <= g["latency"] for g in got[:3])
     assert not got[3]["ok"] and "Connection refused" in got[3]["msg"]
+    assert got[3]["attempts"] == 2 and "Connection refused" in got[3]["first_msg"]  # sent again, failed again
+    assert all("attempts" not in g for g in got[:3])
     # each pair: the same bootstrap fields to its prefill and its decode, its own room; at most 2 pairs at once
     rooms = {b["bootstrap_room"] for b in pre.seen}
-    assert len(pre.seen) == 4 and len(rooms) == 4 and pre.most <= 2
+    assert len(pre.seen) == 5 and len(rooms) == 5 and pre.most <= 2  # the failed pair's second attempt too
     assert all(b["bootstrap_host"] == "10.9.9.9" and b["bootstrap_port"] == 8998 for b in pre.seen)
     assert all(b["sampling_params"] == {"max_new_tokens": 4, "temperature": 0} for b in pre.seen)
     assert out["seconds"] < sum(g["latency"] for g in got)  # two rounds of two, not four in a row
@@ -203,3 +211,48 @@ def test_all_pairs_through_an_unreachable_router_host(tmp_path: Path) -> None:
     assert doc["host"] == "p1" and doc["ok"] is False and doc["msg"]
     human = run_cli(["pd", "verify", "--all-pairs", "-i", str(inventory(tmp_path)), "--connect-timeout", "1"])
     assert human.code == 4 and human.out.startswith("p1: FAILED: ")
+
+
+@pytest.mark.parametrize("p, d, parallel", [(1, 1, 8), (2, 2, 8), (3, 2, 8), (2, 5, 8), (4, 4, 2), (1, 4, 8)])
+def test_no_server_meets_two_new_peers_at_once(p: int, d: int, parallel: int) -> None:
+    planned = pairs.plan(build(hosts(p, d)))
+    rounds = pairs.schedule(planned, parallel)
+    assert sorted(i for r in rounds for i in r) == list(range(len(planned)))  # every pair once
+    for r in rounds:
+        assert 0 < len(r) <= parallel
+        assert len({planned[i].prefill.name for i in r}) == len({planned[i].decode.name for i in r}) == len(r)
+    assert len(rounds) == max(p, d) * -(-min(p, d) // parallel)  # the fewest rounds such a schedule can have
+    assert pairs.schedule(planned[:0]) == []
+    assert pairs.budget(rounds, 180) == len(rounds) * 190 * 2 + 60  # each round, and its one retry
+
+
+def test_the_host_side_sends_the_rounds_in_turn_and_a_failed_pair_again() -> None:
+    made = [serve([5, 6], delay=0.2), serve([5, 6], delay=0.2), serve([5, 6], delay=0.2, refuse=1),
+            serve([5, 6], delay=0.2)]  # fmt: skip
+    try:
+        (p0, h0), (p1, h1), (d0, g0), (d1, g1) = [(f"http://127.0.0.1:{s.server_address[1]}", h) for s, h in made]
+        planned = pairs.plan(build(hosts(2, 2)))
+        rounds = pairs.schedule(planned)
+        assert rounds == [[0, 3], [1, 2]]
+        req = {"pairs": [pair(p0, d0), pair(p0, d1), pair(p1, d0), pair(p1, d1)], "rounds": rounds,
+               "retries": 1, "stream": False, "timeout": 10, "parallel": 8, "max_new_tokens": 2}  # fmt: skip
+        out = helper("pairs", req)
+        assert out["ok"] and out["rounds"] == 2 and out["parallel"] == 2
+        assert all(h.most == 1 for h in (h0, h1, g0, g1))  # no server had two pairs in flight at once
+        got = out["pairs"]
+        assert [g["ok"] for g in got] == [True] * 4
+        assert got[0]["attempts"] == 2 and "HTTP 503" in got[0]["first_msg"]  # p0 -> d0 went first, was refused
+        assert all("attempts" not in g for g in got[1:])
+        report = pairs.verdict(planned, got)
+        assert report.ok and report.pairs[0].attempts == 2 and "HTTP 503" in (report.pairs[0].first_error or "")
+        assert pairs.summary(report).endswith("(1 on a second attempt)")
+        assert "p0-prefill → d0-decode: sent 2 times; the first attempt got: decode" in pairs.table(report)
+        # the same pairs without the retry: that pair fails
+        g0.refuse = 1
+        once = helper("pairs", dict(req, retries=0))
+        assert [g["ok"] for g in once["pairs"]] == [False, True, True, True]
+        assert "attempts" not in once["pairs"][0]
+    finally:
+        for s, _ in made:
+            s.shutdown()
+            s.server_close()
