@@ -43,6 +43,12 @@ SGLANG_FILES = frozenset(
     {"test_wheel.py", "test_sglang_install.py", "test_pd_compat.py", "test_pd_e2e.py", "test_pd_rollout.py",
      "test_pd_systemd_sglang.py", "test_pd_export_slurm.py"}
 )  # fmt: skip
+# Of those, the files that start no server (they probe the installed stack: its versions, its sources, one Python
+# process importing it, a NIXL agent): a group of their own, beside the server group, with a stack of their own
+# (from the warm uv cache: seconds). One such process holds ~1-2 GB, not a PD pair's ~10: the server group's
+# chain, CI's longest, is shorter by them (test_pd_compat: ~5 of its ~50 minutes).
+SGLANG_PROBE_FILES = frozenset({"test_pd_compat.py"})
+PROBE_GROUP = "sglang-probes"
 MACHINE_UNIT_FILES = frozenset({"test_pd_systemd.py", "test_lab.py"})
 # The compat harness runs its cases in chunks (tests/compat/harness.py chunk_of), each chunk on its own lab and
 # thread pool in the module fixture of the worker that runs its tests: one xdist group per chunk. Chunk 0 holds
@@ -81,6 +87,8 @@ def xdist_group_of(nodeid: str) -> str:
     groups above."""
     path = nodeid.split("::", 1)[0]
     name = path.rpartition("/")[2]
+    if name in SGLANG_PROBE_FILES:
+        return PROBE_GROUP
     if name in SGLANG_FILES or (name in MACHINE_UNIT_FILES and "/integration/" in f"/{path}"):
         return MACHINE_GROUP
     if path.endswith("compat/test_compat.py"):
@@ -127,7 +135,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.lab)
     # the longest groups first (the scheduler deals groups out in the order their first test comes): the SGLang
     # files' one group is the critical path, then the compat chunks; files keep their order inside a group
-    first = {MACHINE_GROUP: 0, **{f"compat-{i}": 1 for i in range(8)}}
+    first = {MACHINE_GROUP: 0, PROBE_GROUP: 1, **{f"compat-{i}": 1 for i in range(8)}}
     items[:] = sorted(items, key=lambda item: first.get(xdist_group_of(item.nodeid), 2))
 
 
