@@ -16,14 +16,19 @@ from provision.stack.releases import BY_VERSION
 H200 = {"python": "3.12", "machine": "x86_64", "glibc": "2.39", "torch": "2.11.0+cu130", "cuda": "13.0"}
 
 
-def wheel(directory: Path, name: str, version: str, tag: str = "py3-none-any") -> Path:
-    """A valid wheel of ``name`` with the given tag (pip selects by the file name's tag)."""
+def wheel(directory: Path, name: str, version: str, tag: str = "py3-none-any", *, requires: tuple[str, ...] = (),
+          purelib: bool = False) -> Path:  # fmt: skip
+    """A minimal, valid wheel of ``name`` with the given tag (pip selects by the file name's tag): ``import <name>``
+    gives ``VERSION``; ``requires``: its Requires-Dist lines."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    root = "true" if purelib else "false"
     files = {
         f"{dist}/__init__.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n",
+        f"{info}/METADATA": meta,
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {root}\nTag: {tag}\n",
     }
     record = []
     for path, text in files.items():
