@@ -25,7 +25,7 @@ from ..events import (
 )
 from ..executor import playbook_dir_of
 from ..inventory import Inventory
-from ..modules.base import to_bool
+from ..modules.arg_types import to_bool
 from ..pd import PlanError, build
 from ..pd.rollout import Progress as RolloutProgress
 from ..pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout

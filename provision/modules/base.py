@@ -27,12 +27,10 @@ from ..commands import Command, check_nul
 from ..errors import ModuleError
 from ..transport import AgentHost, CommandResult, Connection
 from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
+from .arg_types import coerce_value, to_bool
 from .args import ArgError, parse_kv
-from .modes import parse_mode
 from .progress import Waiting
 
-BOOL_TRUE = {"yes", "true", "on", "1", "y"}
-BOOL_FALSE = {"no", "false", "off", "0", "n"}
 # run_script with stdin data: read the length-prefixed source, run it; the rest of stdin is the script's
 # (``provision/remote/programs/script_boot.py``, minified)
 _BOOTSTRAP = remote.program("script_boot.py")
@@ -309,7 +307,7 @@ class Module:
             if spec.required and name not in resolved:
                 raise ArgError(f"{cls.name}: missing required argument {name!r}")
             if name in resolved and resolved[name] is not None and not _has_template(resolved[name], is_template):
-                _coerce(resolved[name], spec, f"{cls.name}: {name}")  # a literal of the wrong type: say so now
+                coerce_value(resolved[name], spec.type, f"{cls.name}: {name}")  # a wrong literal: say so now
             if name in resolved and spec.choices and not is_template(resolved[name]):
                 value = resolved[name]
                 if spec.type == "bool":
@@ -329,7 +327,7 @@ class Module:
         out: dict[str, Any] = {}
         for name, spec in cls.args.items():
             if name in args and args[name] is not None:
-                out[name] = _coerce(args[name], spec, f"{cls.name}: {name}")
+                out[name] = coerce_value(args[name], spec.type, f"{cls.name}: {name}")
             else:
                 out[name] = spec.default
             if spec.choices and out[name] is not None and out[name] not in spec.choices:
@@ -347,48 +345,6 @@ def _has_template(value: Any, is_template: Callable[[Any], bool]) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_has_template(v, is_template) for v in value)
     return bool(is_template(value))
-
-
-def to_bool(value: Any, name: str = "value") -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in BOOL_TRUE:
-        return True
-    if text in BOOL_FALSE:
-        return False
-    raise ArgError(f"{name}: {value!r} is not a boolean")
-
-
-def _coerce(value: Any, spec: Arg, name: str) -> Any:
-    try:
-        if spec.type in ("str", "path"):
-            if isinstance(value, (dict, list)):
-                raise ArgError(f"{name} must be a string")
-            return str(value)
-        if spec.type == "int":
-            return int(value)
-        if spec.type == "float":
-            return float(value)
-        if spec.type == "bool":
-            return to_bool(value, name)
-        if spec.type == "list":
-            if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
-            if isinstance(value, (list, tuple)):
-                return list(value)
-            return [value]
-        if spec.type == "dict":
-            if not isinstance(value, Mapping):
-                raise ArgError(f"{name} must be a mapping")
-            return dict(value)
-        if spec.type == "mode":
-            return parse_mode(value)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, ArgError):
-            raise
-        raise ArgError(f"{name}: {value!r} is not a valid {spec.type}") from None
-    return value
 
 
 REGISTRY: dict[str, type[Module]] = {}

@@ -12,8 +12,9 @@ import jinja2
 
 from ..errors import ProvisionError, TemplateError
 from ..templating import not_boolean
+from .arg_types import BOOL_FALSE
 from .args import parse_kv
-from .base import BOOL_FALSE, Arg, ArgError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 
 UNDEFINED = "VARIABLE IS NOT DEFINED!"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 REMOTE_DIR = Path(__file__).resolve().parent
-LIBRARIES = ("hostlib",)  # the modules of this directory that scripts import (shipped with them)
+LIBRARIES = ("hostlib", "pump")  # the modules that scripts import (shipped with them): hostlib.py, programs/pump.py
 _IMPORTS = re.compile(r"^\s*(?:import|from)\s+(%s)\b" % "|".join(LIBRARIES), re.M)
 _BUNDLE = """\
 # {name}, bundled by provision (provision/remote/__init__.py) with the host libraries it imports
@@ -70,8 +70,13 @@ def bundle(name: str, text: str) -> str:
     libs = libraries_of(text)
     if not libs:
         return text
-    pairs = "[%s]" % ", ".join("(%r, %r)" % (lib, path(lib + ".py").read_text(encoding="utf-8")) for lib in libs)
+    pairs = "[%s]" % ", ".join("(%r, %r)" % (lib, _library(lib).read_text(encoding="utf-8")) for lib in libs)
     return _BUNDLE.format(name=name, libraries=pairs, text=repr(text))
+
+
+def _library(lib: str) -> Path:
+    """The file of the host library ``lib``: this directory's, or a fixed programs' one (``pump``)."""
+    return PROGRAMS_DIR / f"{lib}.py" if lib == "pump" else path(f"{lib}.py")
 
 
 def source(name: str) -> bytes:
@@ -87,9 +92,11 @@ def source(name: str) -> bytes:
 # The programs provision itself runs on hosts: the runner and its selector, async jobs, the run lock, the two
 # bootstraps (``programs/``) and the python agent (``agent.py``). They travel in command lines (what the host's
 # ``ps`` shows: no user value ever) or, the agent, zlib'd in one; so they go minified (:func:`minified`), and
-# each that imports the spawn core (``from spawn import ...``) has the core's text put in front of it.
+# each that imports the spawn core (``from spawn import ...``) or the pump (``from pump import ...``) has their
+# text put in front of it (the pump first).
 PROGRAMS_DIR = REMOTE_DIR / "programs"
-_SPAWN_IMPORT = re.compile(r"^from spawn import [^\n]*\n", re.M)
+CORES = ("pump", "spawn")  # the programs' own libraries, in the order they are put in front
+_CORE_IMPORT = re.compile(r"^from (%s) import [^\n]*\n" % "|".join(CORES), re.M)
 
 
 def minified(text: str) -> str:
@@ -157,12 +164,14 @@ _WORDY = re.compile(r"[A-Za-z0-9_]")
 
 
 def program(name: str) -> str:
-    """The fixed program ``name`` (``programs/NAME``, or ``agent.py``) as it travels: the spawn core in front
-    when it imports it, minified; a ``.sh`` one without its comment lines."""
+    """The fixed program ``name`` (``programs/NAME``, or ``agent.py``) as it travels: the pump and the spawn core
+    in front when it imports them, minified; a ``.sh`` one without its comment lines."""
     file = REMOTE_DIR / name if name == "agent.py" else PROGRAMS_DIR / name
     text = file.read_text(encoding="utf-8")
     if name.endswith(".sh"):
         return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
-    if _SPAWN_IMPORT.search(text):
-        text = (PROGRAMS_DIR / "spawn.py").read_text(encoding="utf-8") + _SPAWN_IMPORT.sub("", text)
+    used = set(_CORE_IMPORT.findall(text))
+    if used:
+        cores = "".join((PROGRAMS_DIR / f"{core}.py").read_text(encoding="utf-8") for core in CORES if core in used)
+        text = cores + _CORE_IMPORT.sub("", text)
     return minified(text)

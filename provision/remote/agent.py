@@ -36,13 +36,13 @@ import base64
 import io
 import json
 import os
-import select
 import signal
 import sys
 import threading
 import time
 import traceback
 
+from pump import pump
 from spawn import Child, watch
 
 
@@ -156,39 +156,39 @@ def _gone():
 
 def _exec(script, data, timeout):
     """Run a command's script as the runner does (:class:`spawn.Child`: a new session; at the deadline TERM it,
-    KILL it 5 s later, rc 124); (rc, out, err)."""
+    KILL it 5 s later, rc 124); (rc, out, err). Its output is read with :func:`spawn.pump` until its pipes end
+    (what it left running may hold them), then its exit is waited for, both under the deadline."""
     outr, outw = os.pipe()
     errr, errw = os.pipe()
     child = Child(script, data, outw, errw)
     _children.add(child)
-    chunks = {outr: [], errr: []}  # type: dict[int, list[bytes]]
-    open_fds = [outr, errr]
     end = time.time() + timeout if timeout else None
-    killed = None  # when the TERM was sent
-    while open_fds or child.status is None:
+    killed = []  # type: list[float]  # when the TERM was sent
+
+    def deadline(quiet):
+        """The pump's (and the wait's) next wait; False once the child was killed at the deadline and is gone
+        (a straggler holding our pipes is not waited for)."""
         now = time.time()
         if end is not None and now >= end:  # the command, or what it left holding our pipes
-            if killed is None:
-                killed = now
+            if not killed:
+                killed.append(now)
                 child.signal(signal.SIGTERM)
-            elif now >= killed + 5:
+            elif now >= killed[0] + 5:
                 child.signal(signal.SIGKILL)
                 if child.status is not None:
-                    break  # killed at the deadline: a straggler holding our pipes is not waited for
-        wait = [child.done] if child.status is None else []
-        limit = None if end is None else (0.05 if killed else max(0.0, min(end - now, 0.5)))
-        for fd in select.select(open_fds + wait, [], [], limit)[0]:
-            if fd in open_fds:
-                got = os.read(fd, 65536)
-                if got:
-                    chunks[fd].append(got)
-                else:
-                    open_fds.remove(fd)
+                    return False
+        return None if end is None else (0.05 if killed else max(0.0, min(end - now, 0.5)))
+
+    out, err = pump([outr, errr], deadline)
+    while child.status is None:  # the pipes ended (or were given up): the exit, under the same deadline
+        wait = deadline(True)
+        if wait is False:
+            break
+        child.wait(wait)
     for fd in (outr, errr, child.done):
         os.close(fd)
     _children.discard(child)
-    out, err = b"".join(chunks[outr]), b"".join(chunks[errr])
-    if killed is not None:
+    if killed:
         child.signal(signal.SIGKILL)
         return 124, out, err
     return child.rc(), out, err

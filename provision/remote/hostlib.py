@@ -24,20 +24,18 @@ What is here, once:
   (whatever was there, a link included, is replaced, never written through), the directory ``fsync``-ed.
   :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way.
 * :func:`digest` (a file's hash, streamed), :func:`umask` (the process's umask, read without changing it),
-  :func:`http_json` (one bounded HTTP request with a JSON body and answer), :func:`pump` (a child's stdout and
-  stderr read together, bounded in time and size).
+  :func:`http_json` (one bounded HTTP request with a JSON body and answer). THE pump (a child's pipes read
+  together, bounded) is builtins-only, beside the spawn core: ``programs/pump.py`` (``from pump import pump``).
 """
 
 import errno
 import hashlib
 import json
 import os
-import select
 import shutil
 import stat
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -151,28 +149,6 @@ def find_bin(name):
         if folder and os.access(found, os.X_OK):
             return found
     raise Failed('Failed to find required executable "%s" in paths: %s' % (name, path))
-
-
-def pump(proc, deadline=None, limit=64 << 20):
-    """A started child's (stdout, stderr) bytes, read together until both end (select: neither pipe fills while
-    the other is read), at most ``limit`` bytes each (the rest is read and dropped); stops reading at
-    ``deadline`` (``time.monotonic()``) and returns what came."""
-    streams = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}  # type: dict[int, list[bytes]]
-    sizes = dict.fromkeys(streams, 0)
-    open_fds = list(streams)
-    while open_fds:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if wait == 0.0:
-            break
-        ready, _, _ = select.select(open_fds, [], [], wait)
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.remove(fd)
-            elif sizes[fd] < limit:
-                streams[fd].append(chunk[: limit - sizes[fd]])
-                sizes[fd] += len(chunk)
-    return b"".join(streams[proc.stdout.fileno()]), b"".join(streams[proc.stderr.fileno()])
 
 
 def umask():

@@ -32,7 +32,6 @@ scripts only.
 
 import glob
 import os
-import select
 import shlex
 import shutil
 import subprocess
@@ -41,8 +40,10 @@ import time
 
 import hostlib
 from hostlib import Failed
+from pump import pump
 
 TIMEOUT = 600  # one service command; the task's own timeout bounds the whole script too
+OUTPUT_LIMIT = 64 << 20  # bytes kept of each output stream of a service command (the rest is read and dropped)
 PATHS = ("/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin")
 SYSTEMD_CANARIES = ("/run/systemd/system/", "/dev/.run/systemd/", "/dev/.systemd/")
 STOPPED_RCS = (1, 2, 3, 4, 69)  # LSB status codes for "not running", and EX_UNAVAILABLE
@@ -97,27 +98,19 @@ def run_detached(argv):
         raise Failed("cannot run '%s': %s" % (argv[0], exc.strerror)) from None
     out_pipe, err_pipe = proc.stdout, proc.stderr
     assert out_pipe is not None and err_pipe is not None
-    chunks = {out_pipe.fileno(): [], err_pipe.fileno(): []}  # type: dict
-    open_fds = list(chunks)
     deadline = time.monotonic() + TIMEOUT
-    while open_fds:
+
+    def wake(quiet):  # a second without output once the command exited: a daemon it left holds the pipes
         if time.monotonic() > deadline:
             proc.kill()
             raise Failed("'%s' did not finish within %d s" % (" ".join(argv), TIMEOUT))
-        ready, _, _ = select.select(open_fds, [], [], 1.0)
-        if not ready and proc.poll() is not None:
-            break
-        for fd in ready:
-            data = os.read(fd, 65536)
-            if data:
-                chunks[fd].append(data)
-            else:
-                open_fds.remove(fd)
+        return False if quiet and proc.poll() is not None else 1.0
+
+    out, err = pump([out_pipe.fileno(), err_pipe.fileno()], wake, OUTPUT_LIMIT)
     rc = proc.wait()
-    out, err = (b"".join(chunks[p.fileno()]).decode(errors="replace") for p in (out_pipe, err_pipe))
     out_pipe.close()
     err_pipe.close()
-    return rc, out, err
+    return rc, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 def systemd_managed():

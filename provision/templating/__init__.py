@@ -2,12 +2,14 @@
 single expressions), the builtin filters, tests and lookup plugins, and the static checks of templates.
 
 - ``templar`` — :class:`Vars` (lazy layered variables, :func:`inert` data layers), :func:`render`,
-  :func:`evaluate`, :func:`condition`; the environments ``ENV``/``FILE_ENV``/``NAME_ENV`` and the lookup globals.
+  :func:`evaluate`; the environments ``ENV``/``FILE_ENV``/``NAME_ENV`` and the lookup globals.
+- ``conditionals`` — :func:`condition`, :func:`false_condition`: ``when``-style conditions, boolean results only.
 - ``tables`` — :func:`make_env` (the builtin filters and tests in a sandboxed environment), :func:`truthy`,
   :func:`drop_omitted`.
 - ``environment`` — :class:`Unsafe`, ``OMIT``, the sandbox and the undefined kinds the environments are made of.
 - ``analysis`` — :func:`check_syntax`, :func:`names_used`, :func:`check_filters_tests` (before any host).
-- ``filters_core``, ``filters``, ``tests`` — Ansible's builtin filters and tests (``FILTERS``, ``TESTS``, ``REFUSED``).
+- ``filters_core``, ``filters`` (its size filters in ``sizes``), ``tests`` — Ansible's builtin filters and tests
+  (``FILTERS``, ``TESTS``, ``REFUSED``).
 - ``lookups`` (``PLUGINS``, ``run``) over ``lookup_plugins`` (the controller-side file/command/vars lookups).
 
 Imports only ``commands``, ``errors``, ``localfiles``, ``vault`` and ``yamlsafe`` outside the package. The names
@@ -15,6 +17,7 @@ below are the package's API (``from provision import templating; templating.rend
 """
 
 from .analysis import check_filters_tests, check_syntax, names_used
+from .conditionals import condition, false_condition, not_boolean
 from .environment import MANAGED, OMIT, Unsafe, is_template
 from .tables import drop_omitted, truthy
 from .templar import (
@@ -22,13 +25,10 @@ from .templar import (
     FILE_ENV,
     NAME_ENV,
     Vars,
-    condition,
     escape_backslashes,
     evaluate,
     evaluate_expression,
-    false_condition,
     inert,
-    not_boolean,
     render,
     render_file,
     render_name,

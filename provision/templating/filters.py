@@ -32,6 +32,7 @@ from urllib.parse import unquote_plus, urlsplit
 import jinja2
 
 from ..errors import TemplateError
+from .sizes import human_readable, human_to_bytes
 
 _UUID_NAMESPACE = uuid.UUID("361E6D51-FAEC-444A-9079-341386DA8E2E")  # Ansible's documented to_uuid namespace
 
@@ -257,43 +258,6 @@ def comment(text: Any, style: str = "plain", **kw: Any) -> str:
     tail = nl.join([""] + [p["postfix"]] * int(p["postfix_count"]))
     end = f"{nl}{p['end']}" if p["end"] else ""
     return head + body + tail + end
-
-
-# ------------------------------------------------------------------------------------------- sizes
-_SIZES = {"Y": 1 << 80, "Z": 1 << 70, "E": 1 << 60, "P": 1 << 50, "T": 1 << 40, "G": 1 << 30, "M": 1 << 20,
-          "K": 1 << 10, "B": 1}  # fmt: skip
-_UNIT_NAMES = {"B": "byte", "K": "kilo", "M": "mega", "G": "giga", "T": "tera", "P": "peta", "E": "exa",
-               "Z": "zeta", "Y": "yotta"}  # fmt: skip
-
-
-def human_readable(size: Any, isbits: bool = False, unit: str | None = None) -> str:
-    size = float(size)
-    suffix, limit = "B", 1
-    for suffix, limit in _SIZES.items():  # largest first
-        if (unit is None and size >= limit) or (unit is not None and unit.upper()[:1] == suffix):
-            break
-    base = "bits" if isbits else "Bytes"
-    label = suffix + base[0] if limit != 1 else base
-    return f"{size / limit:.2f} {label}"
-
-
-def human_to_bytes(value: Any, default_unit: str | None = None, isbits: bool = False) -> int:
-    m = re.search(r"^([0-9]*\.?[0-9]+)(?:\s*([A-Za-z]+))?\s*$", str(value))
-    if m is None:
-        raise TemplateError(f"human_to_bytes: cannot interpret {value!r}")
-    number, unit = float(m.group(1)), m.group(2) or default_unit
-    if unit is None:
-        return round(number)
-    key = unit[0].upper()
-    if key not in _SIZES:
-        raise TemplateError(f"human_to_bytes: cannot convert {value!r}: the suffix must be one of {', '.join(_SIZES)}")
-    if len(unit) > 1:
-        word = "bit" if isbits else "byte"
-        short = (key if key != "B" else "") + ("b" if isbits else "B")
-        long = word if key == "B" else f"{_UNIT_NAMES[key]}{word}"
-        if unit.lower() != long and unit != short:
-            raise TemplateError(f"human_to_bytes: cannot convert {value!r}: expect {short} or {key}")
-    return round(number * _SIZES[key])
 
 
 # -------------------------------------------------------------------------------------- paths, time

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from provision import api
-from tests.integration.test_install import LAB_VARS, clean, shared_dir, stack_inventory
 from tests.support.cli import run_cli
+from tests.support.stack import LAB_VARS, clean, shared_dir, stack_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

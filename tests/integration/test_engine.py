@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import CliResult, run_cli
+from tests.support.cli import CliResult, run, write
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "playbooks" / "examples" / "base.yml"
@@ -21,24 +21,9 @@ def inv(lab, lab_env, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
     return lab.write_inventory(tmp_path / "inv.yml")
 
 
-def run(*argv: str | Path, cwd: Path | None = None) -> CliResult:
-    old = Path.cwd()
-    if cwd:
-        os.chdir(cwd)
-    try:
-        return run_cli([str(a) for a in argv])
-    finally:
-        os.chdir(old)
-
-
 def run_json(*argv: str | Path, cwd: Path | None = None) -> tuple[CliResult, dict]:  # type: ignore[type-arg]
     result = run(*argv, "--json", cwd=cwd)
     return result, json.loads(result.out)
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
 
 
 def clean_homes(lab, sub: str) -> None:  # type: ignore[no-untyped-def]

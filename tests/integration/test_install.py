@@ -5,119 +5,27 @@ each wheel is downloaded once per machine, not once per host and test."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import struct
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cli import CliResult, named, run_cli
+from tests.support.cli import named
+from tests.support.stack import (
+    CHECK,
+    LAB_VARS,
+    VENV_TASK,
+    clean,
+    provision,
+    stack_inventory,
+    task_result,
+    uv_as,
+    versions,
+)
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE_ROOT = Path("/var/cache/provision-test")
-VENV_TASK = "Venv with the pinned stack"
-CHECK = "import importlib.metadata as m, sys; print(*(m.version(n) for n in sys.argv[1:]))"
-LAB_VARS = {"python": "/usr/bin/python3", "install_sglang": False, "nixl_no_deps": True}
-
-
-# --------------------------------------------------------------------------------------- shared helpers
-def shared_dir(name: str) -> Path:
-    """A directory every lab user can read and write, and whose new files and subdirectories are too
-    (a default POSIX ACL of rwx for all overrides the users' umask): a uv cache the lab hosts share."""
-    path = CACHE_ROOT / name
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(CACHE_ROOT, 0o755)
-    os.chmod(path, 0o777)
-    entries = b"".join(struct.pack("<HHI", tag, 7, 0xFFFFFFFF) for tag in (0x01, 0x04, 0x20))
-    os.setxattr(path, "system.posix_acl_default", struct.pack("<I", 2) + entries)
-    return path
-
-
-def stack_inventory(lab: Any, directory: Path, hosts: list[int], per_host: dict[int, dict[str, Any]] | None = None,
-                    **common: Any) -> Path:  # fmt: skip
-    """An inventory of some lab hosts, no group_vars/: the defaults ship with provision (data/defaults.yml)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    extra = {lab.hosts[i].name: {**common, **(per_host or {}).get(i, {})} for i in hosts}
-    return lab.write_inventory(directory / "hosts.yml", names=hosts, extra_host_vars=extra)
-
-
-def provision(playbook: str, inventory: Path, *args: str, cwd: Path) -> tuple[CliResult, dict[str, Any]]:
-    """``provision run playbooks/PLAYBOOK -i INVENTORY ARGS --json`` in-process; (result, JSON report)."""
-    old = Path.cwd()
-    os.chdir(cwd)  # the retry file of a failed run lands here
-    try:
-        result = run_cli(["run", str(REPO / "playbooks" / playbook), "-i", str(inventory), *args, "--json"])
-    finally:
-        os.chdir(old)
-    try:
-        report = json.loads(result.out)
-    except ValueError:
-        pytest.fail(f"no JSON report (exit {result.code}): {result.err[-3000:]}")
-    return result, report
-
-
-def task_result(report: dict[str, Any], task: str, host: str) -> dict[str, Any]:
-    for play in report["plays"]:
-        for entry in play["tasks"]:
-            if named(entry["task"]["name"], task) and host in entry["hosts"]:
-                return dict(entry["hosts"][host])
-    raise AssertionError(f"no result of {task!r} for {host}")
-
-
-def versions(lab: Any, i: int, *names: str, venv: str = ".provision/venv") -> list[str]:
-    """Installed versions of ``names`` in host i's venv, read as its user."""
-    out = lab.run_as(i, [f"{venv}/bin/python", "-c", CHECK, *names])
-    assert out.returncode == 0, out.stderr
-    return out.stdout.split()
-
-
-def uv_as(lab: Any, i: int, *argv: str) -> subprocess.CompletedProcess[str]:
-    """Run the uv that provision brought to host i, as its user, on its live venv."""
-    env = ["env", f"UV_CACHE_DIR={CACHE_ROOT / 'uv'}", "UV_SYSTEM_CERTS=1"]
-    out = lab.run_as(i, [*env, ".provision/bin/uv", *argv, "--python", ".provision/venv/bin/python"], timeout=300)
-    assert out.returncode == 0, out.stderr
-    return out
-
-
-# -------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def lab_env(lab: Any) -> Iterator[Any]:
-    """Point provision at the lab's ssh_config (its UserKnownHostsFile holds the lab's host keys)."""
-    with lab.pointed_at():
-        yield lab
-
-
-@pytest.fixture(scope="module")
-def uv_cache() -> Path:
-    return shared_dir("uv")
-
-
-@pytest.fixture(scope="module")
-def wheel_dir() -> Path:
-    """Wheels for an offline install, downloaded once per machine (cp311 / manylinux x86_64)."""
-    path = CACHE_ROOT / "wheels-nixl-1.5.1"
-    if not any(path.glob("numpy-*.whl")):
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(tmp),
-                "nixl-cu13==1.5.1", "nixl==1.5.1", "numpy"]  # fmt: skip
-        subprocess.run(argv, check=True, capture_output=True, timeout=600)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
-    return path
-
-
-def clean(lab: Any, *hosts: int) -> None:
-    for i in hosts:
-        lab.run_as(i, ["rm", "-rf", ".provision", ".cache/uv"])
 
 
 # ---------------------------------------------------------------------------------------------- tests

@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from tests.support.cli import lab_ssh_config, run_cli_in
+from tests.support.processes import LEADER, RANK
 from tests.support.waiting import free_port, until
 from tests.support.waiting import http_status as health
-from tests.unit.test_group_watch import LEADER, RANK
 
 pytestmark = pytest.mark.lab
 

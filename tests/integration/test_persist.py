@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_trust_transport import alive, sigkill_mid_command, wait_for
 from tests.support.lab import Lab
+from tests.support.processes import alive, sigkill_mid_command, wait_for
 from tests.support.rtt_proxy import RttProxy
 
 pytestmark = pytest.mark.lab

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_install import provision, task_result, versions
-from tests.support.stack import SglangStack
+from tests.support.stack import SglangStack, provision, task_result, versions
 
 pytestmark = pytest.mark.lab
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_engine import run, write
+from tests.support.cli import run, write
 
 pytestmark = pytest.mark.lab
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.test_engine import run
+from tests.support.cli import run
 
 pytestmark = pytest.mark.lab
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from provision.errors import CommandTimeout, HostError
 from provision.transport import ConnectOptions, LocalConnection
 from provision.transport.ssh import SSHConnection
 from tests.support.lab import Lab
+from tests.support.processes import alive, pids_of, read_pid, sigkill_mid_command, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -41,55 +41,6 @@ def ssh(lab: Lab, i: int = 0, **opts: Any) -> SSHConnection:
         "ansible_ssh_private_key_file": str(lab.client_key),
     }
     return SSHConnection(h.name, host_vars, ConnectOptions(known_hosts=(str(lab.known_hosts_path),), **opts))
-
-
-def wait_for(cond: Callable[[], bool], limit: float, step: float = 0.05) -> float | None:
-    """Seconds until ``cond()`` held, None if it never did within ``limit``."""
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
-        if cond():
-            return time.monotonic() - started
-        time.sleep(step)
-    return None
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
-
-
-def pids_of(user: str, needle: str) -> list[int]:
-    """Live processes of ``user`` whose command line contains ``needle``."""
-    uid = pwd.getpwnam(user).pw_uid
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if needle in args and alive(int(entry.name)):
-            out.append(int(entry.name))
-    return out
-
-
-def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:
-    got: list[int] = []
-
-    def ready() -> bool:
-        text = lab.run_as(i, ["cat", path]).stdout.strip()
-        if text.isdigit():
-            got.append(int(text))
-        return bool(got)
-
-    assert wait_for(ready, limit, 0.1) is not None, f"{path} never appeared"
-    return got[0]
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -276,20 +227,6 @@ def test_signal_to_the_controller_exits_with_one_line_and_kills_the_remote_comma
     took = wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 5)
     assert took is not None, "the remote command outlived the interrupted run"
     print(f"\n{signal.Signals(sig).name}: remote command gone {took:.2f}s after the controller exited")
-
-
-def sigkill_mid_command(lab: Lab, i: int, proc: subprocess.Popen[Any], pidfile: str) -> float | None:
-    """SIGKILL the run ``proc`` once host i's command wrote ``pidfile``: the seconds until that command and its
-    ``sleep 300`` were gone, None if they outlived 10 s."""
-    try:
-        pid = read_pid(lab, i, pidfile, 30)
-        sleeps = pids_of(lab.hosts[i].user, "sleep 300")
-        assert sleeps
-        proc.kill()
-        proc.communicate(timeout=15)
-    finally:
-        proc.kill()
-    return wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
 
 
 def test_sigkilled_controller_leaves_nothing_running_on_the_host(lab: Lab, tmp_path: Path) -> None:

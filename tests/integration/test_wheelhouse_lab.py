@@ -10,25 +10,16 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_install import (  # noqa: F401  (fixtures)
-    LAB_VARS,
-    clean,
-    lab_env,
-    provision,
-    stack_inventory,
-    task_result,
-    versions,
-    wheel_dir,
-)
 from tests.support.cli import run_cli
+from tests.support.stack import LAB_VARS, clean, provision, stack_inventory, task_result, versions
 
 pytestmark = pytest.mark.lab
 SYNC = "Wheel directory synced to the host (offline install)"
 
 
 def test_wheelhouse_for_two_lab_hosts_installs_offline_and_resumes(
-    lab_env: Any,  # noqa: F811
-    wheel_dir: Path,  # noqa: F811
+    lab_env: Any,
+    wheel_dir: Path,
     tmp_path: Path,
 ) -> None:
     lab = lab_env

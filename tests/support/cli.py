@@ -61,6 +61,18 @@ def run_cli_in(workdir: Path, argv: list[str]) -> CliResult:
         os.chdir(old)
 
 
+def run(*argv: str | Path, cwd: Path | None = None) -> CliResult:
+    """:func:`run_cli` with arguments given as strings or paths, from ``cwd`` when one is given."""
+    args = [str(a) for a in argv]
+    return run_cli(args) if cwd is None else run_cli_in(cwd, args)
+
+
+def write(path: Path, text: str) -> Path:
+    """``text`` written to ``path``; the path (a playbook or inventory built inline)."""
+    path.write_text(text)
+    return path
+
+
 class Collect:
     """A reporter (provision.report.Sink) that keeps every task result and prints nothing."""
 

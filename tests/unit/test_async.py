@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bad_input import assert_one_line, inv, provision, task  # noqa: F401 (inv: a fixture)
 from tests.support.cli import run_cli
-from tests.unit.test_bad_input import assert_one_line, inv, provision, task  # noqa: F401 (inv: a fixture)
 
 ASYNC_CASES = {
     "copy": (task("async: 10\npoll: 0", "copy: {content: x, dest: /tmp/x}"),

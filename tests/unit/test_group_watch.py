@@ -22,60 +22,12 @@ from typing import Any
 import pytest
 
 from provision import remote
+from tests.support.processes import LEADER, RANK, alive, ctl
 from tests.support.waiting import free_port, http_status
 from tests.support.waiting import until as _until
-from tests.unit.test_process import alive, ctl
 
 SOURCE = remote.source("process_ctl.py").decode()
 POLICY = {"delay": 0.5, "max_delay": 2.0, "burst": 6, "interval": 120.0, "stop_timeout": 5.0}
-
-LEADER = r"""#!/usr/bin/env python3
-# A stand-in leader of a multi-host group (NOT SGLang): /health is 200 while the group it formed is whole.
-import http.server, socket, sys, threading
-ranks, http_port, group_port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-state = {"joined": 0, "broken": False}
-def member(conn):
-    state["joined"] += 1
-    while conn.recv(1):
-        pass
-    state["broken"] = True  # a member left: this group is over (the leader must start again)
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", group_port))
-listener.listen(8)
-def accept():
-    while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=member, args=(conn,), daemon=True).start()
-threading.Thread(target=accept, daemon=True).start()
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        whole = state["joined"] >= ranks and not state["broken"]
-        self.send_response(200 if whole else 503)
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-print("stand-in leader up", flush=True)
-http.server.HTTPServer(("127.0.0.1", http_port), Health).serve_forever()
-"""
-
-RANK = r"""#!/usr/bin/env python3
-# A stand-in rank (NOT SGLang): joins the leader's group, exits when the group connection ends.
-import socket, sys, time
-port = int(sys.argv[1])
-while True:
-    try:
-        conn = socket.create_connection(("127.0.0.1", port), timeout=2)
-        break
-    except OSError:
-        time.sleep(0.2)
-conn.settimeout(None)
-print("stand-in rank joined", flush=True)
-while conn.recv(1):
-    pass
-sys.exit(1)
-"""
-
 
 health = http_status
 until = functools.partial(_until, interval=0.1)

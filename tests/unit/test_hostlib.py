@@ -6,7 +6,8 @@
   the source on stdin, the bootstrap with request data after the source, the persistent agent, a copied file
   run from a directory without the library), with the host's Python; a bad request gets the same failure
   answer through each.
-- The guard: no shipped script defines its own ``Failed``, umask reader, atomic write or envelope, except the
+- The guard: no shipped script defines its own ``Failed``, umask reader, atomic write, envelope or pump (a select
+  loop over pipes: THE pump is ``programs/pump.py``, shipped with the scripts that import it), except the
   scripts listed in PORT_LATER with what they still define (a listed thing that is gone fails too: the list
   shrinks, it never lies).
 """
@@ -314,8 +315,9 @@ def test_a_script_that_imports_the_library_travels_with_it_and_keeps_its_line_nu
 
 
 def _defines(script: str) -> set[str]:
-    """What ``script`` writes for itself that the library has: Failed, a umask reader, an atomic write (O_EXCL or
-    a temp name renamed over a target), its own envelope (a main() printing a JSON answer)."""
+    """What ``script`` writes for itself that the libraries have: Failed, a umask reader, an atomic write (O_EXCL
+    or a temp name renamed over a target), its own envelope (a main() printing a JSON answer), a pump (select or
+    selectors: THE pump is ``programs/pump.py``)."""
     text = remote.path(script).read_text()
     tree = ast.parse(text)
     found: set[str] = set()
@@ -329,6 +331,10 @@ def _defines(script: str) -> set[str]:
             or (node.attr in ("rename", "replace") and isinstance(node.value, ast.Name) and node.value.id == "os")
         ):
             found.add("atomic write")  # an O_EXCL temp file, or a file renamed over another: the write's parts
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "select") or (
+            isinstance(node, (ast.Import, ast.ImportFrom)) and "selectors" in ast.unparse(node)
+        ):
+            found.add("pump")
         entry = (isinstance(node, ast.FunctionDef) and node.name == "main") or (
             isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
         )
@@ -341,7 +347,7 @@ def _defines(script: str) -> set[str]:
 def test_no_shipped_script_writes_what_the_host_library_has(script: str) -> None:
     found = _defines(script)
     allowed = PORT_LATER.get(script, set())
-    assert found <= allowed, f"{script} defines {sorted(found - allowed)} itself: use hostlib instead"
+    assert found <= allowed, f"{script} defines {sorted(found - allowed)} itself: use hostlib or pump instead"
     assert allowed <= found, f"{script} no longer defines {sorted(allowed - found)}: drop it from PORT_LATER"
 
 

@@ -15,8 +15,8 @@ from provision.modules.base import ModuleContext, ModuleResult
 from provision.modules.reboot import _argv
 from provision.transport import LocalConnection
 from tests.support.ansible_ref import ansible_results
+from tests.support.bad_input import UNREACHABLE_INVENTORY
 from tests.support.cli import run_cli
-from tests.unit.test_validation import UNREACHABLE_INVENTORY
 
 
 def _run(raw: Any, check: bool = False) -> ModuleResult:

@@ -11,22 +11,10 @@ from provision.cli import cli
 from provision.cli.pd import pd
 from provision.pd.status import all_up, table, uptime_text
 from tests.support.cli import run_cli
+from tests.support.pd import inventory
 
 if "pd" not in cli.commands:  # provision/cli/app.py registers it
     cli.add_command(pd)
-
-UNREACHABLE = "ansible_host: 127.0.0.1, ansible_port: 1, ansible_user: nobody"
-
-
-def inventory(tmp_path: Path, router_port: int = 8000) -> Path:
-    path = tmp_path / "inv.yml"
-    path.write_text(
-        "all:\n  children:\n"
-        f"    prefill:\n      hosts:\n        p1: {{{UNREACHABLE}, sglang_device: cpu}}\n"
-        f"    decode:\n      hosts:\n        d1: {{{UNREACHABLE}, sglang_device: cpu, server_port: 30010}}\n"
-        f"    router:\n      hosts:\n        p1: {{router_port: {router_port}}}\n"
-    )
-    return path
 
 
 def test_up_refuses_an_invalid_layout_before_touching_hosts(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import yaml
 from provision import api
 from provision.pd.export import schema
 from tests.support.cli import run_cli
-from tests.unit.test_wheelhouse import links  # noqa: F401  (the fixture: small valid wheels, offline)
+from tests.support.wheels import H200, links  # noqa: F401  (links: the fixture, small valid wheels, offline)
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "fixtures" / "pd_export"
@@ -343,8 +343,6 @@ def test_the_command_line_says_what_it_validated_and_wrote(tmp_path: Path) -> No
 
 
 def test_containerfile_from_a_real_wheelhouse_checks_and_lists_its_files(tmp_path: Path, links: Path) -> None:  # noqa: F811
-    from tests.unit.test_wheelhouse import H200
-
     common = {"ansible_connection": "local", "sglang_version": "auto", "wheelhouse_target": H200,
               "model_path": "Qwen/Qwen3-8B"}  # fmt: skip
     doc = {"all": {"vars": common, "children": {

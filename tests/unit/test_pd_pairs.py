@@ -19,9 +19,7 @@ import pytest
 
 from provision.pd import build, pairs
 from tests.support.cli import run_cli
-from tests.unit.test_pd_cli import inventory
-from tests.unit.test_pd_rollout_helper import helper
-from tests.unit.test_pd_rollout_plan import hosts
+from tests.support.pd import helper, hosts, inventory
 
 
 def answer(ids: list[int] | None, ok: bool = True, **extra: Any) -> dict[str, Any]:

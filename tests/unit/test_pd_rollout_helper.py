@@ -17,14 +17,7 @@ from typing import Any
 
 import pytest
 
-from provision import remote
-
-
-def helper(action: str, request: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(remote.path("pd_rollout.py")), action], input=json.dumps(request),
-                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return dict(json.loads(out.stdout.splitlines()[-1]))
+from tests.support.pd import helper
 
 
 def extension_module() -> tuple[str, Path]:

@@ -14,92 +14,12 @@ from provision.cli import cli
 from provision.cli.pd import pd
 from provision.errors import InputError
 from provision.pd import build
-from provision.pd.rollout import RolloutOptions, ServerChange, Step, batch_size, plan_batches, render, rollout
-from provision.pd.rollout_modules import ACTIONS
+from provision.pd.rollout import RolloutOptions, ServerChange, batch_size, plan_batches, render, rollout
 from tests.support.cli import run_cli
-from tests.unit.test_pd_cli import inventory
+from tests.support.pd import Hosts, hosts, inventory
 
 if "pd" not in cli.commands:  # provision/cli/app.py registers it
     cli.add_command(pd)
-
-
-def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for i in range(prefill):
-        groups = ["prefill", "router"] if i == 0 else ["prefill"]
-        out[f"p{i}"] = {"group_names": groups, "ansible_host": f"10.0.0.{i + 1}", "sglang_device": "cpu"}
-    for i in range(decode):
-        out[f"d{i}"] = {"group_names": ["decode"], "ansible_host": f"10.0.1.{i + 1}", "sglang_device": "cpu"}
-    return out
-
-
-class Hosts:
-    """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls.
-    ``pairs``: every pair answers the same tokens, but those through a server of ``odd`` (after its restart, i.e.
-    its ``process`` task) and those through a decode of ``down`` fail."""
-
-    def __init__(self, changed: set[str], fail: dict[tuple[str, str], str] | None = None,
-                 stacked: frozenset[str] = frozenset(), odd: frozenset[str] = frozenset(),
-                 down: frozenset[str] = frozenset()) -> None:  # fmt: skip
-        self.changed, self.fail, self.stacked, self.odd, self.down = changed, fail or {}, stacked, odd, down
-        self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
-        self.tasks: list[dict[str, Any]] = []  # the task dicts, as run
-
-    def __call__(self, names: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
-        out: dict[str, list[Step]] = {}
-        for host in names:
-            steps = out.setdefault(host, [])
-            for task in tasks:
-                module = next(k for k in task if k not in ("name", "register", "check_mode", "when"))
-                action = (task[module] or {}).get("action", module) if module == "pd_rollout_step" else module
-                assert module != "pd_rollout_step" or action in ACTIONS, action  # the module would refuse it
-                self.calls.append((host, task["name"], action))
-                self.tasks.append(task)
-                msg = self.fail.pop((host, task["name"]), None)
-                steps.append(self.result(host, task["name"], action, msg))
-                if action == "pairs" and msg is None:
-                    steps[-1].data = self.pairs(task["pd_rollout_step"]["request"])
-                if msg is not None:
-                    break
-        return out
-
-    def result(self, host: str, task: str, action: str, msg: str | None) -> Step:
-        if msg is not None:
-            return Step(host, task, False, msg=msg)
-        data: dict[str, Any] = {}
-        if task in ("env", "script") and action == "template":
-            return Step(host, task, True, changed=host in self.changed)
-        if task == "router script":
-            return Step(host, task, True, changed="router" in self.changed)
-        if task == "status":
-            roles = ("prefill", "decode", "router")
-            data = {"procs": [{"role": r, "running": True, "script_changed": False} for r in roles]}
-        elif action == "stack":
-            data = {"changed": host in self.stacked}
-        elif action == "drain":
-            data = {"seconds": 0.5, "drained": True, "max_seen": 1, "last": 0}
-        elif action == "pinned":
-            data = {"latency": 0.2, "text": "x", "completion_tokens": 8}
-        elif action == "router_metrics":
-            data = {"requests": 10 * len(self.calls)}
-        return Step(host, task, True, data=data, seconds=1.0)
-
-    def pairs(self, request: dict[str, Any]) -> dict[str, Any]:
-        restarted = {h for h, _, a in self.calls if a == "process"}
-        ip = {f"http://10.0.{r}.{i + 1}:30000": f"{'pd'[r]}{i}" for r in (0, 1) for i in range(4)}
-        out = []
-        for pair in request["pairs"]:
-            names = {ip[pair["prefill"]], ip[pair["decode"]]}
-            if names & self.down:
-                out.append({"ok": False, "msg": f"decode {pair['decode']}: HTTP 500 boom"})
-                continue
-            ids = [9, 9] if names & self.odd & restarted else [1, 2]
-            out.append({"ok": True, "output_ids": ids, "completion_tokens": 2, "latency": 0.3, "ttft": 0.1,
-                        "text": "x"})  # fmt: skip
-        return {"ok": True, "pairs": out, "seconds": 0.4, "parallel": min(8, len(out))}
-
-    def actions(self, host: str | None = None) -> list[str]:
-        return [a for h, _, a in self.calls if host is None or h == host]
 
 
 def test_batch_size() -> None:

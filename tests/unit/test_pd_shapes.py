@@ -392,7 +392,7 @@ def test_scale_takes_an_instance_whole_by_any_of_its_hosts() -> None:
 def test_scale_starts_and_stops_every_rank_and_registers_only_the_leader() -> None:
     from provision.pd.scale import render as scale_render
     from provision.pd.scale import scale
-    from tests.unit.test_pd_rollout_plan import Hosts
+    from tests.support.pd import Hosts
 
     hosts = two_prefills()
     run, started = Hosts(changed=set()), []

@@ -7,35 +7,17 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from provision import remote
+from tests.support.processes import alive, ctl
 
 HELPER = remote.path("process_ctl.py")
-
-
-def ctl(action: str, **request: Any) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(HELPER), action], input=json.dumps(request), capture_output=True, text=True, timeout=90
-    )
-    assert out.returncode == 0, out.stderr
-    answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return answer
-
-
-def alive(pid: int | None) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, TypeError):
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.fixture

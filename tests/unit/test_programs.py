@@ -5,6 +5,8 @@
 - What travels: each program, minified (:func:`provision.remote.program`), is the same program as its file (the
   same syntax tree, docstrings aside), parses as Python 3.6, and imports only what it may (the runner and the
   async job only cheap builtin modules: their start time is every command's).
+- THE pump (``programs/pump.py``: the agent's ``exec`` and service.py read a child's pipes with it) keeps at most
+  its limit of each pipe and still drains it (the writer never blocks), and stops when its caller says so.
 - The spawn core kills a command's whole session at its deadline the same way through each of its three users
   (the runner, the agent's ``exec``, an async job): TERM first (a trap sees it), KILL 5 s later (a process
   that ignores TERM dies too, and so does what it started in the background).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +33,8 @@ from provision.transport import LocalConnection
 ROOT = Path(__file__).resolve().parents[2]
 GUARDED = [ROOT / "provision/commands.py", ROOT / "provision/modules/base.py",
            *sorted((ROOT / "provision/transport").glob("*.py"))]  # fmt: skip
-PROGRAMS = sorted(p.name for p in remote.PROGRAMS_DIR.iterdir() if p.suffix == ".py" and p.name != "spawn.py")
+CORES = [f"{core}.py" for core in remote.CORES]  # the programs' own libraries (the pump, the spawn core)
+PROGRAMS = sorted(p.name for p in remote.PROGRAMS_DIR.iterdir() if p.suffix == ".py" and p.name not in CORES)
 CHEAP = {"_signal", "_thread", "os", "select", "sys", "time"}  # builtin or already loaded at start-up
 
 
@@ -99,10 +103,11 @@ def test_what_travels_is_the_file_minified(name: str) -> None:
     file = remote.REMOTE_DIR / name if name == "agent.py" else remote.PROGRAMS_DIR / name
     text = file.read_text()
     ast.parse(text, feature_version=(3, 6))  # no syntax newer than the oldest host Python
-    if "from spawn import" in text:
-        text = (remote.PROGRAMS_DIR / "spawn.py").read_text() + text.replace(
-            text[text.index("from spawn import") :].split("\n", 1)[0] + "\n", ""
-        )
+    for core in reversed(remote.CORES):  # each core imported goes in front, the pump first
+        if f"from {core} import" in text:
+            text = (remote.PROGRAMS_DIR / f"{core}.py").read_text() + text.replace(
+                text[text.index(f"from {core} import") :].split("\n", 1)[0] + "\n", ""
+            )
     travels = remote.program(name)
     assert _without_docstrings(ast.parse(travels)) == _without_docstrings(ast.parse(text))
     assert "#" not in travels.replace("'#'", "") and "\n\n" not in travels  # no comment, no blank line
@@ -119,6 +124,49 @@ def test_the_runner_and_the_async_job_import_only_cheap_builtins() -> None:
 def test_the_shell_selector_travels_without_its_comments() -> None:
     assert commands.SELECTOR.startswith("if command -v python3")
     assert "#" not in commands.SELECTOR and commands.SELECTOR.endswith("PROVISION_EOF\n")
+
+
+# ---- the pump ----------------------------------------------------------------------------------------------
+sys.path.insert(0, str(remote.PROGRAMS_DIR))
+from pump import pump  # noqa: E402  (the host-side module, by its plain name as on a host)
+
+
+def _popen(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _fds(proc: subprocess.Popen[bytes]) -> list[int]:
+    assert proc.stdout is not None and proc.stderr is not None
+    return [proc.stdout.fileno(), proc.stderr.fileno()]
+
+
+def test_the_pump_keeps_at_most_its_limit_of_each_pipe_and_drains_the_rest() -> None:
+    """A child writing 8 MiB to stdout and 4 MiB to stderr (far more than a pipe holds) runs to its end: the
+    pump reads everything and keeps the first ``limit`` bytes of each."""
+    script = "import os; os.write(2, b'e' * (4 << 20)); [os.write(1, b'o' * (1 << 20)) for _ in range(8)]"
+    with _popen([sys.executable, "-c", script]) as proc:
+        out, err = pump(_fds(proc), limit=100_000)
+        assert proc.wait(timeout=60) == 0  # never blocked on a full pipe
+    assert out == b"o" * 100_000 and err == b"e" * 100_000
+    with _popen([sys.executable, "-c", "import sys; sys.stdout.write('x' * 70000); sys.stderr.write('y')"]) as proc:
+        assert pump(_fds(proc)) == [b"x" * 70000, b"y"]  # no limit: all of it
+
+
+def test_the_pump_stops_when_its_caller_says_so_and_tells_it_when_nothing_came() -> None:
+    """A daemon holding the pipes open: the caller's ``wake`` ends the reading (here: at the first quiet wake-up
+    after the output), with what came until then."""
+    calls: list[bool] = []
+
+    def wake(quiet: bool) -> float | bool:
+        calls.append(quiet)
+        return False if quiet else 0.2
+
+    with _popen(["sh", "-c", "echo started; exec sleep 60"]) as proc:
+        try:
+            assert pump(_fds(proc), wake) == [b"started\n", b""]
+            assert calls[0] is False and calls[-1] is True
+        finally:
+            proc.kill()
 
 
 # ---- the spawn core: TERM, then KILL, of the whole session, through each of its users ---------------------

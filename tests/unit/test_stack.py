@@ -4,13 +4,11 @@ controller, ``--no-index --find-links`` — no network, a second or so each."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from provision.playbook import load_playbook
 from provision.stack import host as stack_host
 from provision.stack import modules as stack
 from provision.transport import LocalConnection
+from tests.support.wheels import wheel
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -33,25 +32,7 @@ PY = sys.executable
 # ------------------------------------------------------------------------------------------------ helpers
 def make_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
     """A minimal, valid pure-Python wheel: ``import <name>`` gives ``VERSION``."""
-    dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
-    files = {
-        f"{dist}/__init__.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": meta,
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    out = directory / f"{dist}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(out, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return out
+    return wheel(directory, name, version, requires=requires, purelib=True)
 
 
 @pytest.fixture(scope="module")

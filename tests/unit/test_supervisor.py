@@ -19,7 +19,7 @@ import pytest
 
 from provision import remote
 from tests.support import waiting
-from tests.unit.test_process import alive, ctl  # the helper run here as on a host, and /proc's view
+from tests.support.processes import alive, ctl  # the helper run here as on a host, and /proc's view
 
 SOURCE = remote.source("process_ctl.py").decode()
 FAST = {"delay": 0.5, "max_delay": 4.0, "burst": 2, "interval": 60.0, "stop_timeout": 5.0}

@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bad_input import UNREACHABLE_INVENTORY
 from tests.support.cli import run_cli
-
-UNREACHABLE_INVENTORY = """\
-all:
-  hosts:
-    ghost:
-      ansible_host: 127.0.0.254
-      ansible_port: 1
-      marker: "{marker}"
-"""
 
 
 @pytest.fixture

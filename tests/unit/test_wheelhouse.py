@@ -4,62 +4,24 @@ find-links directory of small but valid wheels (offline), for hosts declared wit
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import zipfile
+import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from provision.stack.releases import BY_VERSION
+from provision.modules.base import ModuleResult
 from provision.stack.wheelhouse import Target, lock_of
+from provision.testing import run_module
+from tests.support import wheels
 from tests.support.cli import run_cli
-from tests.unit.test_stack import PY, ctx_for, run
+from tests.support.wheels import H200
 
-H200 = {"python": "3.12", "machine": "x86_64", "glibc": "2.39", "torch": "2.11.0+cu130", "cuda": "13.0"}
-
-
-def wheel(directory: Path, name: str, version: str, tag: str = "py3-none-any") -> Path:
-    """A valid wheel of ``name`` with the given tag (pip selects by the file name's tag)."""
-    dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    files = {
-        f"{dist}/__init__.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {tag}\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    out = directory / f"{dist}-{version}-{tag}.whl"
-    with zipfile.ZipFile(out, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return out
-
-
-@pytest.fixture(scope="module")
-def links(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """sglang 0.5.17 (as published: cp3X manylinux_2_34, x86_64 and aarch64) with its pinned companions,
-    sglang 0.5.23, the router and NIXL."""
-    d = tmp_path_factory.mktemp("links")
-    for py in ("cp311", "cp312"):
-        for machine in ("x86_64", "aarch64"):
-            wheel(d, "sglang", "0.5.17", f"{py}-{py}-manylinux_2_34_{machine}")
-            wheel(d, "nixl-cu13", "1.5.1", f"{py}-{py}-manylinux_2_28_{machine}")
-            wheel(d, "nixl-cu12", "1.5.1", f"{py}-{py}-manylinux_2_28_{machine}")
-    for name, version in BY_VERSION["0.5.17"].pins().items():
-        if name != "sglang":
-            wheel(d, name, version)
-    for name in ("sglang-router==0.3.2", "nixl==1.5.1", "numpy==2.2.0"):
-        wheel(d, *name.split("=="))
-    return d
+PY = sys.executable
+links = wheels.links  # the fixture: small valid wheels, offline
 
 
 def inventory(tmp_path: Path, hosts: dict[str, dict[str, Any]]) -> Path:
@@ -127,22 +89,26 @@ def sync_args(house: Path, dest: Path) -> dict[str, Any]:
     return {"src": str(house), "dest": str(dest), "python": PY, "manifest": True}
 
 
+def sync(tmp_path: Path, args: dict[str, Any]) -> ModuleResult:
+    """wheel_sync run as one task runs it, on this machine as the host called "local"."""
+    return run_module("wheel_sync", args, variables={"ansible_python_interpreter": PY}, controller_dir=str(tmp_path))
+
+
 def test_wheel_sync_sends_the_hosts_lock_checks_it_and_resumes(tmp_path: Path, links: Path) -> None:
     arm = {**H200, "machine": "aarch64"}
     result, house = make(tmp_path, links, {"local": {"wheelhouse_target": H200}, "arm": {"wheelhouse_target": arm}})
     assert result.code == 0, result.err
     mine = json.loads((house / "manifest.json").read_text())["hosts"]["local"]
-    ctx, _ = ctx_for(tmp_path)  # the host is called "local"
     dest = tmp_path / "host-wheels"
-    first = run(ctx, "wheel_sync", sync_args(house, dest))
+    first = sync(tmp_path, sync_args(house, dest))
     assert first.changed and sorted(first.data["sent"]) == sorted(mine["files"]), first.msg
     assert sorted(os.listdir(dest)) == sorted(mine["files"])  # not the aarch64 host's files
     assert first.data["requirements"] == mine["lock"] == lock_of(mine["files"]) and "sha256 checked" in first.msg
-    again = run(ctx, "wheel_sync", sync_args(house, dest))
+    again = sync(tmp_path, sync_args(house, dest))
     assert not again.changed and again.data["sent"] == [] and again.data["requirements"] == mine["lock"]
     gone = sorted(mine["files"])[0]
     (dest / gone).unlink()  # an interrupted sync: one file never arrived
-    assert run(ctx, "wheel_sync", sync_args(house, dest)).data["sent"] == [gone]
+    assert sync(tmp_path, sync_args(house, dest)).data["sent"] == [gone]
 
 
 def test_wheel_sync_deletes_a_file_that_does_not_match_its_hash(tmp_path: Path, links: Path) -> None:
@@ -152,8 +118,7 @@ def test_wheel_sync_deletes_a_file_that_does_not_match_its_hash(tmp_path: Path, 
     data = bytearray((house / name).read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes: the controller's copy went bad after the manifest was written
     (house / name).write_bytes(bytes(data))
-    ctx, _ = ctx_for(tmp_path)
-    res = run(ctx, "wheel_sync", sync_args(house, tmp_path / "dest"))
+    res = sync(tmp_path, sync_args(house, tmp_path / "dest"))
     assert res.failed and res.data["bad"] == [name] and "differ from their sha256" in res.msg
     assert not (tmp_path / "dest" / name).exists()
 
@@ -161,6 +126,5 @@ def test_wheel_sync_deletes_a_file_that_does_not_match_its_hash(tmp_path: Path, 
 def test_wheel_sync_refuses_a_host_the_wheelhouse_was_not_made_for(tmp_path: Path, links: Path) -> None:
     result, house = make(tmp_path, links, {"elsewhere": {"wheelhouse_target": H200}})
     assert result.code == 0, result.err
-    ctx, _ = ctx_for(tmp_path)
-    res = run(ctx, "wheel_sync", sync_args(house, tmp_path / "dest"))
+    res = sync(tmp_path, sync_args(house, tmp_path / "dest"))
     assert res.failed and "local is not in the wheelhouse" in res.msg and "provision wheelhouse" in res.msg

@@ -1,0 +1,142 @@
+"""Processes in tests: provision's supervisor (provision/remote/process_ctl.py) run here as on a host, a
+process's liveness as /proc shows it, waits on processes, a lab host's processes, and the stand-in members of a
+multi-host group (NOT SGLang) that the group-watch tests supervise."""
+
+from __future__ import annotations
+
+import json
+import pwd
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from provision import remote
+from tests.support.lab import Lab
+
+HELPER = remote.path("process_ctl.py")
+
+
+def ctl(action: str, **request: Any) -> dict[str, Any]:
+    """process_ctl.py's answer to ``action`` with ``request``, run here as on a host (it answers with exit 0)."""
+    out = subprocess.run(
+        [sys.executable, str(HELPER), action], input=json.dumps(request), capture_output=True, text=True, timeout=90
+    )
+    assert out.returncode == 0, out.stderr
+    answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def alive(pid: int | None) -> bool:
+    """``pid`` is a process that is neither a zombie nor dead (False for None)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, TypeError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_for(cond: Callable[[], bool], limit: float, step: float = 0.05) -> float | None:
+    """Seconds until ``cond()`` held, None if it never did within ``limit``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if cond():
+            return time.monotonic() - started
+        time.sleep(step)
+    return None
+
+
+def pids_of(user: str, needle: str) -> list[int]:
+    """Live processes of ``user`` whose command line contains ``needle``."""
+    uid = pwd.getpwnam(user).pw_uid
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in args and alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:
+    """The pid host i wrote to ``path`` (read as its user), waiting up to ``limit`` seconds for it."""
+    got: list[int] = []
+
+    def ready() -> bool:
+        text = lab.run_as(i, ["cat", path]).stdout.strip()
+        if text.isdigit():
+            got.append(int(text))
+        return bool(got)
+
+    assert wait_for(ready, limit, 0.1) is not None, f"{path} never appeared"
+    return got[0]
+
+
+def sigkill_mid_command(lab: Lab, i: int, proc: subprocess.Popen[Any], pidfile: str) -> float | None:
+    """SIGKILL the run ``proc`` once host i's command wrote ``pidfile``: the seconds until that command and its
+    ``sleep 300`` were gone, None if they outlived 10 s."""
+    try:
+        pid = read_pid(lab, i, pidfile, 30)
+        sleeps = pids_of(lab.hosts[i].user, "sleep 300")
+        assert sleeps
+        proc.kill()
+        proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    return wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
+
+
+LEADER = r"""#!/usr/bin/env python3
+# A stand-in leader of a multi-host group (NOT SGLang): /health is 200 while the group it formed is whole.
+import http.server, socket, sys, threading
+ranks, http_port, group_port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+state = {"joined": 0, "broken": False}
+def member(conn):
+    state["joined"] += 1
+    while conn.recv(1):
+        pass
+    state["broken"] = True  # a member left: this group is over (the leader must start again)
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", group_port))
+listener.listen(8)
+def accept():
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=member, args=(conn,), daemon=True).start()
+threading.Thread(target=accept, daemon=True).start()
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        whole = state["joined"] >= ranks and not state["broken"]
+        self.send_response(200 if whole else 503)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+print("stand-in leader up", flush=True)
+http.server.HTTPServer(("127.0.0.1", http_port), Health).serve_forever()
+"""
+
+RANK = r"""#!/usr/bin/env python3
+# A stand-in rank (NOT SGLang): joins the leader's group, exits when the group connection ends.
+import socket, sys, time
+port = int(sys.argv[1])
+while True:
+    try:
+        conn = socket.create_connection(("127.0.0.1", port), timeout=2)
+        break
+    except OSError:
+        time.sleep(0.2)
+conn.settimeout(None)
+print("stand-in rank joined", flush=True)
+while conn.recv(1):
+    pass
+sys.exit(1)
+"""
