@@ -1,6 +1,6 @@
 """Re-apply a converged 9-task play to N lab hosts with provision, pyinfra and ansible-core, side by side.
 
-    python benchmarks/fleet.py [--hosts 8 64] [--repeat 3] [--tools provision pyinfra ansible]
+    python benchmarks/fleet.py [--hosts 8 64] [--repeat 3] [--tools provision pyinfra ansible] [--profile DIR]
 
 Needs root (the lab makes one Unix user and one real sshd per host, on loopback) and the benchmark extra
 (`pip install -e '.[bench]'`: pyinfra 3.x, ansible-core 2.19). For each host count it starts a lab, converges
@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PROFILE_DIR: Path | None = None  # --profile DIR
 sys.path.insert(0, str(ROOT))
 
 from tests.support.lab import Lab  # noqa: E402
@@ -151,7 +152,12 @@ class Tools:
                 "-i", str(self.inventory), "-f", self.forks, "--json"]  # fmt: skip
         if persist:
             argv += ["--persist", "120"]
-        wall, proc = _run("provision-persisted" if persist else "provision", argv, self.env, self.work)
+        env = self.env
+        if PROFILE_DIR is not None:  # --profile: each run's cProfile stats, numbered
+            PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+            name = f"{len(self.lab.hosts)}h-{'persisted' if persist else 'fresh'}-{len(list(PROFILE_DIR.iterdir()))}"
+            env = {**env, "PROVISION_BENCH_PROFILE": str(PROFILE_DIR / f"{name}.prof")}
+        wall, proc = _run("provision-persisted" if persist else "provision", argv, env, self.work)
         doc = json.loads(proc.stdout)
         changed = sum(s.get("changed", 0) for s in doc["stats"].values())
         return wall, changed, int(proc.stderr.strip().splitlines()[-1])
@@ -171,12 +177,17 @@ class Tools:
 
 
 # run provision in this interpreter, then print its peak RSS (bytes) on the last stderr line
+# (with PROVISION_BENCH_PROFILE=FILE, under cProfile: its stats written to FILE, one file per run)
 RSS_WRAPPER = (
-    "import resource,runpy,sys\n"
+    "import os,resource,runpy,sys\n"
     "sys.argv=['provision']+sys.argv[1:]\n"
     "code=0\n"
+    "out=os.environ.get('PROVISION_BENCH_PROFILE')\n"
+    "prof=None\n"
+    "if out:\n import cProfile\n prof=cProfile.Profile()\n prof.enable()\n"
     "try:\n runpy.run_module('provision',run_name='__main__')\n"
     "except SystemExit as e:\n code=e.code or 0\n"
+    "if prof:\n prof.disable()\n prof.dump_stats(out)\n"
     "sys.stderr.write('\\n%d\\n'%(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss*1024))\n"
     "sys.exit(code)\n"
 )
@@ -249,7 +260,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "pyinfra", "ansible"])
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument("--profile", type=Path, help="write each provision run's cProfile stats into this dir")
     args = parser.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = args.profile
     missing = [t for t in args.tools if not t.startswith("provision")
                and not shutil.which("ansible-playbook" if t == "ansible" else t)]  # fmt: skip
     if missing:
