@@ -39,6 +39,7 @@ MODULES: dict[str, str] = {
     "git": "provision.modules.git_mod",
     "apt": "provision.modules.packages",
     "apt_repository": "provision.modules.apt_sources",
+    "deb822_repository": "provision.modules.apt_sources",
     "package": "provision.modules.packages",
     "dnf": "provision.modules.packages",
     "find": "provision.modules.info",
