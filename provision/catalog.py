@@ -38,6 +38,7 @@ MODULES: dict[str, str] = {
     "pip": "provision.modules.pip_mod",
     "git": "provision.modules.git_mod",
     "apt": "provision.modules.packages",
+    "apt_key": "provision.modules.apt_sources",
     "apt_repository": "provision.modules.apt_sources",
     "deb822_repository": "provision.modules.apt_sources",
     "package": "provision.modules.packages",

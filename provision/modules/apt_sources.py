@@ -9,7 +9,10 @@ host side needs no python3-apt.
 ``deb822_repository`` (ansible-core's): a source in the deb822 format, ``/etc/apt/sources.list.d/SLUG.sources``
 (``remote/deb822_repository.py``: the text rendered as python-debian renders it, so the host needs no
 python3-debian; a ``signed_by`` URL fetched by the host into ``/etc/apt/keyrings``). Check mode writes nothing;
-there is no ``--diff``, as in Ansible's; ``mode`` is octal."""
+there is no ``--diff``, as in Ansible's; ``mode`` is octal.
+
+``apt_key`` (ansible-core's): a key added to or removed from APT's keyring or a ``keyring`` file through the host's
+``apt-key`` and ``gpg`` (``remote/apt_key.py``; a ``url`` is fetched by the host). Check mode changes nothing."""
 
 from __future__ import annotations
 
@@ -117,4 +120,40 @@ class Deb822Repository(Module):
         return ModuleResult.from_answer(answer)
 
 
-__all__ = ["AptRepository", "Deb822Repository"]
+KEY_SOURCES = ("data", "file", "keyserver", "url")
+
+
+@register
+class AptKey(Module):
+    name = "apt_key"
+    args = {
+        "id": Arg(),
+        "url": Arg(),
+        "data": Arg(),
+        "file": Arg("path"),
+        "keyring": Arg("path"),
+        "validate_certs": Arg("bool", default=True),
+        "keyserver": Arg(),
+        "state": Arg(default="present", choices=("absent", "present")),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> None:
+        given = [k for k in KEY_SOURCES if args.get(k) is not None]
+        if len(given) > 1:
+            raise ArgError(f"apt_key: parameters are mutually exclusive: {'|'.join(KEY_SOURCES)}")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = {k: args[k] for k in ("id", "url", "data", "file", "keyring", "validate_certs", "keyserver", "state")}
+        request["check"] = ctx.check
+        try:
+            answer = ctx.call_helper(
+                "apt_key.py", "apply", stdin=json.dumps(request).encode(), what="apt_key", check_rc=False
+            )
+        except HelperError as exc:
+            return exc.as_result()
+        answer.pop("ok", None)
+        return ModuleResult.from_answer(answer)
+
+
+__all__ = ["AptKey", "AptRepository", "Deb822Repository"]
