@@ -67,6 +67,8 @@ MODULES: dict[str, str] = {
     "user": "provision.modules.accounts",
     "pam_limits": "provision.modules.sysconf",
     "community.general.pam_limits": "provision.modules.sysconf",
+    "modprobe": "provision.modules.sysconf",
+    "community.general.modprobe": "provision.modules.sysconf",
     "sysctl": "provision.modules.sysconf",
     "ansible.posix.sysctl": "provision.modules.sysconf",
     "mount": "provision.modules.sysconf",
