@@ -144,7 +144,9 @@ class AptKey(Module):
             raise ArgError(f"apt_key: parameters are mutually exclusive: {'|'.join(KEY_SOURCES)}")
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        request = {k: args[k] for k in ("id", "url", "data", "file", "keyring", "validate_certs", "keyserver", "state")}
+        request = {k: args[k] for k in ("id", "url", "data", "validate_certs", "keyserver", "state")}
+        # type path in Ansible's module: ``~`` expanded on the host
+        request |= {k: ctx.expand(args[k]) if args[k] else args[k] for k in ("file", "keyring")}
         request["check"] = ctx.check
         try:
             answer = ctx.call_helper(

@@ -94,7 +94,7 @@ class Modprobe:
         return any(self.re_module.match(line) for p in self._files(MODULES_LOAD) for line in self._lines(p))
 
     def set_params(self):
-        found = set()
+        found = set()  # type: set[str]
         for path in self._files(PARAMETERS):
             found.update(m.group(1) for m in map(self.re_param.match, self._lines(path)) if m)
         return found
