@@ -4,15 +4,25 @@ changed file written atomically, then ``apt-get update`` when ``update_cache``).
 ``--diff`` shows the files added or removed, as Ansible's. A ``ppa:`` repository is refused when the task runs
 (the module asks Launchpad for it over the network and adds its key); ``mode`` is octal (a symbolic one is
 refused); ``install_python_apt``, ``validate_certs`` and ``codename`` (PPA only) are accepted and unused: the
-host side needs no python3-apt."""
+host side needs no python3-apt.
+
+``deb822_repository`` (ansible-core's): a source in the deb822 format, ``/etc/apt/sources.list.d/SLUG.sources``
+(``remote/deb822_repository.py``: the text rendered as python-debian renders it, so the host needs no
+python3-debian; a ``signed_by`` URL fetched by the host into ``/etc/apt/keyrings``). Check mode writes nothing;
+there is no ``--diff``, as in Ansible's; ``mode`` is octal.
+
+``apt_key`` (ansible-core's): a key added to or removed from APT's keyring or a ``keyring`` file through the host's
+``apt-key`` and ``gpg`` (``remote/apt_key.py``; a ``url`` is fetched by the host). Check mode changes nothing."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from .base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
+from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 from .files import text_diff
+from .modes import parse_mode
 
 
 @register
@@ -55,4 +65,97 @@ class AptRepository(Module):
         return result
 
 
-__all__ = ["AptRepository"]
+DEB822_LISTS = ("architectures", "components", "languages", "suites", "targets", "types", "uris")
+DEB822_BOOLS = ("allow_downgrade_to_insecure", "allow_insecure", "allow_weak", "by_hash", "check_date",
+                "check_valid_until", "enabled", "pdiffs", "trusted")  # fmt: skip
+SOURCE_TYPES = ("deb", "deb-src")
+
+
+@register
+class Deb822Repository(Module):
+    name = "deb822_repository"
+    args = {
+        **{k: Arg("list") for k in DEB822_LISTS},
+        **{k: Arg("bool") for k in DEB822_BOOLS},
+        "types": Arg("list", default=["deb"]),
+        "date_max_future": Arg("int"),
+        "inrelease_path": Arg(),
+        "name": Arg(required=True),
+        "signed_by": Arg(),
+        "mode": Arg("mode", default=0o644),
+        "state": Arg(default="present", choices=("absent", "present")),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> None:
+        types = args.get("types")
+        if types is not None and not is_template(types):
+            listed = types if isinstance(types, list) else str(types).split(",")
+            for value in listed:
+                if not is_template(value) and str(value).strip() not in SOURCE_TYPES:
+                    raise ArgError(f"deb822_repository: types={value!r} is not one of {list(SOURCE_TYPES)}")
+        mode = args.get("mode")
+        if mode is not None and not is_template(mode) and not isinstance(parse_mode(mode), int):
+            raise ArgError("deb822_repository: give mode in octal (a symbolic mode is not supported)")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        bad = [t for t in args["types"] or [] if t not in SOURCE_TYPES]
+        if bad:
+            msg = f"value of types must be one or more of: deb, deb-src. Got no match for: {', '.join(bad)}"
+            return ModuleResult(failed=True, msg=msg)
+        if not isinstance(args["mode"], int):
+            msg = "deb822_repository: give mode in octal (a symbolic mode is not supported)"
+            return ModuleResult(failed=True, msg=msg)
+        fields = {k: v for k, v in args.items() if k not in ("mode", "state")}
+        request = {"name": args["name"], "state": args["state"], "mode": args["mode"], "fields": fields}
+        request["check"] = ctx.check
+        try:
+            answer = ctx.call_helper(
+                "deb822_repository.py", "apply", stdin=json.dumps(request).encode(), what="deb822_repository",
+                check_rc=False,
+            )  # fmt: skip
+        except HelperError as exc:
+            return exc.as_result()
+        answer.pop("ok", None)
+        return ModuleResult.from_answer(answer)
+
+
+KEY_SOURCES = ("data", "file", "keyserver", "url")
+
+
+@register
+class AptKey(Module):
+    name = "apt_key"
+    args = {
+        "id": Arg(),
+        "url": Arg(),
+        "data": Arg(),
+        "file": Arg("path"),
+        "keyring": Arg("path"),
+        "validate_certs": Arg("bool", default=True),
+        "keyserver": Arg(),
+        "state": Arg(default="present", choices=("absent", "present")),
+    }
+
+    @classmethod
+    def check_combination(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> None:
+        given = [k for k in KEY_SOURCES if args.get(k) is not None]
+        if len(given) > 1:
+            raise ArgError(f"apt_key: parameters are mutually exclusive: {'|'.join(KEY_SOURCES)}")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        request = {k: args[k] for k in ("id", "url", "data", "validate_certs", "keyserver", "state")}
+        # type path in Ansible's module: ``~`` expanded on the host
+        request |= {k: ctx.expand(args[k]) if args[k] else args[k] for k in ("file", "keyring")}
+        request["check"] = ctx.check
+        try:
+            answer = ctx.call_helper(
+                "apt_key.py", "apply", stdin=json.dumps(request).encode(), what="apt_key", check_rc=False
+            )
+        except HelperError as exc:
+            return exc.as_result()
+        answer.pop("ok", None)
+        return ModuleResult.from_answer(answer)
+
+
+__all__ = ["AptKey", "AptRepository", "Deb822Repository"]

@@ -1,7 +1,9 @@
 """Host settings that GPU-host playbooks make (RDMA, NCCL, scratch disks, access, jobs): ``pam_limits``
 (community.general's: ``memlock unlimited``), ``sysctl``, ``mount`` (the fstab only: states ``present`` and
 ``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs, and ansible-core's
-``known_hosts`` and ``cron`` (a user's crontab through ``crontab``, or a ``cron_file``). The host side is
+``known_hosts`` and ``cron`` (a user's crontab through ``crontab``, or a ``cron_file``), and community.general's
+``modprobe`` (``remote/modprobe.py``: the kernel module loaded or unloaded, its ``/etc/modules-load.d`` and
+``/etc/modprobe.d`` lines). The host side is
 ``remote/sysconf.py`` (``remote/authorized_key.py``, ``remote/known_hosts.py``, ``remote/cron.py``), one round
 trip: the file read, the line fixed with the module's own rules, written atomically (check mode writes nothing;
 ``--diff`` shows the change of ``pam_limits``, ``authorized_key``, ``known_hosts`` and ``cron``, as Ansible).
@@ -215,9 +217,24 @@ class Cron(Module):
         return _apply(ctx, "cron", request, script="cron.py", path=request["cron_file"] or "crontab")
 
 
+@register
+class Modprobe(Module):
+    name = "modprobe"
+    args = {
+        "name": Arg(required=True),
+        "state": Arg(default="present", choices=("absent", "present")),
+        "params": Arg(default=""),
+        "persistent": Arg(default="disabled", choices=("disabled", "present", "absent")),
+    }
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return _apply(ctx, "apply", {k: args[k] for k in ("name", "state", "params", "persistent")}, "modprobe.py")
+
+
 add_fqcn("community.general", PamLimits)
+add_fqcn("community.general", Modprobe)
 add_fqcn("ansible.posix", AuthorizedKey)
 add_fqcn("ansible.posix", Sysctl)
 add_fqcn("ansible.posix", Mount)
 
-__all__ = ["AuthorizedKey", "Cron", "KnownHosts", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
+__all__ = ["AuthorizedKey", "Cron", "KnownHosts", "Modprobe", "Mount", "PamLimits", "Sysctl", "add_fqcn"]

@@ -367,6 +367,9 @@ class Harness:
             h.name: {
                 "wd": str(self.wd(h, case, tool)),
                 "ansible_python_interpreter": "/usr/bin/python3",
+                # python-debian for ansible-core's deb822_repository (scripts/reference_collections.py): a case
+                # puts it on that module's PYTHONPATH through the task's environment
+                "reference_pythonpath": str(Path(sys.prefix) / "reference-pylib"),
                 **({"http_base": http_base} if http_base else {}),
                 **case.host_vars,
             }
