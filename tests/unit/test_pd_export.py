@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provision import api
+from provision import api, remote
 from provision.pd.export import schema
 from tests.support.cli import run_cli
 from tests.support.wheels import H200, links  # noqa: F401  (links: the fixture, small valid wheels, offline)
@@ -55,9 +55,9 @@ def test_golden(inventory: str, target: str, tmp_path: Path) -> None:
     written = {str(p.relative_to(tmp_path / "out")): p.read_text() for p in (tmp_path / "out").rglob("*")
                if p.is_file()}  # fmt: skip
     assert written == result.files
-    remote = REPO / "provision" / "remote"
-    for rel in [r for r in written if r.endswith(".py")]:  # the shipped checks, copied as they are: not golden
-        assert written.pop(rel) == (remote / rel).read_text(), rel
+    for rel in [r for r in written if r.endswith(".py")]:  # shipped checks (bundled with hostlib), cpu_compat/
+        shipped = (remote.REMOTE_DIR / rel).read_text() if "/" in rel else remote.source(rel).decode()
+        assert written.pop(rel) == shipped, rel  # as they travel: not golden
     golden = GOLDEN / f"{inventory}-{target}"
     if os.environ.get("PROVISION_UPDATE_GOLDEN"):
         shutil.rmtree(golden, ignore_errors=True)
@@ -302,6 +302,30 @@ def test_the_slurm_launchers_start_verify_and_stop_a_deployment(tmp_path: Path) 
         if node.poll() is None:
             os.killpg(node.pid, signal.SIGKILL)
             node.wait()
+        for r in _records(tmp_path).values():
+            if _alive(r["pid"]):
+                os.kill(r["pid"], signal.SIGKILL)
+
+
+def test_the_slurm_verify_fails_with_its_answer_printed_when_the_generation_fails(tmp_path: Path) -> None:
+    """pd_verify.py exits 1 with a failure answer: verify.sh prints that answer and exits 1 (set -e never cuts
+    it off before the answer)."""
+    import signal
+
+    out, env, _ = _fake_deployment(tmp_path)
+    env = {**env, "FAKE_GENERATE_STATUS": "500"}
+    with open(tmp_path / "node-0.out", "w") as log:
+        node = subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        verify = subprocess.run(["bash", str(out / "verify.sh")], env=env, capture_output=True, text=True, timeout=60)
+        assert verify.returncode == 1, verify.stdout + verify.stderr
+        answer = json.loads(verify.stdout.strip().splitlines()[-1])
+        assert answer["ok"] is False and answer["failed"] is True and answer["status"] == 500, answer
+        assert answer["msg"] == answer["error"] and "fake failure" in answer["msg"], answer
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)
+        node.wait(timeout=30)
         for r in _records(tmp_path).values():
             if _alive(r["pid"]):
                 os.kill(r["pid"], signal.SIGKILL)

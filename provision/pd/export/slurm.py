@@ -268,9 +268,8 @@ def _verify(d: Deployment, node: dict[str, int], options: ExportOptions) -> str:
         "request=$(python3 -c 'import json, sys; print(json.dumps({\"url\": sys.argv[1], \"prompt\": sys.argv[2], "
         "\"max_new_tokens\": int(sys.argv[3]), \"timeout\": float(sys.argv[4]), \"interval\": 5, \"stream\": True}))' "
         f'"$url" {quote(options.prompt)} {options.max_new_tokens} {options.verify_timeout:g})',
-        'out=$(python3 "$here/pd_verify.py" <<<"$request")',
-        'echo "$out"',
-        "python3 -c 'import json, sys; sys.exit(0 if json.loads(sys.argv[1])[\"ok\"] else 1)' \"$out\"",
+        '# its answer (one JSON line) is printed; its exit code is the script\'s: 0 when ok, 1 when not',
+        'python3 "$here/pd_verify.py" verify <<<"$request"',
     ]) + "\n"  # fmt: skip
 
 
