@@ -45,7 +45,6 @@ PORT_LATER: dict[str, set[str]] = {
     # REQUEST``): ported with the export (which must then ship hostlib beside them: remote.source)
     "make_tiny_model.py": {"atomic write", "envelope"},  # its "atomic write": a model directory renamed into place
     "model_sync.py": {"atomic write"},  # commit renames the staged directory into place: no file is written
-    "nixl_probe.py": {"envelope"},
     "process_ctl.py": {"envelope"},  # its exit codes differ (0 whenever it answers): callers and tests rely on it
     "stack_fs.py": {"atomic write"},  # a hand-made venv dir moved aside (os.rename): no file is written
 }

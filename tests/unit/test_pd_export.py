@@ -191,6 +191,34 @@ def test_slurm_scripts_pass_bash_n_and_shellcheck(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout
 
 
+def test_the_kubernetes_checks_run_from_their_configmap_and_fail_with_exit_1(tmp_path: Path) -> None:
+    """The init container's NIXL gate and the verify Job, run as written against the ConfigMap's files (bundled
+    with hostlib: nothing else beside them): a host Python without nixl fails the gate, a router that does not
+    answer fails the verify; each prints its one failure answer and exits 1 (the pod's / Job's failure)."""
+    files = export(REPO / "inventory" / "nxm.yml", "rbg").files
+    docs = [d for name, text in files.items() if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
+    checks = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-provision-checks"))
+    here = tmp_path / "checks"
+    here.mkdir()
+    for name, text in checks["data"].items():
+        (here / name).write_text(text)
+    (here / "verify-request.json").write_text(json.dumps({"url": f"http://127.0.0.1:{_free_ports(1)[0]}",
+                                                          "timeout": 1, "interval": 0.2}))  # fmt: skip
+    group = next(d for d in docs if d["kind"] == "RoleBasedGroup")
+    pod = group["spec"]["roles"][0]
+    template = (pod.get("standalonePattern") or pod["leaderWorkerPattern"])["template"]
+    gate = template["spec"]["initContainers"][0]["command"]
+    job = next(d for d in docs if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["command"]
+    for command, failure in ((gate, "import nixl._api failed"), (job, "Connection refused")):
+        assert command[:2] == ["sh", "-c"]
+        proc = subprocess.run(["sh", "-c", command[2].replace("/opt/provision", str(here))], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+        (line,) = proc.stdout.splitlines()
+        answer = json.loads(line)
+        assert proc.returncode == 1 and answer["ok"] is False and answer["failed"] is True, proc.stdout + proc.stderr
+        assert failure in answer["msg"], answer
+
+
 def test_slurm_nodes_are_machines_and_addresses_are_the_jobs() -> None:
     files = export(REPO / "inventory" / "single-host-4p4.yml", "slurm").files
     assert "#SBATCH --nodes=1" in files["pd.sbatch"] and "#SBATCH --gpus-per-node=8" in files["pd.sbatch"]
