@@ -153,10 +153,11 @@ def _node_script(d: Deployment, k: int, hosts: list[str], node: dict[str, int], 
     for plan in plans:
         if plan.server and plan.device == "cpu" and plan.tiny_model and plan.model_path not in made:
             made.add(plan.model_path)
-            model = sh_word(plan.model_path, {})
+            model, python = sh_word(plan.model_path, {}), sh_word(plan.python, {})
             lines += [
                 f"if [ ! -f {model}/.provision-tiny-model.json ]; then  # CPU mode: the tiny model, as pd up makes it",
-                f'  {sh_word(plan.python, {})} - {model} < "$here/make_tiny_model.py"',
+                f"  {python} -c 'import json, sys; print(json.dumps({{\"dest\": sys.argv[1]}}))' {model} |",
+                f'    {python} "$here/make_tiny_model.py" make  # its answer; exit 1 (the node fails) when it fails',
                 "fi",
             ]
     servers = [p.server for p in plans if p.server]
