@@ -304,13 +304,29 @@ def _records(tmp_path: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "rec").glob("*.json")}
 
 
+def _start_node(out: Path, env: dict[str, Any], tmp_path: Path) -> subprocess.Popen[bytes]:
+    """node-0.sh in a session of its own (as srun starts a step), its output to tmp_path/node-0.out."""
+    with open(tmp_path / "node-0.out", "w") as log:
+        return subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _kill_what_is_left(node: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    import signal
+
+    if node.poll() is None:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+    for r in _records(tmp_path).values():
+        if _alive(r["pid"]):
+            os.kill(r["pid"], signal.SIGKILL)
+
+
 def test_the_slurm_launchers_start_verify_and_stop_a_deployment(tmp_path: Path) -> None:
     import signal
 
     out, env, ports = _fake_deployment(tmp_path)
-    with open(tmp_path / "node-0.out", "w") as log:
-        node = subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+    node = _start_node(out, env, tmp_path)
     try:
         verify = subprocess.run(["bash", str(out / "verify.sh")], env=env, capture_output=True, text=True, timeout=60)
         assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -327,24 +343,15 @@ def test_the_slurm_launchers_start_verify_and_stop_a_deployment(tmp_path: Path) 
         assert node.wait(timeout=30) == 143
         assert not any(_alive(r["pid"]) for r in rec.values())
     finally:
-        if node.poll() is None:
-            os.killpg(node.pid, signal.SIGKILL)
-            node.wait()
-        for r in _records(tmp_path).values():
-            if _alive(r["pid"]):
-                os.kill(r["pid"], signal.SIGKILL)
+        _kill_what_is_left(node, tmp_path)
 
 
 def test_the_slurm_verify_fails_with_its_answer_printed_when_the_generation_fails(tmp_path: Path) -> None:
     """pd_verify.py exits 1 with a failure answer: verify.sh prints that answer and exits 1 (set -e never cuts
     it off before the answer)."""
-    import signal
-
     out, env, _ = _fake_deployment(tmp_path)
     env = {**env, "FAKE_GENERATE_STATUS": "500"}
-    with open(tmp_path / "node-0.out", "w") as log:
-        node = subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+    node = _start_node(out, env, tmp_path)
     try:
         verify = subprocess.run(["bash", str(out / "verify.sh")], env=env, capture_output=True, text=True, timeout=60)
         assert verify.returncode == 1, verify.stdout + verify.stderr
@@ -352,11 +359,7 @@ def test_the_slurm_verify_fails_with_its_answer_printed_when_the_generation_fail
         assert answer["ok"] is False and answer["failed"] is True and answer["status"] == 500, answer
         assert answer["msg"] == answer["error"] and "fake failure" in answer["msg"], answer
     finally:
-        os.killpg(node.pid, signal.SIGTERM)
-        node.wait(timeout=30)
-        for r in _records(tmp_path).values():
-            if _alive(r["pid"]):
-                os.kill(r["pid"], signal.SIGKILL)
+        _kill_what_is_left(node, tmp_path)
 
 
 def test_a_process_that_exits_ends_the_node_and_stops_the_others(tmp_path: Path) -> None:
