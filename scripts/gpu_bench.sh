@@ -67,7 +67,8 @@ case $step in
       >/tmp/stubs/datasets/__init__.py
     printf '#!/bin/sh\nPYTHONPATH=/tmp/stubs${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' "$PY" >/tmp/stubs/python
     chmod +x /tmp/stubs/python
-    timed model "$out" env PYTHONPATH=/tmp/site "$PY" provision/remote/make_tiny_model.py /tmp/provision/llama-3.2-1b-random llama-3.2-1b
+    echo '{"dest": "/tmp/provision/llama-3.2-1b-random", "shape": "llama-3.2-1b"}' >/tmp/provision-model-request.json
+    timed model "$out" env PYTHONPATH=/tmp/site "$PY" provision/remote/make_tiny_model.py make </tmp/provision-model-request.json
     ;;
   install-c)  # the report's plotting stack (matplotlib and what it needs), where the image lacks it
     carry=$1

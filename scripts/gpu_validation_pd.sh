@@ -41,13 +41,14 @@ step install-rerun run install.yml -i "$inventory" -e wheelhouse="$house" --json
 step smoke run smoke.yml -i "$inventory" --json
 step preflight run preflight.yml -i "$inventory" --json
 started=$(date +%s.%N)
-/tmp/provision/venv/bin/python provision/remote/make_tiny_model.py /tmp/provision/llama-3.2-1b-random llama-3.2-1b \
-  >"$out/model.out" 2>"$out/model.log"
+echo '{"dest": "/tmp/provision/llama-3.2-1b-random", "shape": "llama-3.2-1b"}' |
+  /tmp/provision/venv/bin/python provision/remote/make_tiny_model.py make >"$out/model.out" 2>"$out/model.log"
 rc=$?
 printf 'model rc=%s seconds=%.1f\n' $rc "$(awk "BEGIN{print $(date +%s.%N) - $started}")" | tee -a "$out/steps.txt"
 if [ $rc -ne 0 ]; then  # fall back to the tiny shape at the same path: the rest still runs
   tail -5 "$out/model.log"
-  /tmp/provision/venv/bin/python provision/remote/make_tiny_model.py /tmp/provision/llama-3.2-1b-random >>"$out/model.out" 2>&1
+  echo '{"dest": "/tmp/provision/llama-3.2-1b-random"}' |
+    /tmp/provision/venv/bin/python provision/remote/make_tiny_model.py make >>"$out/model.out" 2>&1
 fi
 du -sh /tmp/provision/llama-3.2-1b-random >>"$out/model.out" 2>&1
 step pd-up pd up -i "$inventory" || tail -30 "$out/pd-up.log" "$out/pd-up.out"

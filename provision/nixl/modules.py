@@ -63,14 +63,11 @@ class NixlSmoke(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         python = venv_python(ctx, args["venv"])
-        backends = [str(b) for b in args["backends"]] or ["UCX"]
-        probe_args: list[object] = ["--backends", ",".join(backends)]
-        if args["require_vram"]:
-            probe_args.append("--require-vram")
+        request = {"backends": [str(b) for b in args["backends"]] or ["UCX"], "require_vram": args["require_vram"]}
         try:  # the probe reports a failed smoke test in its answer (rc 1)
             report = ctx.call_helper(
-                "nixl_probe.py", *probe_args, python=python, timeout=120, what="the NIXL probe", hint=VENV_HINT,
-                check_rc=False,
+                "nixl_probe.py", "probe", stdin=json.dumps(request).encode(), python=python, timeout=120,
+                what="the NIXL probe", hint=VENV_HINT, check_rc=False,
             )  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
@@ -83,7 +80,7 @@ class NixlSmoke(Module):
             "plugin_dir": report.get("plugin_dir"),
         }
         if not report.get("ok"):
-            msg = f"NIXL smoke test failed: {report.get('error')}"
+            msg = f"NIXL smoke test failed: {report.get('error') or report.get('msg')}"
             if report.get("hint"):
                 msg += f" — {report['hint']}"
             return ModuleResult(failed=True, msg=msg, data={**data, "report": report})

@@ -215,7 +215,7 @@ class PdVerify(Module):
         what = "the router" if router.role == "router" else "the colocated server"
         try:  # a failed generation is reported in the answer
             with ctx.waiting(f"a generation through {what} {router.name} ({request['url']})", args["timeout"]):
-                report = ctx.call_helper("pd_verify.py", stdin=json.dumps(request).encode(),
+                report = ctx.call_helper("pd_verify.py", "verify", stdin=json.dumps(request).encode(),
                                          timeout=args["timeout"] + 90, what="pd_verify", check_rc=False)  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
@@ -223,7 +223,7 @@ class PdVerify(Module):
                                            "stream_latency", "attempts", "waited", "status", "url")}  # fmt: skip
         if not report.get("ok"):
             msg = (f"no verified generation through {what} {router.name} ({request['url']}): "
-                   f"{answer_text(report.get('status'), report.get('error'))}")  # fmt: skip
+                   f"{answer_text(report.get('status'), report.get('error') or report.get('msg'))}")  # fmt: skip
             return ModuleResult(failed=True, msg=msg, data=data)
         ttft = f", TTFT {report['ttft']}s" if report.get("ttft") is not None else ""
         path = "router → prefill → decode" if router.role == "router" else f"colocated server {router.name}"

@@ -1,23 +1,26 @@
 """Make the tiny random-weight Llama that CPU mode serves, ON the host, with the SGLang venv's Python.
 
-Usage: ``VENV_PYTHON - DEST [SHAPE [SEED]]`` (transformers + tokenizers come with SGLang; no hub access is
-needed). SEED (default 0) seeds the weights: another seed, the same shapes and tokenizer, other tokens out
-(``pd verify --all-pairs`` tells such a server from the others).
+Usage: ``VENV_PYTHON make_tiny_model.py make`` with a JSON request on stdin (the host library's envelope,
+``hostlib.serve``): ``dest`` (the model's directory), ``shape`` (``tiny``, the default, or ``llama-3.2-1b``),
+``seed`` (default 0). transformers + tokenizers come with SGLang; no hub access is needed. The seed seeds the
+weights: another seed, the same shapes and tokenizer, other tokens out (``pd verify --all-pairs`` tells such a
+server from the others).
 The model (per ``/work/shared/reference/sglang-cpu-mode.md``): a ``LlamaConfig`` with hidden size 64, 2 layers,
 4 heads, 4 KV heads, intermediate size 128, vocab 1024, bf16, untied embeddings, random weights (seeded, so
 every host makes the same model), plus a byte-level BPE tokenizer trained in-process on a few lines of text,
 saved with ``save_pretrained``. It is for testing and trying provision, not for serving.
 
-SHAPE ``llama-3.2-1b``: the shapes of Llama-3.2-1B (hidden 2048, 16 layers, 32 heads, 8 KV heads, head dim
+Shape ``llama-3.2-1b``: the shapes of Llama-3.2-1B (hidden 2048, 16 layers, 32 heads, 8 KV heads, head dim
 64, intermediate 8192, vocab 128256, tied embeddings, rope theta 500000): 1.24 B random bf16 parameters
 (2.5 GB of safetensors), so a KV transfer carries what that model's would (32 KiB of KV per token). Its
 tokenizer is a word-level one over 128256 words ``w0``, ``w1``, ... (every id the model can emit decodes to
 text; a prompt of N such words is N tokens). Built on the GPU when there is one (seconds), else the CPU.
 
 Idempotent: a marker file holding the spec is written last; when it is there and matches, nothing is done.
-The model is built in a temp directory beside DEST and renamed into place, under a lock (two inventory names
-of one machine make it at the same time). Prints one JSON line:
-``{"changed": bool, "path": DEST, "seconds": s}``; on failure ``{"changed": false, "error": ...}``, exit 1.
+The model is built in a temp directory beside ``dest`` and renamed into place (a directory: not
+``hostlib.atomic_write``'s job), under a lock (two inventory names of one machine make it at the same time).
+Answers ``{"changed", "path", "seconds"}``; a failure is a failure answer with ``error`` (its ``msg`` too) and
+``changed: false``, exit 1.
 """
 
 import fcntl
@@ -26,7 +29,8 @@ import os
 import shutil
 import sys
 import time
-import uuid
+
+import hostlib
 
 SPEC = {
     "architecture": "LlamaForCausalLM",
@@ -163,23 +167,28 @@ def build_model(dest, tokenizer, spec=SPEC):
     model.to("cpu").save_pretrained(dest)  # safetensors
 
 
-def main(argv):
+def make_action(req):
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
-    if not (2 <= len(argv) <= 4 and (len(argv) < 3 or argv[2] in SHAPES) and (len(argv) < 4 or argv[3].isdigit())):
-        usage = "usage: make_tiny_model.py DEST [%s [SEED]]" % "|".join(SHAPES)
-        print(json.dumps({"changed": False, "error": usage}))
-        return 2
-    spec = SHAPES[argv[2] if len(argv) >= 3 else "tiny"]
-    if len(argv) == 4:
-        spec = dict(spec, seed=int(argv[3]))
-    dest = os.path.abspath(os.path.expanduser(argv[1]))
+    shape = req.get("shape", "tiny")
+    if shape not in SHAPES:
+        raise ValueError("shape %r is not one of %s" % (shape, ", ".join(sorted(SHAPES))))
+    seed = req.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ValueError("seed %r is not a whole number >= 0" % (seed,))
+    spec = SHAPES[shape] if seed is None else dict(SHAPES[shape], seed=seed)
+    dest = os.path.abspath(os.path.expanduser(req["dest"]))
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     # two inventory names of one machine (prefill and decode) make the same model at once: one builds it
-    with open(os.path.join(os.path.dirname(dest), ".%s.lock" % os.path.basename(dest)), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock_path = os.path.join(os.path.dirname(dest), ".%s.lock" % os.path.basename(dest))
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(lock_path, flags, 0o644)  # never through a planted link
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         return make(dest, spec)
+    finally:
+        os.close(fd)
 
 
 def make(dest, spec=SPEC):
@@ -187,29 +196,27 @@ def make(dest, spec=SPEC):
     try:
         with open(marker) as fh:
             if json.load(fh) == spec:
-                print(json.dumps({"changed": False, "path": dest, "seconds": 0}))
-                return 0
+                return {"changed": False, "path": dest, "seconds": 0}
     except (OSError, ValueError):
         pass
     started = time.monotonic()
-    parent = os.path.dirname(dest)
-    tmp = os.path.join(parent, ".%s.tmp-%s" % (os.path.basename(dest), uuid.uuid4().hex[:8]))
+    tmp = os.path.join(os.path.dirname(dest), ".%s.tmp-%s" % (os.path.basename(dest), os.urandom(4).hex()))
     try:
         words = spec.get("tokenizer") == "word-level"
         tokenizer = build_word_tokenizer(tmp, spec) if words else build_tokenizer(tmp)
         build_model(tmp, tokenizer, spec)
-        with open(os.path.join(tmp, MARKER), "w") as fh:
-            json.dump(spec, fh)
+        hostlib.atomic_write(os.path.join(tmp, MARKER), json.dumps(spec).encode("utf-8"), 0o644)
         if os.path.exists(dest):
             shutil.rmtree(dest)
-        os.rename(tmp, dest)
+        os.rename(tmp, dest)  # the directory into place (the guard counts it: PORT_LATER says why it stays)
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        print(json.dumps({"changed": False, "path": dest, "error": "%s: %s" % (type(exc).__name__, exc)}))
-        return 1
-    print(json.dumps({"changed": True, "path": dest, "seconds": round(time.monotonic() - started, 2)}))
-    return 0
+        error = "%s: %s" % (type(exc).__name__, exc)
+        return {"ok": False, "failed": True, "msg": error, "changed": False, "path": dest, "error": error}
+    return {"changed": True, "path": dest, "seconds": round(time.monotonic() - started, 2)}
 
+
+ACTIONS = {"make": make_action}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(hostlib.serve(ACTIONS))

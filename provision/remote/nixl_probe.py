@@ -1,9 +1,11 @@
 """The NIXL smoke gate, run ON the host by the venv's Python (stdlib + nixl only).
 
-    nixl_probe.py [--backends UCX[,POSIX...]] [--require-vram]
+Usage: ``VENV_PYTHON - probe`` with a JSON request on stdin (the host library's envelope, ``hostlib.serve``):
+``backends`` (the plugins that must be usable, a list or ``"UCX,POSIX"``; default ``["UCX"]``),
+``require_vram`` (a GPU host: the backends must do VRAM).
 
 Times ``import nixl._api``, creates an agent with no backends, lists the plugins NIXL found and the memory
-types of each required backend, and prints ONE JSON object on stdout:
+types of each required backend, and answers:
 
     {"ok", "error", "hint", "nixl_version", "variants": {"nixl-cu13": "1.5.1"}, "variant", "plugins",
      "mem_types": {"UCX": [...]}, "import_seconds", "nixl_plugin_dir_env", "plugin_dir", "bundled_plugin_dir",
@@ -17,16 +19,14 @@ the environment or from a NIXL config file (``$NIXL_CONFIG_FILE``, ``~/.nixl.cfg
 REPLACES the bundled plugin directory. A plugin is LISTED by its file name even when it cannot be loaded, so
 the probe requires each backend's memory types too (empty = the library did not load).
 
-Nothing but the JSON reaches stdout (NIXL's logger writes to stdout: it is sent to stderr). A failure is
-reported as ``ok: false`` with an actionable ``hint``, exit code 0; exit 1 means bad usage only.
+Nothing but the answer reaches stdout (NIXL's logger writes to stdout: it is sent to stderr). A failed gate is
+a failure answer with the same fields (``failed``, ``msg``: the ``error``; exit 1) and an actionable ``hint``.
 """
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import importlib.metadata
-import json
 import os
 import sys
 import time
@@ -34,14 +34,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import hostlib
+
 VARIANTS = ("nixl-cu13", "nixl-cu12")
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        sys.exit(1)
 
 
 def version_of(dist: str) -> str | None:
@@ -235,28 +230,42 @@ def vram_problem(report: dict[str, Any], backends: list[str]) -> tuple[str, str]
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="nixl_probe.py", description="NIXL smoke gate: prints one JSON object")
-    parser.add_argument("--backends", default="UCX", help="comma-separated plugins that must be present")
-    parser.add_argument("--require-vram", action="store_true", help="a GPU host: the backends must do VRAM")
-    args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if not backends:
-        parser.error("--backends needs at least one name")
-
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # NIXL's logger and C++ code write to fd 1: keep stdout for the JSON
-    sys.stdout = sys.stderr
+def answer_on_a_copy_of_stdout() -> None:
+    """NIXL's logger and its C++ code write to fd 1: in a process of its own, fd 1 becomes stderr for good and
+    ``sys.stdout`` (where ``hostlib.serve`` prints the answer) a copy of the real stdout. Run in-process (the
+    agent's way: ``sys.stdout`` is not fd 1) nothing is moved."""
     try:
-        report = probe(backends, args.require_vram)
+        if sys.stdout.fileno() != 1:
+            return
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: not a file descriptor
+        return
+    sys.stdout.flush()
+    sys.stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+
+def probe_action(req: dict[str, Any]) -> dict[str, Any]:
+    named = req.get("backends", ["UCX"])
+    names = named.split(",") if isinstance(named, str) else list(named)
+    backends = [str(b).strip() for b in names if str(b).strip()]
+    if not backends:
+        raise ValueError("backends needs at least one name")
+    require_vram = bool(req.get("require_vram", False))
+    answer_on_a_copy_of_stdout()
+    answer_stream, sys.stdout = sys.stdout, sys.stderr  # what NIXL's Python prints goes to stderr too
+    try:
+        report = probe(backends, require_vram)
     except Exception as exc:  # never a traceback on stdout
         traceback.print_exc()
         report = {"ok": False, "error": f"probe crashed: {type(exc).__name__}: {exc}", "hint": ""}
-    out.write(json.dumps(report) + "\n")
-    out.flush()
-    return 0
+    finally:
+        sys.stdout = answer_stream
+    if not report["ok"]:
+        report.update(failed=True, msg=report["error"])
+    return report
 
+
+ACTIONS = {"probe": probe_action}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

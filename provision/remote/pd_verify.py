@@ -1,8 +1,9 @@
 """Verify a PD deployment end to end FROM the router's host: a real ``/generate`` through the router.
 
-Usage: ``python3 -`` with a JSON request on stdin: ``url`` (the router, ``http://host:port``), ``prompt``,
-``max_new_tokens``, ``timeout`` (s, for the whole check), ``interval`` (s between attempts while the router
-answers 503 or is not listening yet), ``stream`` (also measure TTFT with a streaming request).
+Usage: ``python3 - verify`` with a JSON request on stdin (the host library's envelope, ``hostlib.serve``):
+``url`` (the router, ``http://host:port``), ``prompt``, ``max_new_tokens``, ``timeout`` (s, for the whole
+check), ``interval`` (s between attempts while the router answers 503 or is not listening yet), ``stream``
+(also measure TTFT with a streaming request).
 
 1. ``POST /generate {"text", "sampling_params": {"max_new_tokens", "temperature": 0}}`` until it answers 200
    (503 "no prefill/decode workers" and refused connections are retried until ``timeout``; any other status
@@ -11,9 +12,9 @@ answers 503 or is not listening yet), ``stream`` (also measure TTFT with a strea
 2. The same request with ``"stream": true``: ``ttft`` is the time to the first chunk carrying text or tokens,
    ``stream_latency`` the time to ``[DONE]``.
 
-Prints one JSON line ``{"ok", "status", "text", "output_ids", "completion_tokens", "latency", "ttft",
-"stream_latency", "attempts", "waited", "error"}``; exits 0 when it could report, 2 on a bad request.
-Stdlib only (Python 3.6+).
+Answers ``{"ok", "status", "text", "output_ids", "completion_tokens", "latency", "ttft", "stream_latency",
+"attempts", "waited", "error"}``; a generation that failed is a failure answer (``failed``, ``msg``: the
+``error``; exit 1) with the same fields. Stdlib only (Python 3.6+).
 """
 
 import json
@@ -22,37 +23,19 @@ import time
 import urllib.error
 import urllib.request
 
+import hostlib
+
 RETRY_STATUSES = (502, 503, 504, None)
-
-
-def post(url, body, timeout):
-    data = json.dumps(body).encode("utf-8")
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
-    return urllib.request.urlopen(req, timeout=timeout)
-
-
-def generate(url, body, timeout):
-    """(status or None, parsed JSON or None, error text)."""
-    try:
-        with post(url, body, timeout) as resp:
-            raw = resp.read()
-            status = resp.getcode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, None, exc.read().decode("utf-8", "replace")[:2000]
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, None, str(getattr(exc, "reason", exc))
-    try:
-        return status, json.loads(raw.decode("utf-8")), ""
-    except ValueError:
-        return status, None, "not JSON: %r" % raw[:200]
 
 
 def stream(url, body, timeout):
     """(ttft, total, chunks, text, error) of a streaming request."""
     started = time.monotonic()
     ttft, chunks, text = None, 0, ""
+    data = json.dumps(dict(body, stream=True)).encode("utf-8")
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
     try:
-        with post(url, dict(body, stream=True), timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             for raw in resp:
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
@@ -75,13 +58,14 @@ def stream(url, body, timeout):
     return ttft, time.monotonic() - started, chunks, text, ""
 
 
-def main():
-    try:
-        req = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-        url = req["url"].rstrip("/") + "/generate"
-    except (ValueError, KeyError, AttributeError) as exc:
-        print(json.dumps({"ok": False, "error": "bad request: %r" % (exc,)}))
-        return 2
+def failed(out, error):
+    """The answer with its fields, as a failure: ``error`` is its ``msg`` too."""
+    out.update(ok=False, failed=True, error=error, msg=error)
+    return out
+
+
+def verify(req):
+    url = req["url"].rstrip("/") + "/generate"
     body = {
         "text": req.get("prompt", "Hello world"),
         "sampling_params": {"max_new_tokens": int(req.get("max_new_tokens", 8)), "temperature": 0},
@@ -94,31 +78,30 @@ def main():
     while True:
         out["attempts"] += 1
         started = time.monotonic()
-        status, answer, error = generate(url, body, max(1.0, deadline - started))
+        status, answer, error = hostlib.http_json("POST", url, body, timeout=max(1.0, deadline - started))
+        if status == 200 and isinstance(answer, str):
+            error = "not JSON: %r" % answer[:200]
         out.update(status=status, latency=round(time.monotonic() - started, 3), error=error)
         if status == 200 or status not in RETRY_STATUSES or time.monotonic() + interval >= deadline:
             break
         time.sleep(interval)
     out["waited"] = round(started - begun, 3)
     if status != 200 or not isinstance(answer, dict):
-        out["error"] = error or "no JSON answer"
-        print(json.dumps(out))
-        return 0
+        return failed(out, error or "no JSON answer")
     meta = answer.get("meta_info") or {}
     out.update(text=answer.get("text", ""), output_ids=answer.get("output_ids"),
                completion_tokens=meta.get("completion_tokens"), finish_reason=meta.get("finish_reason"))  # fmt: skip
     if not (out["text"] or "").strip():
-        out["error"] = "the completion is empty"
-        print(json.dumps(out))
-        return 0
+        return failed(out, "the completion is empty")
     if req.get("stream", True):
         ttft, total, chunks, _, serror = stream(url, body, max(5.0, deadline - time.monotonic() + 30))
         out.update(ttft=None if ttft is None else round(ttft, 3), stream_chunks=chunks,
                    stream_latency=None if total is None else round(total, 3), stream_error=serror or None)  # fmt: skip
     out["ok"] = True
-    print(json.dumps(out))
-    return 0
+    return out
 
+
+ACTIONS = {"verify": verify}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hostlib.serve(ACTIONS))

@@ -102,16 +102,17 @@ class SglangTinyModel(Module):
         python = _python(ctx, args)
         if ctx.progress:
             ctx.progress(f"tiny model at {path} (made once, ~5-15 s)")
+        request = {"dest": path} if args["seed"] is None else {"dest": path, "seed": args["seed"]}
         try:
             report = ctx.call_helper(
-                "make_tiny_model.py", path, *(() if args["seed"] is None else ("tiny", args["seed"])), python=python,
-                timeout=900, what="sglang_tiny_model", hint=SGLANG_HINT,
-                check_rc=False,
+                "make_tiny_model.py", "make", stdin=json.dumps(request).encode(), python=python, timeout=900,
+                what="sglang_tiny_model", hint=SGLANG_HINT, check_rc=False,
             )  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
-        if report.get("error"):
-            return ModuleResult(failed=True, msg=f"making the tiny model failed: {report['error']}", data=report)
+        if not report.get("ok"):
+            error = report.get("error") or report.get("msg")
+            return ModuleResult(failed=True, msg=f"making the tiny model failed: {error}", data=report)
         if report.get("changed"):
             return ModuleResult(changed=True, msg=f"made {path} in {report.get('seconds')}s", data=report)
         return ModuleResult(msg=f"{path} is present", data=report)

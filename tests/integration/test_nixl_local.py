@@ -51,22 +51,26 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def probe(python: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def probe(python: str, request: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+          action: str = "probe") -> dict[str, Any]:  # fmt: skip
+    """``nixl_probe.py probe`` (run as a file of the package: hostlib beside it) with ``request`` on stdin."""
     proc = subprocess.run(
-        [python, str(remote.path("nixl_probe.py")), *args],
+        [python, str(remote.path("nixl_probe.py")), action],
+        input=json.dumps(request or {}),
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, **(env or {})},
     )
-    assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()  # ONE JSON object, nothing else (NIXL logs to stdout otherwise)
-    return json.loads(line)
+    answer: dict[str, Any] = json.loads(line)
+    assert proc.returncode == (0 if answer["ok"] else 1), (proc.returncode, answer, proc.stderr)
+    return answer
 
 
 # ------------------------------------------------------------------------------------------------ probe
 def test_probe_lists_ucx(python: str) -> None:
-    report = probe(python, "--backends", "UCX")
+    report = probe(python, {"backends": ["UCX"]})
     assert report["ok"] is True, report
     assert "UCX" in report["plugins"]
     assert "DRAM_SEG" in report["mem_types"]["UCX"]
@@ -82,16 +86,18 @@ def test_probe_lists_ucx(python: str) -> None:
     assert all("nixl_cu13.libs" in lib for lib in report["ucx_libs"])  # the bundled UCX, not a system one
 
 
-def test_probe_bad_usage_exits_1(python: str) -> None:
-    proc = subprocess.run([python, str(remote.path("nixl_probe.py")), "--nope"], capture_output=True, text=True)
-    assert proc.returncode == 1 and proc.stdout == "" and "usage" in proc.stderr
+def test_probe_bad_request_is_a_failure_answer(python: str) -> None:
+    for action, request in (("--nope", {}), ("probe", {"backends": []}), ("probe", {"backends": " , "})):
+        report = probe(python, request, action=action)
+        assert report["ok"] is False and report["failed"] is True, report
+        assert report["msg"].startswith("bad request: "), report
 
 
 def test_probe_with_empty_plugin_dir_fails_actionably(python: str, tmp_path: Path) -> None:
     empty = tmp_path / "plugins"
     empty.mkdir()
     report = probe(python, env={"NIXL_PLUGIN_DIR": str(empty)})
-    assert report["ok"] is False
+    assert report["ok"] is False and report["failed"] is True and report["msg"] == report["error"]  # exit 1
     assert "No plugins available" in report["error"]
     hint = report["hint"]
     assert str(empty) in hint and "NIXL_PLUGIN_DIR" in hint
@@ -116,7 +122,7 @@ def test_probe_with_unloadable_ucx_plugin_names_the_loader_error(python: str, pl
 def test_probe_require_vram_without_a_gpu(python: str) -> None:
     if probe(python)["cuda_driver"] is not None:
         pytest.skip("this machine has a CUDA driver")
-    report = probe(python, "--require-vram")
+    report = probe(python, {"require_vram": True})
     assert report["ok"] is False and "libcuda" in report["error"]
 
 

@@ -117,8 +117,8 @@ def test_dram_relabel_is_still_needed_and_works(lab: Any, sglang_stack: SglangSt
 def test_cpu_engine_switch_and_flags(lab: Any, sglang_stack: SglangStack) -> None:
     remote = remote_init.rsplit("/", 1)[0]
     model = f"{lab.hosts[sglang_stack.host].home}/.provision/models/tiny-llama"  # resolve_once reads its config
-    made = lab.run_as(sglang_stack.host, [f"{sglang_stack.venv}/bin/python", f"{remote}/make_tiny_model.py", model],
-                      timeout=300)  # fmt: skip
+    made = lab.run_as(sglang_stack.host, [f"{sglang_stack.venv}/bin/python", f"{remote}/make_tiny_model.py", "make"],
+                      input=json.dumps({"dest": model}), timeout=300)  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr[-2000:]
     common = source_of(lab, sglang_stack, "sglang.srt.utils.common")
     assert "SGLANG_USE_CPU_ENGINE" in common, f"SGLang no longer reads SGLANG_USE_CPU_ENGINE: {RECHECK}"

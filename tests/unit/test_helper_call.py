@@ -100,3 +100,37 @@ def test_an_agent_that_dies_at_once_is_reaped(monkeypatch: pytest.MonkeyPatch) -
         conn.python_agent(sys.executable)
     assert len(procs) == 1 and procs[0].returncode is not None
     conn.close()
+
+
+# ---- the helpers pd export also ships (make_tiny_model, nixl_probe), called by their modules
+HOST_PYTHON = "/usr/bin/python3"  # a Python without transformers or nixl: the helpers' failure answers
+
+
+def test_the_tiny_model_module_reads_the_helpers_answers(tmp_path: Path) -> None:
+    from provision import testing
+
+    dest = tmp_path / "models" / "tiny"
+    failed = testing.run_module("sglang_tiny_model", {"path": str(dest), "python": HOST_PYTHON, "seed": 3})
+    assert failed.failed and failed.msg.startswith("making the tiny model failed: ModuleNotFoundError"), failed
+    assert failed.data["changed"] is False and failed.data["path"] == str(dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == [".tiny.lock"]  # the half-made model is gone
+    dest.mkdir()
+    spec = {"architecture": "LlamaForCausalLM", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 1024, "dtype": "bfloat16",
+            "tie_word_embeddings": False, "max_position_embeddings": 2048, "seed": 3}  # fmt: skip
+    (dest / ".provision-tiny-model.json").write_text(json.dumps(spec))
+    present = testing.run_module("sglang_tiny_model", {"path": str(dest), "python": HOST_PYTHON, "seed": 3})
+    assert not present.failed and not present.changed and present.msg == f"{dest} is present", present
+    bad = testing.run_module("sglang_tiny_model", {"path": str(dest), "python": HOST_PYTHON, "seed": -1})
+    assert bad.failed and "bad request: seed -1" in bad.msg, bad
+
+
+def test_the_nixl_smoke_module_reads_the_probes_failure_answer(tmp_path: Path) -> None:
+    from provision import testing
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(HOST_PYTHON)
+    result = testing.run_module("nixl_smoke", {"venv": str(venv), "backends": ["UCX"], "require_vram": True})
+    assert result.failed and result.msg.startswith("NIXL smoke test failed: import nixl._api failed"), result
+    assert "no nixl variant installed" in result.msg and result.data["report"]["failed"] is True

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provision import api
+from provision import api, remote
 from provision.pd.export import schema
 from tests.support.cli import run_cli
 from tests.support.wheels import H200, links  # noqa: F401  (links: the fixture, small valid wheels, offline)
@@ -55,9 +55,9 @@ def test_golden(inventory: str, target: str, tmp_path: Path) -> None:
     written = {str(p.relative_to(tmp_path / "out")): p.read_text() for p in (tmp_path / "out").rglob("*")
                if p.is_file()}  # fmt: skip
     assert written == result.files
-    remote = REPO / "provision" / "remote"
-    for rel in [r for r in written if r.endswith(".py")]:  # the shipped checks, copied as they are: not golden
-        assert written.pop(rel) == (remote / rel).read_text(), rel
+    for rel in [r for r in written if r.endswith(".py")]:  # shipped checks (bundled with hostlib), cpu_compat/
+        shipped = (remote.REMOTE_DIR / rel).read_text() if "/" in rel else remote.source(rel).decode()
+        assert written.pop(rel) == shipped, rel  # as they travel: not golden
     golden = GOLDEN / f"{inventory}-{target}"
     if os.environ.get("PROVISION_UPDATE_GOLDEN"):
         shutil.rmtree(golden, ignore_errors=True)
@@ -191,6 +191,34 @@ def test_slurm_scripts_pass_bash_n_and_shellcheck(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout
 
 
+def test_the_kubernetes_checks_run_from_their_configmap_and_fail_with_exit_1(tmp_path: Path) -> None:
+    """The init container's NIXL gate and the verify Job, run as written against the ConfigMap's files (bundled
+    with hostlib: nothing else beside them): a host Python without nixl fails the gate, a router that does not
+    answer fails the verify; each prints its one failure answer and exits 1 (the pod's / Job's failure)."""
+    files = export(REPO / "inventory" / "nxm.yml", "rbg").files
+    docs = [d for name, text in files.items() if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
+    checks = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-provision-checks"))
+    here = tmp_path / "checks"
+    here.mkdir()
+    for name, text in checks["data"].items():
+        (here / name).write_text(text)
+    (here / "verify-request.json").write_text(json.dumps({"url": f"http://127.0.0.1:{_free_ports(1)[0]}",
+                                                          "timeout": 1, "interval": 0.2}))  # fmt: skip
+    group = next(d for d in docs if d["kind"] == "RoleBasedGroup")
+    pod = group["spec"]["roles"][0]
+    template = (pod.get("standalonePattern") or pod["leaderWorkerPattern"])["template"]
+    gate = template["spec"]["initContainers"][0]["command"]
+    job = next(d for d in docs if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]["command"]
+    for command, failure in ((gate, "import nixl._api failed"), (job, "Connection refused")):
+        assert command[:2] == ["sh", "-c"]
+        proc = subprocess.run(["sh", "-c", command[2].replace("/opt/provision", str(here))], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+        (line,) = proc.stdout.splitlines()
+        answer = json.loads(line)
+        assert proc.returncode == 1 and answer["ok"] is False and answer["failed"] is True, proc.stdout + proc.stderr
+        assert failure in answer["msg"], answer
+
+
 def test_slurm_nodes_are_machines_and_addresses_are_the_jobs() -> None:
     files = export(REPO / "inventory" / "single-host-4p4.yml", "slurm").files
     assert "#SBATCH --nodes=1" in files["pd.sbatch"] and "#SBATCH --gpus-per-node=8" in files["pd.sbatch"]
@@ -276,13 +304,29 @@ def _records(tmp_path: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "rec").glob("*.json")}
 
 
+def _start_node(out: Path, env: dict[str, Any], tmp_path: Path) -> subprocess.Popen[bytes]:
+    """node-0.sh in a session of its own (as srun starts a step), its output to tmp_path/node-0.out."""
+    with open(tmp_path / "node-0.out", "w") as log:
+        return subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _kill_what_is_left(node: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    import signal
+
+    if node.poll() is None:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+    for r in _records(tmp_path).values():
+        if _alive(r["pid"]):
+            os.kill(r["pid"], signal.SIGKILL)
+
+
 def test_the_slurm_launchers_start_verify_and_stop_a_deployment(tmp_path: Path) -> None:
     import signal
 
     out, env, ports = _fake_deployment(tmp_path)
-    with open(tmp_path / "node-0.out", "w") as log:
-        node = subprocess.Popen(["bash", str(out / "node-0.sh")], env=env, start_new_session=True, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+    node = _start_node(out, env, tmp_path)
     try:
         verify = subprocess.run(["bash", str(out / "verify.sh")], env=env, capture_output=True, text=True, timeout=60)
         assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -299,12 +343,23 @@ def test_the_slurm_launchers_start_verify_and_stop_a_deployment(tmp_path: Path) 
         assert node.wait(timeout=30) == 143
         assert not any(_alive(r["pid"]) for r in rec.values())
     finally:
-        if node.poll() is None:
-            os.killpg(node.pid, signal.SIGKILL)
-            node.wait()
-        for r in _records(tmp_path).values():
-            if _alive(r["pid"]):
-                os.kill(r["pid"], signal.SIGKILL)
+        _kill_what_is_left(node, tmp_path)
+
+
+def test_the_slurm_verify_fails_with_its_answer_printed_when_the_generation_fails(tmp_path: Path) -> None:
+    """pd_verify.py exits 1 with a failure answer: verify.sh prints that answer and exits 1 (set -e never cuts
+    it off before the answer)."""
+    out, env, _ = _fake_deployment(tmp_path)
+    env = {**env, "FAKE_GENERATE_STATUS": "500"}
+    node = _start_node(out, env, tmp_path)
+    try:
+        verify = subprocess.run(["bash", str(out / "verify.sh")], env=env, capture_output=True, text=True, timeout=60)
+        assert verify.returncode == 1, verify.stdout + verify.stderr
+        answer = json.loads(verify.stdout.strip().splitlines()[-1])
+        assert answer["ok"] is False and answer["failed"] is True and answer["status"] == 500, answer
+        assert answer["msg"] == answer["error"] and "fake failure" in answer["msg"], answer
+    finally:
+        _kill_what_is_left(node, tmp_path)
 
 
 def test_a_process_that_exits_ends_the_node_and_stops_the_others(tmp_path: Path) -> None:

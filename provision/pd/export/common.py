@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...remote import REMOTE_DIR
+from ...remote import source
 from ..flags import PlanError, effective
 from ..spec import Deployment, HostPlan, Proc
 from ..validate import DP_FLAGS, TP_FLAGS
@@ -143,8 +143,10 @@ def group_by(procs: Sequence[Proc], key: Callable[[Proc], Any]) -> list[list[Pro
 
 
 def shipped(name: str) -> str:
-    """A file of provision/remote (stdlib-only checks the exported deployment runs), as text."""
-    return (REMOTE_DIR / name).read_text(encoding="utf-8")
+    """A script of provision/remote that the exported deployment runs (stdlib-only checks, the tiny model), as
+    text: bundled with the host libraries it imports (:func:`provision.remote.source`), so the copied file runs
+    alone: ``python3 FILE ACTION`` with its JSON request on stdin, one answer, exit 1 when it fails."""
+    return source(name).decode("utf-8")
 
 
 def verify_request(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dict[str, Any]:

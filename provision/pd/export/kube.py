@@ -148,14 +148,9 @@ def _pod(d: Deployment, target: str, role: _Role, options: ExportOptions, urls: 
         "containers": [_container(d, target, p, role, options, urls)],
     }
     if p.role != "router":
-        probe = ["python3", f"{CHECKS_DIR}/nixl_probe.py", "--backends", str(plan.env.get(
-            "SGLANG_DISAGGREGATION_NIXL_BACKEND", "UCX"))]  # fmt: skip
-        if plan.device == "cuda":
-            probe.append("--require-vram")
-        gate = (
-            "out=$(" + " ".join(quote(w) for w in probe) + ') && echo "$out" && '
-            'python3 -c \'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["ok"] else 1)\' "$out"'
-        )
+        backends = str(plan.env.get("SGLANG_DISAGGREGATION_NIXL_BACKEND", "UCX")).split(",")
+        request = {"backends": [b.strip() for b in backends if b.strip()], "require_vram": plan.device == "cuda"}
+        gate = f"echo {quote(json.dumps(request))} | python3 {CHECKS_DIR}/nixl_probe.py probe"  # exit 1: not ok
         spec["initContainers"] = [{
             "name": "nixl-probe", "image": options.image, "command": ["sh", "-c", gate],
             "env": [e for e in _env(d, p, options.name) if "value" in e],
@@ -225,10 +220,7 @@ def _checks_configmap(d: Deployment, options: ExportOptions) -> dict[str, Any]:
 
 
 def _verify_job(options: ExportOptions) -> dict[str, Any]:
-    gate = (
-        f'out=$(python3 {CHECKS_DIR}/pd_verify.py < {CHECKS_DIR}/verify-request.json) && echo "$out" && '
-        'python3 -c \'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["ok"] else 1)\' "$out"'
-    )
+    gate = f"python3 {CHECKS_DIR}/pd_verify.py verify < {CHECKS_DIR}/verify-request.json"  # exit 1: not ok
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"{options.name}-verify", "labels": _labels(options.name, "verify")},
             "spec": {"backoffLimit": 0, "activeDeadlineSeconds": int(options.verify_timeout) + 120,

@@ -153,10 +153,11 @@ def _node_script(d: Deployment, k: int, hosts: list[str], node: dict[str, int], 
     for plan in plans:
         if plan.server and plan.device == "cpu" and plan.tiny_model and plan.model_path not in made:
             made.add(plan.model_path)
-            model = sh_word(plan.model_path, {})
+            model, python = sh_word(plan.model_path, {}), sh_word(plan.python, {})
             lines += [
                 f"if [ ! -f {model}/.provision-tiny-model.json ]; then  # CPU mode: the tiny model, as pd up makes it",
-                f'  {sh_word(plan.python, {})} - {model} < "$here/make_tiny_model.py"',
+                f"  {python} -c 'import json, sys; print(json.dumps({{\"dest\": sys.argv[1]}}))' {model} |",
+                f'    {python} "$here/make_tiny_model.py" make  # its answer; exit 1 (the node fails) when it fails',
                 "fi",
             ]
     servers = [p.server for p in plans if p.server]
@@ -268,9 +269,8 @@ def _verify(d: Deployment, node: dict[str, int], options: ExportOptions) -> str:
         "request=$(python3 -c 'import json, sys; print(json.dumps({\"url\": sys.argv[1], \"prompt\": sys.argv[2], "
         "\"max_new_tokens\": int(sys.argv[3]), \"timeout\": float(sys.argv[4]), \"interval\": 5, \"stream\": True}))' "
         f'"$url" {quote(options.prompt)} {options.max_new_tokens} {options.verify_timeout:g})',
-        'out=$(python3 "$here/pd_verify.py" <<<"$request")',
-        'echo "$out"',
-        "python3 -c 'import json, sys; sys.exit(0 if json.loads(sys.argv[1])[\"ok\"] else 1)' \"$out\"",
+        '# its answer (one JSON line) is printed; its exit code is the script\'s: 0 when ok, 1 when not',
+        'python3 "$here/pd_verify.py" verify <<<"$request"',
     ]) + "\n"  # fmt: skip
 
 
