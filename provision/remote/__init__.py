@@ -70,11 +70,11 @@ def bundle(name: str, text: str) -> str:
     libs = libraries_of(text)
     if not libs:
         return text
-    pairs = "[%s]" % ", ".join("(%r, %r)" % (lib, _library(lib).read_text(encoding="utf-8")) for lib in libs)
+    pairs = "[%s]" % ", ".join("(%r, %r)" % (lib, library(lib).read_text(encoding="utf-8")) for lib in libs)
     return _BUNDLE.format(name=name, libraries=pairs, text=repr(text))
 
 
-def _library(lib: str) -> Path:
+def library(lib: str) -> Path:
     """The file of the host library ``lib``: this directory's, or a fixed programs' one (``pump``)."""
     return PROGRAMS_DIR / f"{lib}.py" if lib == "pump" else path(f"{lib}.py")
 

@@ -55,9 +55,8 @@ def test_golden(inventory: str, target: str, tmp_path: Path) -> None:
     written = {str(p.relative_to(tmp_path / "out")): p.read_text() for p in (tmp_path / "out").rglob("*")
                if p.is_file()}  # fmt: skip
     assert written == result.files
-    for rel in [r for r in written if r.endswith(".py")]:  # shipped checks (bundled with hostlib), cpu_compat/
-        shipped = (remote.REMOTE_DIR / rel).read_text() if "/" in rel else remote.source(rel).decode()
-        assert written.pop(rel) == shipped, rel  # as they travel: not golden
+    for rel in [r for r in written if r.endswith(".py")]:  # shipped checks, hostlib.py beside them, cpu_compat/
+        assert written.pop(rel) == (remote.REMOTE_DIR / rel).read_text(), rel  # as they are: not golden
     golden = GOLDEN / f"{inventory}-{target}"
     if os.environ.get("PROVISION_UPDATE_GOLDEN"):
         shutil.rmtree(golden, ignore_errors=True)
@@ -192,12 +191,14 @@ def test_slurm_scripts_pass_bash_n_and_shellcheck(tmp_path: Path) -> None:
 
 
 def test_the_kubernetes_checks_run_from_their_configmap_and_fail_with_exit_1(tmp_path: Path) -> None:
-    """The init container's NIXL gate and the verify Job, run as written against the ConfigMap's files (bundled
-    with hostlib: nothing else beside them): a host Python without nixl fails the gate, a router that does not
-    answer fails the verify; each prints its one failure answer and exits 1 (the pod's / Job's failure)."""
+    """The init container's NIXL gate and the verify Job, run as written against the ConfigMap's files (each
+    check as it is in provision, hostlib.py beside them: nothing else): a host Python without nixl fails the
+    gate, a router that does not answer fails the verify; each prints its one failure answer and exits 1 (the
+    pod's / Job's failure)."""
     files = export(REPO / "inventory" / "nxm.yml", "rbg").files
     docs = [d for name, text in files.items() if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
     checks = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-provision-checks"))
+    assert sorted(checks["data"]) == ["hostlib.py", "nixl_probe.py", "pd_verify.py", "verify-request.json"]
     here = tmp_path / "checks"
     here.mkdir()
     for name, text in checks["data"].items():

@@ -1,6 +1,6 @@
 """What every target reads from the plan the same way: a process's portable arguments (the host-specific
 ones replaced), its GPUs, its instance size, its env split into plain values, secrets and the host's own IP,
-and the shipped checks (``pd_verify.py``, ``nixl_probe.py``) as text."""
+and the shipped checks (``pd_verify.py``, ``nixl_probe.py``, with ``hostlib.py``) as text."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...remote import source
+from ...remote import libraries_of, library, path
 from ..flags import PlanError, effective
 from ..spec import Deployment, HostPlan, Proc
 from ..validate import DP_FLAGS, TP_FLAGS
@@ -142,11 +142,16 @@ def group_by(procs: Sequence[Proc], key: Callable[[Proc], Any]) -> list[list[Pro
     return list(groups.values())
 
 
-def shipped(name: str) -> str:
-    """A script of provision/remote that the exported deployment runs (stdlib-only checks, the tiny model), as
-    text: bundled with the host libraries it imports (:func:`provision.remote.source`), so the copied file runs
-    alone: ``python3 FILE ACTION`` with its JSON request on stdin, one answer, exit 1 when it fails."""
-    return source(name).decode("utf-8")
+def shipped(*names: str) -> dict[str, str]:
+    """Scripts of provision/remote that the exported deployment runs (stdlib-only checks, the tiny model), as
+    files to put in one directory: each as it is, and beside them the host libraries they import (``hostlib.py``):
+    ``python3 DIR/FILE ACTION`` puts ``DIR`` first on ``sys.path``, so the copies find them, and an operator reads
+    each file as it is in provision (JSON request on stdin, one answer, exit 1 when it fails)."""
+    files = {name: path(name).read_text(encoding="utf-8") for name in names}
+    for text in list(files.values()):
+        for lib in libraries_of(text):
+            files[f"{lib}.py"] = library(lib).read_text(encoding="utf-8")
+    return files
 
 
 def verify_request(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dict[str, Any]:

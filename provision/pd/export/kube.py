@@ -215,7 +215,7 @@ def _checks_configmap(d: Deployment, options: ExportOptions) -> dict[str, Any]:
                              options.verify_timeout)  # fmt: skip
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{options.name}-provision-checks", "labels": _labels(options.name, "checks")},
-            "data": {"pd_verify.py": shipped("pd_verify.py"), "nixl_probe.py": shipped("nixl_probe.py"),
+            "data": {**shipped("pd_verify.py", "nixl_probe.py"),
                      "verify-request.json": json.dumps(request, indent=1) + "\n"}}  # fmt: skip
 
 

@@ -295,9 +295,9 @@ def slurm_export(d: Deployment, options: ExportOptions) -> Export:
     for k, hosts in enumerate(nodes):
         out.files[f"node-{k}.sh"] = _node_script(d, k, hosts, node, urls, options)
     out.files["verify.sh"] = _verify(d, node, options)
-    out.files["pd_verify.py"] = shipped("pd_verify.py")
+    out.files.update(shipped("pd_verify.py"))
     if any(plan.device == "cpu" and plan.server for plan in d.hosts.values()):
-        out.files["make_tiny_model.py"] = shipped("make_tiny_model.py")
+        out.files.update(shipped("make_tiny_model.py"))
         for name in SHIPPED:
             out.files[f"cpu_compat/{name}"] = (SHIPPED_DIR / name).read_text(encoding="utf-8")
     for name in out.files:
