@@ -11,6 +11,7 @@ test's own, or whose ``hostnamectl`` is not the stub, fails before either side w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -245,3 +246,63 @@ def test_the_module_is_offered_and_checks_its_arguments_before_the_run() -> None
     with pytest.raises(ArgError, match="use 'freebsd' is not supported by provision"):
         cls.check_combination({"name": "gpu01", "use": "freebsd"}, lambda v: False)
     cls.check_combination({"name": "gpu01", "use": "redhat"}, lambda v: False)
+
+
+# ---------------------------------------------------------------- both tools as processes, on a private /etc
+SANDBOX_SH = """set -eu
+/usr/bin/mount --bind "$1" /etc
+[ "$(/usr/bin/cat /etc/hostname)" = sandbox-vm ] || { echo "sandbox: not the private /etc" >&2; exit 99; }
+shift
+exec "$@"
+"""
+
+
+def _in_sandbox(etc: Path, argv: list[str], stdin: str = "") -> dict[str, Any]:
+    """``argv`` in a UTS and mount namespace of its own with ``etc`` mounted over ``/etc`` (checked before it runs:
+    exit 99 otherwise), ``PATH`` an empty folder (no ``systemctl``, ``hostnamectl`` or ``hostname``: the default
+    strategy is the file one and nothing can ask this machine's hostnamed)."""
+    empty = etc.parent / "empty-path"
+    empty.mkdir(exist_ok=True)
+    assert all(shutil.which(c, path=str(empty)) is None for c in ("systemctl", "hostnamectl", "hostname"))
+    env = {"PATH": str(empty), "LANG": "C.UTF-8"}
+    proc = subprocess.run(
+        ["/usr/bin/unshare", "--uts", "--mount", "/bin/sh", "-c", SANDBOX_SH, "sandbox", str(etc), *argv],
+        input=stdin, capture_output=True, text=True, env=env, cwd=etc.parent, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    answer: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def _private_etc(root: Path, mode: int) -> Path:
+    etc = root / "etc"
+    etc.mkdir(parents=True)
+    (etc / "hostname").write_text("sandbox-vm\n")
+    (etc / "hostname").chmod(mode)
+    shutil.copy("/etc/os-release", etc / "os-release")
+    return etc
+
+
+@pytest.mark.parametrize(("name", "check", "mode"), [("gpu01.fleet.example", False, 0o644),
+                                                     ("gpu01", True, 0o644), ("sandbox-vm", False, 0o640),
+                                                     ("gpu01", False, 0o600)])  # fmt: skip
+def test_the_shipped_script_as_the_module_on_the_real_path_in_a_namespace(
+    tmp_path: Path, name: str, check: bool, mode: int
+) -> None:
+    theirs, ours = _private_etc(tmp_path / "reference", mode), _private_etc(tmp_path / "provision", mode)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"name": name, "_ansible_check_mode": check}}))
+    answer_theirs = _in_sandbox(theirs, [sys.executable, "-m", "ansible.modules.hostname", str(args)])
+    script = str(Path(remote.REMOTE_DIR) / "hostname.py")
+    request = json.dumps({"name": name, "use": None, "check": check})
+    answer_ours = _in_sandbox(ours, [sys.executable, script, "apply"], request)
+    answer_theirs.pop("invocation")
+    assert answer_ours.pop("ok") is True
+    before, after = answer_ours.pop("before", None), answer_ours.pop("after", None)
+    if before is not None:
+        answer_ours["diff"] = {"after": after, "before": before}
+    assert answer_ours == answer_theirs
+    assert answer_ours["changed"] is (name != "sandbox-vm")
+    for etc in (theirs, ours):
+        assert (etc / "hostname").read_text() == ("sandbox-vm\n" if check else f"{name}\n")
+        assert (etc / "hostname").stat().st_mode & 0o7777 == mode
