@@ -77,6 +77,7 @@ MODULES: dict[str, str] = {
     "ansible.posix.authorized_key": "provision.modules.sysconf",
     "known_hosts": "provision.modules.sysconf",
     "cron": "provision.modules.sysconf",
+    "hostname": "provision.modules.sysconf",
     "python_check": "provision.stack.host",
     "wheel_sync": "provision.stack.host",
     "nixl_variant": "provision.stack.modules",

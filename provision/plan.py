@@ -146,6 +146,8 @@ def check_plan(
             if task.module == "set_fact":
                 produced |= {k for k in task.args if not templating.is_template(k)}
                 open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
+            if task.module in ("hostname", "ansible.builtin.hostname"):  # the facts it returns become vars
+                produced |= {"ansible_hostname", "ansible_nodename", "ansible_fqdn", "ansible_domain"}
             if task.module == "include_vars":
                 names = include_vars_names(task, playbook_dir)
                 open_names = open_names or names is None

@@ -3,7 +3,8 @@
 ``absent_from_fstab``) and ``authorized_key`` (ansible.posix's), also under their FQCNs, and ansible-core's
 ``known_hosts`` and ``cron`` (a user's crontab through ``crontab``, or a ``cron_file``), and community.general's
 ``modprobe`` (``remote/modprobe.py``: the kernel module loaded or unloaded, its ``/etc/modules-load.d`` and
-``/etc/modprobe.d`` lines). The host side is
+``/etc/modprobe.d`` lines), and ansible-core's ``hostname`` (``remote/hostname.py``: ``/etc/hostname``,
+``/etc/sysconfig/network`` or ``hostnamectl``, the strategy chosen as Ansible chooses it). The host side is
 ``remote/sysconf.py`` (``remote/authorized_key.py``, ``remote/known_hosts.py``, ``remote/cron.py``), one round
 trip: the file read, the line fixed with the module's own rules, written atomically (check mode writes nothing;
 ``--diff`` shows the change of ``pam_limits``, ``authorized_key``, ``known_hosts`` and ``cron``, as Ansible).
@@ -231,10 +232,35 @@ class Modprobe(Module):
         return _apply(ctx, "apply", {k: args[k] for k in ("name", "state", "params", "persistent")}, "modprobe.py")
 
 
+HOSTNAME_USES = ("alpine", "debian", "freebsd", "generic", "macos", "macosx", "darwin", "openbsd", "openrc", "redhat",
+                 "sles", "solaris", "systemd")  # fmt: skip
+HOSTNAME_OFFERED = ("debian", "redhat", "systemd")  # Linux hosts of a GPU fleet (debian is hostnamectl, as Ansible)
+
+
+@register
+class Hostname(Module):
+    name = "hostname"
+    args = {"name": Arg(required=True), "use": Arg(choices=HOSTNAME_USES)}
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        use = args.get("use")
+        if use is not None and not is_template(use) and use not in HOSTNAME_OFFERED:
+            raise ArgError(f"hostname: use {use!r} is not supported by provision (only debian, redhat, systemd)")
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        if args["use"] is not None and args["use"] not in HOSTNAME_OFFERED:
+            return ModuleResult(failed=True, msg=f"hostname: use {args['use']!r} is not supported by provision")
+        result = _apply(ctx, "apply", {"name": args["name"], "use": args["use"]}, "hostname.py", path="hostname")
+        if not result.failed:
+            result.facts = dict(result.data.get("ansible_facts") or {})  # the top-level ansible_hostname, ...
+        return result
+
+
 add_fqcn("community.general", PamLimits)
 add_fqcn("community.general", Modprobe)
 add_fqcn("ansible.posix", AuthorizedKey)
 add_fqcn("ansible.posix", Sysctl)
 add_fqcn("ansible.posix", Mount)
 
-__all__ = ["AuthorizedKey", "Cron", "KnownHosts", "Modprobe", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
+__all__ = ["AuthorizedKey", "Cron", "Hostname", "KnownHosts", "Modprobe", "Mount", "PamLimits", "Sysctl", "add_fqcn"]
