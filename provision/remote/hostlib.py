@@ -213,6 +213,16 @@ def atomic_write(path, data=None, mode=0o644, fill=None, sync=True, owner=None):
         _fsync_dir(os.path.dirname(path))
 
 
+def rewrite(path, data, new_mode=None):
+    """``path`` replaced by ``data`` through :func:`atomic_write`, with the mode the file has now (a new file's:
+    ``new_mode``, or 0666 less the umask, what ``open(path, "w")`` would give it)."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = (0o666 & ~umask()) if new_mode is None else new_mode
+    atomic_write(path, data, mode=mode)
+
+
 def copy_over(src, dest, sync=True):
     """``dest`` replaced by a copy of ``src`` (its mode and times, as ``shutil.copy2``) through
     :func:`atomic_write`: a link at ``dest`` is replaced, never followed."""

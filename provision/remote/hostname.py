@@ -82,11 +82,7 @@ def _write(path, text, check):
     if check:
         return
     try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644
-    try:
-        hostlib.atomic_write(path, text.encode("utf-8"), mode=mode)
+        hostlib.rewrite(path, text.encode("utf-8"), new_mode=0o644)
     except OSError as exc:
         raise Failed("failed to update hostname: %s" % exc) from None
 

@@ -125,11 +125,7 @@ def known_hosts(req):
                 if not (found_line == n and (replace or state == "absent"))]  # fmt: skip
         if state == "present":
             kept.append(key)
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o666 & ~hostlib.umask()
-        hostlib.atomic_write(path, "".join(kept).encode(), mode=mode)
+        hostlib.rewrite(path, "".join(kept).encode())
         answer["changed"] = True
     return answer
 

@@ -102,11 +102,7 @@ class Modprobe:
     def _write(self, path, text):
         if self.check:
             return
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-        hostlib.atomic_write(path, text.encode("utf-8"), mode=mode)
+        hostlib.rewrite(path, text.encode("utf-8"), new_mode=0o644)
 
     def _comment_out(self, folder, pattern):
         for path in self._files(folder):

@@ -42,11 +42,7 @@ def _write(path, text, check):
     """``text`` over ``path`` (its mode kept; a new file's from the umask), unless ``check``."""
     if check:
         return
-    try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~hostlib.umask()
-    hostlib.atomic_write(path, text.encode("utf-8", "surrogateescape"), mode=mode)
+    hostlib.rewrite(path, text.encode("utf-8", "surrogateescape"))
 
 
 def _valid_limit(item, value, prefix=""):
