@@ -23,6 +23,7 @@ from typing import Any
 from .base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
 from .files import text_diff
 from .modes import parse_mode
+from .sysconf import apply_helper
 
 
 @register
@@ -108,16 +109,7 @@ class Deb822Repository(Module):
             return ModuleResult(failed=True, msg=msg)
         fields = {k: v for k, v in args.items() if k not in ("mode", "state")}
         request = {"name": args["name"], "state": args["state"], "mode": args["mode"], "fields": fields}
-        request["check"] = ctx.check
-        try:
-            answer = ctx.call_helper(
-                "deb822_repository.py", "apply", stdin=json.dumps(request).encode(), what="deb822_repository",
-                check_rc=False,
-            )  # fmt: skip
-        except HelperError as exc:
-            return exc.as_result()
-        answer.pop("ok", None)
-        return ModuleResult.from_answer(answer)
+        return apply_helper(ctx, "apply", request, "deb822_repository.py", what="deb822_repository")
 
 
 KEY_SOURCES = ("data", "file", "keyserver", "url")
@@ -147,15 +139,7 @@ class AptKey(Module):
         request = {k: args[k] for k in ("id", "url", "data", "validate_certs", "keyserver", "state")}
         # type path in Ansible's module: ``~`` expanded on the host
         request |= {k: ctx.expand(args[k]) if args[k] else args[k] for k in ("file", "keyring")}
-        request["check"] = ctx.check
-        try:
-            answer = ctx.call_helper(
-                "apt_key.py", "apply", stdin=json.dumps(request).encode(), what="apt_key", check_rc=False
-            )
-        except HelperError as exc:
-            return exc.as_result()
-        answer.pop("ok", None)
-        return ModuleResult.from_answer(answer)
+        return apply_helper(ctx, "apply", request, "apt_key.py", what="apt_key")
 
 
 __all__ = ["AptKey", "AptRepository", "Deb822Repository"]

@@ -27,20 +27,28 @@ def add_fqcn(collection: str, cls: type[Module]) -> None:
     REGISTRY[f"{collection}.{cls.name}"] = cls
 
 
-def _apply(
-    ctx: ModuleContext, action: str, request: dict[str, Any], script: str = "sysconf.py", path: str | None = None
+def apply_helper(
+    ctx: ModuleContext,
+    action: str,
+    request: dict[str, Any],
+    script: str = "sysconf.py",
+    path: str | None = None,
+    what: str | None = None,
 ) -> ModuleResult:
-    """The helper's answer as the task's result; with ``path`` (a helper that edited one file and answered its
-    ``before``/``after``) the ``--diff`` of that file."""
+    """The helper's answer (``script ACTION``, the task's check mode in the request) as the task's result; with
+    ``path`` (a helper that edited one file and answered its ``before``/``after``) the ``--diff`` of that file,
+    those two keys not returned (without it, a helper's own ``before``/``after`` are returned values)."""
     request["check"] = ctx.check
     try:
-        answer = ctx.call_helper(script, action, stdin=json.dumps(request).encode(), what=action, check_rc=False)
+        answer = ctx.call_helper(script, action, stdin=json.dumps(request).encode(), what=what or action,
+                                 check_rc=False)  # fmt: skip
     except HelperError as exc:
         return exc.as_result()
-    answer.pop("ok", None)  # the envelope's, not the module's
+    if path is None:
+        return ModuleResult.from_answer(answer)
     before, after = answer.pop("before", ""), answer.pop("after", "")
     result = ModuleResult.from_answer(answer)
-    if path is not None and ctx.diff and result.changed:
+    if ctx.diff and result.changed:
         result.diff = text_diff(before.encode(), after.encode(), path or str(answer.get("keyfile") or ""))
     return result
 
@@ -71,7 +79,7 @@ class PamLimits(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         keys = ("domain", "limit_type", "limit_item", "value", "use_max", "use_min", "dest", "comment")
-        return _apply(ctx, "pam_limits", {k: args[k] for k in keys}, path=args["dest"])
+        return apply_helper(ctx, "pam_limits", {k: args[k] for k in keys}, path=args["dest"])
 
 
 @register
@@ -100,7 +108,7 @@ class Sysctl(Module):
         keys = ("name", "value", "state", "reload", "sysctl_set", "ignoreerrors")
         request = {k: args[k] for k in keys}
         request["sysctl_file"] = ctx.expand(args["sysctl_file"])
-        return _apply(ctx, "sysctl", request)
+        return apply_helper(ctx, "sysctl", request)
 
 
 FSTAB_STATES = ("present", "absent_from_fstab")  # the others mount or unmount: not offered
@@ -138,7 +146,7 @@ class Mount(Module):
         if args["state"] not in FSTAB_STATES:
             return ModuleResult(failed=True, msg=f"mount: state {args['state']!r} is not supported by provision")
         keys = ("path", "state", "src", "fstype", "opts", "dump", "passno", "boot", "fstab")
-        return _apply(ctx, "mount", {k: args[k] for k in keys})
+        return apply_helper(ctx, "mount", {k: args[k] for k in keys})
 
 
 @register
@@ -161,7 +169,7 @@ class AuthorizedKey(Module):
         request = dict(args)
         if request["path"] is not None:
             request["path"] = ctx.expand(request["path"])
-        return _apply(ctx, "authorized_key", request, script="authorized_key.py", path="")  # "": the keyfile
+        return apply_helper(ctx, "authorized_key", request, script="authorized_key.py", path="")  # "": the keyfile
 
 
 @register
@@ -177,7 +185,7 @@ class KnownHosts(Module):
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         request = dict(args, path=ctx.expand(args["path"]))
-        return _apply(ctx, "known_hosts", request, script="known_hosts.py", path=request["path"])
+        return apply_helper(ctx, "known_hosts", request, script="known_hosts.py", path=request["path"])
 
 
 SPECIAL_TIMES = ("reboot", "yearly", "annually", "monthly", "weekly", "daily", "hourly")
@@ -215,7 +223,7 @@ class Cron(Module):
         request = {k: v for k, v in args.items() if k != "backup"}
         if request["cron_file"] is not None:
             request["cron_file"] = ctx.expand(request["cron_file"])
-        return _apply(ctx, "cron", request, script="cron.py", path=request["cron_file"] or "crontab")
+        return apply_helper(ctx, "cron", request, script="cron.py", path=request["cron_file"] or "crontab")
 
 
 @register
@@ -229,7 +237,8 @@ class Modprobe(Module):
     }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        return _apply(ctx, "apply", {k: args[k] for k in ("name", "state", "params", "persistent")}, "modprobe.py")
+        request = {k: args[k] for k in ("name", "state", "params", "persistent")}
+        return apply_helper(ctx, "apply", request, "modprobe.py")
 
 
 HOSTNAME_USES = ("alpine", "debian", "freebsd", "generic", "macos", "macosx", "darwin", "openbsd", "openrc", "redhat",
@@ -251,7 +260,7 @@ class Hostname(Module):
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         if args["use"] is not None and args["use"] not in HOSTNAME_OFFERED:
             return ModuleResult(failed=True, msg=f"hostname: use {args['use']!r} is not supported by provision")
-        result = _apply(ctx, "apply", {"name": args["name"], "use": args["use"]}, "hostname.py", path="hostname")
+        result = apply_helper(ctx, "apply", {"name": args["name"], "use": args["use"]}, "hostname.py", path="hostname")
         if not result.failed:
             result.facts = dict(result.data.get("ansible_facts") or {})  # the top-level ansible_hostname, ...
         return result
