@@ -242,19 +242,16 @@ class PdVerify(Module):
         if pairs.runner(deployment, raw.get("ansible_play_hosts")) != ctx.host:
             return None
         planned = pairs.plan(deployment)
-        rounds = pairs.schedule(planned, args["parallel"])
-        request = {"pairs": pairs.requests(planned), "rounds": rounds, "parallel": args["parallel"],
-                   "retries": pairs.RETRIES, "prompt": args["prompt"], "max_new_tokens": args["max_new_tokens"],
-                   "timeout": args["timeout"], "stream": True}  # fmt: skip
+        request, seconds = pairs.host_request(planned, args["parallel"], args["timeout"], args["prompt"],
+                                              args["max_new_tokens"])  # fmt: skip
         try:
-            answer = ctx.call_helper("pd_rollout.py", "pairs", stdin=json.dumps(request).encode(),
-                                     timeout=pairs.budget(rounds, args["timeout"]), what="pd_verify pairs")  # fmt: skip
+            answer = ctx.call_helper("pd_rollout.py", "pairs", stdin=json.dumps(request).encode(), timeout=seconds,
+                                     what="pd_verify pairs")  # fmt: skip
         except HelperError as exc:
             return exc.as_result()
         if not answer.get("ok"):
             return ModuleResult(failed=True, msg=f"pd_verify pairs: {answer.get('msg', 'no answer')}", data=answer)
-        report = pairs.verdict(planned, answer.get("pairs") or [], args["same_tokens"], answer.get("seconds"),
-                               answer.get("parallel"), answer.get("rounds"))  # fmt: skip
+        report = pairs.judge(planned, answer, args["same_tokens"])
         msg = f"{pairs.summary(report)}\n{pairs.table(report)}"
         return ModuleResult(failed=not report.ok, msg=msg, data={"pairs": report.to_dict(), "_show_msg": True})
 

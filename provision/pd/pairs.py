@@ -75,6 +75,16 @@ def budget(rounds: Sequence[Sequence[int]], timeout: float, retries: int = RETRI
     return len(rounds) * (timeout + 10) * (1 + max(0, retries)) + 60
 
 
+def host_request(planned: Sequence[Pair], parallel: int, timeout: float, prompt: str = "Hello world",
+                 max_new_tokens: int = 8) -> tuple[dict[str, Any], float]:  # fmt: skip
+    """The ``pairs`` request for the host side (every pair, its rounds, one retry, streamed decodes) and the
+    seconds that call may take (:func:`budget`)."""
+    rounds = schedule(planned, parallel)
+    request = {"pairs": requests(planned), "rounds": rounds, "parallel": parallel, "retries": RETRIES,
+               "prompt": prompt, "max_new_tokens": max_new_tokens, "timeout": timeout, "stream": True}  # fmt: skip
+    return request, budget(rounds, timeout)
+
+
 def runner(deployment: Deployment, hosts: Sequence[str] | None = None) -> str | None:
     """The host that sends the pairs' requests: the first router's among ``hosts`` (a play's hosts), if any."""
     for router in deployment.routers:
@@ -174,6 +184,12 @@ def verdict(pairs: Sequence[Pair], answers: Sequence[Any], same_tokens: bool = T
                 r.error = f"token ids {r.output_ids} differ from {report.reference} (the most pairs')"
     report.suspects = suspects(results) if report.bad else []
     return report
+
+
+def judge(planned: Sequence[Pair], answer: Mapping[str, Any], same_tokens: bool = True) -> PairsReport:
+    """:func:`verdict` of the host side's whole answer to :func:`host_request`."""
+    return verdict(planned, answer.get("pairs") or [], same_tokens, answer.get("seconds"), answer.get("parallel"),
+                   answer.get("rounds"))  # fmt: skip
 
 
 def suspects(results: Sequence[PairResult]) -> list[str]:

@@ -425,17 +425,12 @@ class Rollout:
         until the last batch, whose verdict is the rollout's)."""
         planned = pairs.plan(self.d)
         where = self.d.routers[0].host if self.d.routers else batch[0].host
-        rounds = pairs.schedule(planned, self.o.parallel)
-        request = {"pairs": pairs.requests(planned), "rounds": rounds, "parallel": self.o.parallel,
-                   "retries": pairs.RETRIES, "prompt": "Hello world", "max_new_tokens": 8,
-                   "timeout": self.o.verify_timeout, "stream": True}  # fmt: skip
-        timeout = pairs.budget(rounds, self.o.verify_timeout)
+        request, timeout = pairs.host_request(planned, self.o.parallel, self.o.verify_timeout)
         try:
             step = self._ok([where], [_step("pairs", request, timeout)])[where]["pairs"]
         except BatchFailed as exc:
             raise BatchFailed(batch[0].host, f"the pairs could not be verified: {exc.reason}") from None
-        verdict = pairs.verdict(planned, step.data.get("pairs") or [], self.o.same_tokens, step.data.get("seconds"),
-                                step.data.get("parallel"), step.data.get("rounds"))  # fmt: skip
+        verdict = pairs.judge(planned, step.data, self.o.same_tokens)
         report.pairs = verdict.to_dict()
         for proc in batch:
             peer = self.peer(proc, batch)
