@@ -32,12 +32,20 @@ import sys as _provision_sys
 
 def _provision_run(libraries, name, text):
     import types
+    # compiled once per interpreter (the agent runs a script many times a run): a fresh module each call
+    cache = _provision_sys.modules.setdefault("_provision_codes", types.ModuleType("_provision_codes"))
+    codes = cache.__dict__.setdefault("codes", {{}})
+    def code(text, filename):
+        key = (filename, text)
+        if key not in codes:
+            codes[key] = compile(text, filename, "exec")
+        return codes[key]
     for lib, lib_text in libraries:
         module = types.ModuleType(lib)
         module.__file__ = "<provision:%s>" % lib
-        exec(compile(lib_text, module.__file__, "exec"), module.__dict__)
+        exec(code(lib_text, module.__file__), module.__dict__)
         _provision_sys.modules[lib] = module
-    exec(compile(text, name, "exec"), {{"__name__": "__main__", "__file__": name, "__builtins__": __builtins__}})
+    exec(code(text, name), {{"__name__": "__main__", "__file__": name, "__builtins__": __builtins__}})
 
 
 _provision_run({libraries}, {name!r}, {text})

@@ -308,6 +308,38 @@ def test_a_script_that_imports_the_library_travels_with_it_and_keeps_its_line_nu
     assert remote.bundle("plain.py", plain) == plain  # a script without the library travels as it is
 
 
+def test_importing_the_library_costs_no_heavy_module() -> None:
+    """Every helper script imports hostlib on every host of every run: urllib.request (http.client, email, ssl),
+    subprocess and hashlib come only with the functions that use them (half a host agent's start, measured)."""
+    heavy = ("urllib", "http", "email", "ssl", "subprocess", "hashlib", "shutil")
+    probe = f"import sys, hostlib; print([m for m in {heavy!r} if m in sys.modules])"
+    proc = subprocess.run([HOST_PYTHON, "-S", "-c", probe], capture_output=True, text=True, timeout=30,
+                          cwd=remote.REMOTE_DIR)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_a_bundled_script_is_compiled_once_per_interpreter(tmp_path: Path) -> None:
+    """The agent runs a helper many times a run (six state reads of file_state.py in one batch): the library
+    and the script are compiled once, each run gets fresh modules all the same."""
+    program = "import hostlib\nhostlib.RUNS = getattr(hostlib, 'RUNS', 0) + 1\nprint(hostlib.RUNS)\n"
+    runner = (
+        "import builtins, io, contextlib, sys\n"
+        "real = builtins.compile\n"
+        "count = []\n"
+        "def counting(*a, **k):\n    count.append(a[1])\n    return real(*a, **k)\n"
+        "builtins.compile = counting\n"
+        "code = real(open(sys.argv[1]).read(), 't.py', 'exec')\n"
+        "for _ in range(3):\n    exec(code, {'__name__': '__main__', '__builtins__': builtins})\n"
+        "print(sorted(set(count)), len(count))\n"
+    )
+    (tmp_path / "t.py").write_text(remote.bundle("t.py", program))
+    proc = subprocess.run([HOST_PYTHON, "-c", runner, str(tmp_path / "t.py")], capture_output=True, text=True,
+                          timeout=30, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["1", "1", "1", "['<provision:hostlib>', 't.py'] 2"], proc.stdout
+
+
 # ---- the guard ---------------------------------------------------------------------------------------------
 
 
