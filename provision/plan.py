@@ -17,6 +17,7 @@ import jinja2
 import jinja2.nodes
 
 from . import templating, vault
+from .catalog import lookup
 from .errors import InputError, InventoryError, PlaybookError, TemplateError, did_you_mean
 from .facts import ANSIBLE_FACT_NAMES
 from .inventory import Host, Inventory
@@ -146,8 +147,9 @@ def check_plan(
             if task.module == "set_fact":
                 produced |= {k for k in task.args if not templating.is_template(k)}
                 open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
-            if task.module in ("hostname", "ansible.builtin.hostname"):  # the facts it returns become vars
-                produced |= {"ansible_hostname", "ansible_nodename", "ansible_fqdn", "ansible_domain"}
+            module = lookup(task.module)
+            if module is not None:  # the facts its result defines become vars (hostname's ansible_hostname, ...)
+                produced |= module.returned_facts
             if task.module == "include_vars":
                 names = include_vars_names(task, playbook_dir)
                 open_names = open_names or names is None

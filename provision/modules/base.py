@@ -277,6 +277,7 @@ class Module:
     expression_args: ClassVar[tuple[str, ...]] = ()  # args holding bare Jinja2 expressions (assert's `that`)
     supports_async: ClassVar[bool] = False  # `async` may run it as a detached job (see modules/async_mod.py)
     show_msg: ClassVar[bool] = False  # the result's message is worth printing without -v (debug, measurements)
+    returned_facts: ClassVar[frozenset[str]] = frozenset()  # facts its result defines: known to the planner
 
     # ---------------------------------------------------------------- validation
     @classmethod

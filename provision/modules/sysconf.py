@@ -250,6 +250,7 @@ HOSTNAME_OFFERED = ("debian", "redhat", "systemd")  # Linux hosts of a GPU fleet
 class Hostname(Module):
     name = "hostname"
     args = {"name": Arg(required=True), "use": Arg(choices=HOSTNAME_USES)}
+    returned_facts = frozenset({"ansible_hostname", "ansible_nodename", "ansible_fqdn", "ansible_domain"})
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:

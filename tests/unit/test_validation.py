@@ -106,3 +106,19 @@ def test_list_tasks_and_hosts(tmp_path: Path, inv: Path) -> None:
     result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks", "--list-hosts", "-t", "x"])
     assert result.code == 0
     assert "one" in result.out and "two" not in result.out and "ghost" in result.out
+
+
+@pytest.mark.parametrize("after_hostname", [True, False])
+def test_facts_a_module_returns_are_known_to_the_planner(tmp_path: Path, inv: Path, after_hostname: bool) -> None:
+    """``hostname`` defines ansible_hostname & co. (its module's ``returned_facts``): a later task may use them
+    without facts gathered; without that task the same name is refused before any host is touched."""
+    first = "    - hostname:\n        name: gpu-01\n" if after_hostname else ""
+    playbook = tmp_path / "pb.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n" + first + "    - debug:\n        msg: '{{ ansible_fqdn }}'\n"
+    )
+    result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks"])
+    if after_hostname:
+        assert result.code == 0, result.err
+    else:
+        assert result.code == 5 and "'ansible_fqdn' in task 'debug'" in result.err, result.err
