@@ -1,6 +1,7 @@
 """Re-apply a converged 9-task play to N lab hosts with provision, pyinfra and ansible-core, side by side.
 
-    python benchmarks/fleet.py [--hosts 8 64] [--repeat 3] [--tools provision pyinfra ansible] [--profile DIR]
+    python benchmarks/fleet.py [--hosts 8 64] [--repeat 3] [--tools provision pyinfra ansible]
+                                [--profile DIR] [--perf DIR]
 
 Needs root (the lab makes one Unix user and one real sshd per host, on loopback) and the benchmark extra
 (`pip install -e '.[bench]'`: pyinfra 3.x, ansible-core 2.19). For each host count it starts a lab, converges
@@ -27,6 +28,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR: Path | None = None  # --profile DIR
+PERF_DIR: Path | None = None  # --perf DIR
 sys.path.insert(0, str(ROOT))
 
 from tests.support.lab import Lab  # noqa: E402
@@ -100,11 +103,24 @@ CPU: dict[str, list[tuple[float, float]]] = {}  # tool -> (its own CPU s, the ma
 
 
 def _run(tool: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    perf = None
+    if PERF_DIR is not None:  # --perf: the whole machine sampled during the run (perf record -a), by command name
+        PERF_DIR.mkdir(parents=True, exist_ok=True)
+        data = PERF_DIR / f"{tool}-{len(list(PERF_DIR.glob(tool + '-*.data')))}.data"
+        perf = subprocess.Popen(["perf", "record", "-a", "-F", "499", "-o", str(data)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(0.5)  # perf's own start, before the run
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy = _machine_busy()
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - started
+    if perf is not None:
+        perf.send_signal(signal.SIGINT)
+        perf.wait(60)
+        report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "comm", "--stdio"],
+                                capture_output=True, text=True, check=False).stdout  # fmt: skip
+        data.with_suffix(".txt").write_text(report)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     CPU.setdefault(tool, []).append((own, _machine_busy() - busy))
@@ -261,9 +277,15 @@ def main() -> None:
     parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "pyinfra", "ansible"])
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--profile", type=Path, help="write each provision run's cProfile stats into this dir")
+    parser.add_argument(
+        "--perf",
+        type=Path,
+        help="sample the whole machine during each re-run (perf record -a): "
+        "DIR/TOOL-N.data and its CPU by command name, DIR/TOOL-N.txt",
+    )
     args = parser.parse_args()
-    global PROFILE_DIR
-    PROFILE_DIR = args.profile
+    global PROFILE_DIR, PERF_DIR
+    PROFILE_DIR, PERF_DIR = args.profile, args.perf
     missing = [t for t in args.tools if not t.startswith("provision")
                and not shutil.which("ansible-playbook" if t == "ansible" else t)]  # fmt: skip
     if missing:

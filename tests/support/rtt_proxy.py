@@ -131,6 +131,14 @@ class RttProxy:
     async def _serve(
         self, name: str, address: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        # the proxy's exit cancels it: not an error (asyncio's server callback reads task.exception(), which
+        # raises for a cancelled task: one "Exception in callback" traceback per kept connection)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._relay(name, address, port, reader, writer)
+
+    async def _relay(
+        self, name: str, address: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         flow = Flow(name)
         with self._lock:
             self.flows.append(flow)
