@@ -44,7 +44,6 @@ PORT_LATER: dict[str, set[str]] = {
     # file is written over another (its marker file goes through hostlib.atomic_write); the guard counts os.rename
     "make_tiny_model.py": {"atomic write"},
     "model_sync.py": {"atomic write"},  # commit renames the staged directory into place: no file is written
-    "process_ctl.py": {"envelope"},  # its exit codes differ (0 whenever it answers): callers and tests rely on it
     "stack_fs.py": {"atomic write"},  # a hand-made venv dir moved aside (os.rename): no file is written
 }
 
