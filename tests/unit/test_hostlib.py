@@ -5,7 +5,8 @@
 - Shipping: a script that imports the library runs the same through every way of travel (``python3 -`` with
   the source on stdin, the bootstrap with request data after the source, the persistent agent, a copied file
   run from a directory without the library), with the host's Python; a bad request gets the same failure
-  answer through each.
+  answer through each, and so does a failing process_ctl action (its own fields, exit 1), which the controller
+  (``provision.pd.process.helper``) reads as the answer it is.
 - The guard: no shipped script defines its own ``Failed``, umask reader, atomic write, envelope or pump (a select
   loop over pipes: THE pump is ``programs/pump.py``, shipped with the scripts that import it), except the
   scripts listed in BY_DESIGN with what they define and why it is not the library's thing (the agent's envelope
@@ -275,6 +276,65 @@ def test_a_bad_request_gets_the_same_failure_answer_through_every_way_of_travel(
     assert first[0] == 1 and first[1]["ok"] is False and first[1]["failed"] is True, answers
     assert str(first[1]["msg"]).startswith("bad request: "), answers
     assert all(answer == first for answer in answers.values()), answers
+
+
+def _process_ctl_failures(tmp: Path) -> dict[str, tuple[list[str], bytes, dict[str, object]]]:
+    """Failing process_ctl actions that change nothing: (argv, request, the answer's fields every way must give)."""
+    never = {"name": "never", "piddir": str(tmp / "run"), "url": "http://127.0.0.1:9/health", "log": str(tmp / "n.log")}
+    script = str(tmp / "no-such-launch.sh")
+    return {
+        "a start of a missing script": (
+            ["start"], json.dumps({"name": "svc", "piddir": str(tmp / "run"), "script": script}).encode(),
+            {"ok": False, "failed": True, "msg": f"script {script} does not exist or is not readable"},
+        ),
+        "a wait on a process that is not running": (
+            ["wait"], json.dumps({"procs": [never], "timeout": 5, "log_lines": 5}).encode(),
+            {"ok": False, "failed": True, "msg": "never exited while starting", "why": "exited", "name": "never",
+             "pid": None, "log": never["log"], "log_tail": [], "ready": {}},
+        ),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["a start of a missing script", "a wait on a process that is not running"])
+def test_a_failing_process_ctl_action_is_the_same_failure_and_exit_1_through_every_way(
+    case: str, tmp_path: Path
+) -> None:
+    """process_ctl.py answers in the envelope: a failure answer (ok false, failed true, msg, its own fields) and
+    exit 1, the same whichever way it travels (it exited 0 whenever it answered before it was ported)."""
+    argv, request, expected = _process_ctl_failures(tmp_path)[case]
+    answers = {
+        "fresh process": _fresh_process("process_ctl.py", argv, request),
+        "agent": _agent("process_ctl.py", argv, request),
+        "copied file": _copied_file("process_ctl.py", argv, request, tmp_path),
+    }
+    for way, (rc, answer) in answers.items():
+        assert rc == 1, (way, rc, answer)
+        assert {k: answer.get(k) for k in expected} == expected, (way, answer)
+    timeless = [{k: v for k, v in answer.items() if k != "elapsed"} for _, answer in answers.values()]
+    assert all(answer == timeless[0] for answer in timeless), answers
+    # `python3 - ACTION`, the source on stdin, carries no request: an action refused for want of one instead
+    rc, answer = _stdin_source("process_ctl.py", ["start"], b"{}")
+    assert rc == 1 and answer["ok"] is False and answer["failed"] is True, answer
+    assert (
+        answer == _fresh_process("process_ctl.py", ["start"], b"{}")[1] == _agent("process_ctl.py", ["start"], b"{}")[1]
+    )
+    assert str(answer["msg"]).startswith("bad request: missing field"), answer
+
+
+def test_the_controller_reads_process_ctls_failure_answer_with_its_exit_1(tmp_path: Path) -> None:
+    """pd.process.helper (every controller call of process_ctl) reads the answer whatever the rc: exit 1 is the
+    answer's failure, never an error of the call (which would lose ``why`` and ``log_tail``)."""
+    from provision.modules.base import ModuleContext
+    from provision.pd.process import helper
+
+    conn = LocalConnection("h")
+    try:
+        ctx = ModuleContext(host="h", conn=conn, variables={"ansible_python_interpreter": HOST_PYTHON})
+        for argv, request, expected in _process_ctl_failures(tmp_path).values():
+            answer = helper(ctx, argv[0], json.loads(request))
+            assert {k: answer.get(k) for k in expected} == expected, answer
+    finally:
+        conn.close()
 
 
 # the actions that take data after their request line (hostlib.takes_data), and their data travels with them
