@@ -8,6 +8,10 @@ this source, length-prefixed, from stdin). Then, on the same stdin, requests arr
 "err": base64}``. Between two requests the controller may send heartbeats: a bare newline (an empty line where a
 length would start), skipped.
 
+This framing is the agent's own envelope, by design: it IS the transport (many requests, batches and heartbeats
+on one channel), and each script it runs answers inside it in the host library's one-request envelope
+(``hostlib.serve``: the answer on the script's last stdout line, its exit code as ``rc``).
+
 Besides scripts (no ``op``), four operations, so that one interpreter per host serves a whole run:
 
 * ``{"op": "lock", "name": N, "holder": text}``: take the run lock ``~/.provision/run-N.lock`` (flock) and hold
@@ -156,8 +160,9 @@ def _gone():
 
 def _exec(script, data, timeout):
     """Run a command's script as the runner does (:class:`spawn.Child`: a new session; at the deadline TERM it,
-    KILL it 5 s later, rc 124); (rc, out, err). Its output is read with :func:`spawn.pump` until its pipes end
-    (what it left running may hold them), then its exit is waited for, both under the deadline."""
+    KILL it 5 s later, rc 124); (rc, out, err). Its pipes are read by THE pump, ``programs/pump.py``'s
+    :func:`pump` (``from pump import pump``: put in front of this file with the spawn core, not spawn.py's),
+    until they end (what it left running may hold them), then its exit is waited for, both under the deadline."""
     outr, outw = os.pipe()
     errr, errw = os.pipe()
     child = Child(script, data, outw, errw)

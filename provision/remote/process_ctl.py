@@ -1,8 +1,13 @@
 """Supervise long-running processes on the host, without systemd or as systemd units: status, start, stop, wait,
 tail.
 
-Usage: ``python3 - ACTION`` with a JSON request on stdin; prints ONE JSON line; exit 0 when it could answer,
-2 on a bad request. Stdlib only (Python 3.6+). Each action is one round trip.
+Usage: ``python3 - ACTION`` with a JSON request on stdin, in the host library's envelope (``hostlib.serve``, as
+every shipped helper): ONE JSON answer on the last stdout line, ``{"ok": true, ...}`` or ``{"ok": false, "failed":
+true, "msg": ...}`` with the action's own fields (``why``, ``log_tail``, ``rc``, ...); exit 0 when ok, 1 when not
+(a refused start, a failed wait, a bad request alike: the controller reads the answer whatever the rc,
+``provision.pd.process.helper``). A bad request (unknown action, not a JSON object, a missing field) answers
+``msg`` ``bad request: ...``; an OSError is a failure answer with its message. Stdlib only (Python 3.6+). Each
+action is one round trip. ``supervise`` and ``watch`` (below) are not requests: long-running entry points, argv only.
 
 A process ``NAME`` is a launch script started detached in its own session (``setsid``): stdin from /dev/null,
 stdout+stderr appended to its log. Its record ``PIDDIR/NAME.json`` (``PIDDIR/NAME.pid`` holds the bare pid)
@@ -420,8 +425,11 @@ def action_wait(req):
 
 def failure(req, item, record, why, started, last, ready):
     log = (record or {}).get("log") or item.get("log")
+    what = ("exited while starting" if why == "exited" else "did not answer %s with 200 within %gs"
+            % (item["url"], float(req.get("timeout", 600))))  # fmt: skip
     return {
         "ok": False, "why": why, "name": item["name"], "url": item["url"], "ready": ready,
+        "msg": "%s %s" % (item["name"], what),
         "elapsed": round(time.monotonic() - started, 3), "last_status": last[0],
         "last_error": last[1], "pid": (record or {}).get("pid"), "log": log,
         "log_tail": tail_lines(log, int(req.get("log_lines", 30))) if log else [],
@@ -1315,24 +1323,13 @@ ACTIONS = {"status": action_status, "start": action_start, "stop": action_stop, 
 
 
 def main(argv):
+    """The two long-running entry points (``supervise``, ``watch``: argv, no request), else one request in the
+    host library's envelope (:func:`hostlib.serve`)."""
     if argv[1:2] == ["supervise"] and len(argv) == 3:
         return supervise(argv[2])
     if argv[1:2] == ["watch"] and len(argv) == 8:
         return watch(*argv[2:])
-    try:
-        action = ACTIONS[argv[1]]
-        req = json.loads(sys.stdin.buffer.read().decode("utf-8") or "{}")
-    except (IndexError, KeyError, ValueError) as exc:
-        print(json.dumps({"ok": False, "msg": "bad request: %r" % (exc,)}))
-        return 2
-    try:
-        answer = action(req)
-    except KeyError as exc:
-        answer = {"ok": False, "msg": "bad request: missing %s" % exc}
-    except OSError as exc:
-        answer = {"ok": False, "msg": "%s: %s" % (type(exc).__name__, exc)}
-    print(json.dumps(answer))
-    return 0
+    return hostlib.serve(ACTIONS, argv[1:])
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ HELPER = remote.path("process_ctl.py")
 
 
 def ctl(action: str, **request: Any) -> dict[str, Any]:
-    """process_ctl.py's answer to ``action`` with ``request``, run here as on a host (it answers with exit 0)."""
+    """process_ctl.py's answer to ``action`` with ``request``, run here as on a host. The envelope's exit code
+    agrees with the answer (``hostlib.serve``: 0 when ok, 1 when not, a failure answer included)."""
     out = subprocess.run(
         [sys.executable, str(HELPER), action], input=json.dumps(request), capture_output=True, text=True, timeout=90
     )
-    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), f"no answer (rc={out.returncode}): {out.stderr}"
     answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == (0 if answer.get("ok") else 1), (out.returncode, answer, out.stderr)
     return answer
 
 
