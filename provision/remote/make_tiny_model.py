@@ -208,7 +208,7 @@ def make(dest, spec=SPEC):
         hostlib.atomic_write(os.path.join(tmp, MARKER), json.dumps(spec).encode("utf-8"), 0o644)
         if os.path.exists(dest):
             shutil.rmtree(dest)
-        os.rename(tmp, dest)  # the directory into place (the guard counts it: PORT_LATER says why it stays)
+        os.rename(tmp, dest)  # the directory into place (the guard counts it: test_hostlib.BY_DESIGN says why)
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         error = "%s: %s" % (type(exc).__name__, exc)
