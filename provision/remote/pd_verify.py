@@ -58,12 +58,6 @@ def stream(url, body, timeout):
     return ttft, time.monotonic() - started, chunks, text, ""
 
 
-def failed(out, error):
-    """The answer with its fields, as a failure: ``error`` is its ``msg`` too."""
-    out.update(ok=False, failed=True, error=error, msg=error)
-    return out
-
-
 def verify(req):
     url = req["url"].rstrip("/") + "/generate"
     body = {
@@ -74,7 +68,7 @@ def verify(req):
     interval = float(req.get("interval", 0.25))
     begun = time.monotonic()
     deadline = begun + timeout
-    out = {"ok": False, "url": url, "attempts": 0}
+    out = {"url": url, "attempts": 0}
     while True:
         out["attempts"] += 1
         started = time.monotonic()
@@ -87,12 +81,14 @@ def verify(req):
         time.sleep(interval)
     out["waited"] = round(started - begun, 3)
     if status != 200 or not isinstance(answer, dict):
-        return failed(out, error or "no JSON answer")
+        out["error"] = error or "no JSON answer"
+        raise hostlib.Failed(out["error"], **out)
     meta = answer.get("meta_info") or {}
     out.update(text=answer.get("text", ""), output_ids=answer.get("output_ids"),
                completion_tokens=meta.get("completion_tokens"), finish_reason=meta.get("finish_reason"))  # fmt: skip
     if not (out["text"] or "").strip():
-        return failed(out, "the completion is empty")
+        out["error"] = "the completion is empty"
+        raise hostlib.Failed(out["error"], **out)
     if req.get("stream", True):
         ttft, total, chunks, _, serror = stream(url, body, max(5.0, deadline - time.monotonic() + 30))
         out.update(ttft=None if ttft is None else round(ttft, 3), stream_chunks=chunks,
