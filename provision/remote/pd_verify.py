@@ -17,11 +17,8 @@ Answers ``{"ok", "status", "text", "output_ids", "completion_tokens", "latency",
 ``error``; exit 1) with the same fields. Stdlib only (Python 3.6+).
 """
 
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import hostlib
 
@@ -29,32 +26,22 @@ RETRY_STATUSES = (502, 503, 504, None)
 
 
 def stream(url, body, timeout):
-    """(ttft, total, chunks, text, error) of a streaming request."""
+    """(ttft, total, chunks, text, error) of a streaming request (``hostlib.sse_json``: read up to ``[DONE]``,
+    bounded by ``timeout`` for the whole stream)."""
     started = time.monotonic()
     ttft, chunks, text = None, 0, ""
-    data = json.dumps(dict(body, stream=True)).encode("utf-8")
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+
+    def on_chunk(chunk):
+        nonlocal ttft, chunks, text
+        chunks += 1
+        if ttft is None and (chunk.get("text") or chunk.get("output_ids")):
+            ttft = time.monotonic() - started
+        text = chunk.get("text", text)
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(payload)
-                except ValueError:
-                    continue
-                chunks += 1
-                if ttft is None and (chunk.get("text") or chunk.get("output_ids")):
-                    ttft = time.monotonic() - started
-                text = chunk.get("text", text)
-    except urllib.error.HTTPError as exc:
-        return None, None, chunks, text, "HTTP %s: %s" % (exc.code, exc.read().decode("utf-8", "replace")[:500])
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, None, chunks, text, str(getattr(exc, "reason", exc))
+        hostlib.sse_json(url, dict(body, stream=True), on_chunk, timeout=timeout)
+    except hostlib.Failed as exc:
+        return None, None, chunks, text, exc.msg
     return ttft, time.monotonic() - started, chunks, text, ""
 
 
