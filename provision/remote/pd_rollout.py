@@ -222,7 +222,7 @@ def http_stream(url, body, timeout):
     except hostlib.Failed as exc:
         if exc.data.get("status") == 200:  # cut short once it began (past the deadline, the limit): no answer
             return None, None, exc.msg, ttft
-        return exc.data.get("status"), None, exc.data.get("reason") or exc.msg, ttft
+        return exc.data.get("status"), None, exc.data.get("reason", exc.msg), ttft
     if last is None:
         return status, None, "the stream carried no tokens", ttft
     return status, dict(last, output_ids=ids, text=text), "", ttft

@@ -290,3 +290,10 @@ def test_pd_rollout_streams_through_it_and_stops_at_done(serve: Callable[..., st
     assert ttft is not None
     status, doc, err, _ = rollout.http_stream(serve(script), {"stream": True}, 0)
     assert (status, doc) == (None, None) and err.endswith("within 0s"), err
+
+    def refused(h: SSE) -> None:
+        h.send_response(503)
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    assert rollout.http_stream(serve(refused), {"stream": True}, 5) == (503, None, "", None)  # "HTTP 503", as before
