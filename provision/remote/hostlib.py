@@ -24,8 +24,10 @@ What is here, once:
   (whatever was there, a link included, is replaced, never written through), the directory ``fsync``-ed.
   :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way.
 * :func:`digest` (a file's hash, streamed), :func:`umask` (the process's umask, read without changing it),
-  :func:`http_json` (one bounded HTTP request with a JSON body and answer). THE pump (a child's pipes read
-  together, bounded) is builtins-only, beside the spawn core: ``programs/pump.py`` (``from pump import pump``).
+  :func:`http_json` (one bounded HTTP request with a JSON body and answer), :func:`sse_json` (a POST read as a
+  stream of server-sent JSON events, ``data: {...}`` up to ``data: [DONE]``, bounded in bytes and time). THE
+  pump (a child's pipes read together, bounded) is builtins-only, beside the spawn core: ``programs/pump.py``
+  (``from pump import pump``).
 """
 
 import errno
@@ -285,3 +287,78 @@ def http_json(method, url, body=None, timeout=10.0, limit=16 << 20):
         return status, json.loads(text), ""
     except ValueError:
         return status, text, ""
+
+
+def sse_json(url, body, on_chunk, timeout=60.0, limit=16 << 20):
+    """POST the JSON ``body`` to ``url`` and read the answer as server-sent events (OpenAI-style ``data: {...}``
+    lines, ending with ``data: [DONE]``): each ``data:`` line's JSON object is given to ``on_chunk(obj)`` as it
+    comes (other lines, and payloads that are not JSON objects, are skipped); reading stops at ``[DONE]`` or at
+    the end of the stream. Returns the HTTP status. Bounded: ``limit`` bytes of stream in all, ``timeout``
+    seconds for the whole of it (the connection, each read, and their sum). :class:`Failed` when it cannot be
+    read whole, with ``status`` (the HTTP status; None when none came) and ``reason`` (an HTTP error's body,
+    else the msg): an HTTP error (msg ``HTTP 500: <body>``), no answer (msg: why, in the network's words), the
+    stream past ``limit`` bytes or past the deadline. What ``on_chunk`` raises is raised as it is."""
+    got = {}  # type: dict
+    chunks = _sse_chunks(url, body, timeout, limit, got)
+    try:
+        for chunk in chunks:
+            on_chunk(chunk)
+    finally:
+        chunks.close()
+    return got.get("status")
+
+
+def _sse_chunks(url, body, timeout, limit, got):
+    """The JSON objects of :func:`sse_json`'s stream (``got["status"]``: the HTTP status once it came)."""
+    import http.client
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    data = json.dumps(body).encode("utf-8")
+    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    late = "no end of the stream from %s within %gs" % (url, timeout)
+    if timeout <= 0:  # a socket timeout of 0 is no wait at all: a connection could not even begin
+        raise Failed(late, status=None, reason=late)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            got["status"] = resp.getcode()
+            # the socket under the answer (http.client keeps no public handle on it): each read waits only as
+            # long as the deadline leaves; without it, each read is bounded by ``timeout`` and their sum checked
+            sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+            seen = 0
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Failed(late, status=got["status"], reason=late)
+                if sock is not None:
+                    sock.settimeout(left)
+                raw = resp.readline(limit - seen + 1)
+                if not raw:
+                    return
+                seen += len(raw)
+                if seen > limit:
+                    over = "the stream from %s passed %d bytes" % (url, limit)
+                    raise Failed(over, status=got["status"], reason=over)
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    continue
+                if isinstance(chunk, dict):
+                    yield chunk
+    except urllib.error.HTTPError as exc:
+        text = exc.read(1000).decode("utf-8", "replace")[:1000]
+        raise Failed("HTTP %s: %s" % (exc.code, text[:500]), status=exc.code, reason=text) from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        why = getattr(exc, "reason", exc)
+        timeouts = (socket.timeout, TimeoutError)  # one class from Python 3.10 on, two before
+        msg = late if isinstance(why, timeouts) or isinstance(exc, timeouts) else str(why)
+        raise Failed(msg, status=got.get("status"), reason=msg) from None

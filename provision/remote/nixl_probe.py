@@ -32,7 +32,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hostlib
 
@@ -146,13 +146,19 @@ def import_hint(variants: dict[str, str], driver: int | None) -> str:
     return hint
 
 
+def fail(report: dict[str, Any], error: str, hint: str) -> NoReturn:
+    """The failed gate: the report with its ``error`` and ``hint``, as a failure answer (``msg``: the error)."""
+    report.update(error=error, hint=hint)
+    raise hostlib.Failed(error, **report)
+
+
 def probe(backends: list[str], require_vram: bool) -> dict[str, Any]:
+    """The report of a usable NIXL; ``hostlib.Failed`` with the report's fields when the gate fails."""
     variants = {d: v for d in VARIANTS if (v := version_of(d))}
     variant = next(iter(variants), None)
     bundled = bundled_plugin_dir(variant) if variant else None
     env_dir = os.environ.get("NIXL_PLUGIN_DIR")
     report: dict[str, Any] = {
-        "ok": False,
         "error": "",
         "hint": "",
         "python": sys.executable,
@@ -175,9 +181,8 @@ def probe(backends: list[str], require_vram: bool) -> dict[str, Any]:
         from nixl._api import nixl_agent, nixl_agent_config
     except Exception as exc:
         traceback.print_exc()
-        report["error"] = f"import nixl._api failed: {type(exc).__name__}: {exc}"
-        report["hint"] = import_hint(variants, report["cuda_driver"])
-        return report
+        hint = import_hint(variants, report["cuda_driver"])
+        fail(report, f"import nixl._api failed: {type(exc).__name__}: {exc}", hint)
     report["import_seconds"] = round(time.monotonic() - started, 4)
     mod = sys.modules.get("nixl._api")
     if mod is not None and mod.__name__ != "nixl._api":
@@ -197,15 +202,12 @@ def probe(backends: list[str], require_vram: bool) -> dict[str, Any]:
     # a plugin is listed by file name; an empty mem-type list means it was found but failed to load
     missing = [b for b in backends if not report["mem_types"].get(b)]
     if missing:
-        report["error"] = report["error"] or f"NIXL plugin(s) not usable: {', '.join(missing)}"
-        report["hint"] = missing_plugin_hint(report, missing)
-        return report
+        fail(report, report["error"] or f"NIXL plugin(s) not usable: {', '.join(missing)}",
+             missing_plugin_hint(report, missing))  # fmt: skip
     if report["error"]:
-        report["hint"] = import_hint(variants, report["cuda_driver"])
-        return report
+        fail(report, report["error"], import_hint(variants, report["cuda_driver"]))
     if require_vram and (problem := vram_problem(report, backends)):
-        report["error"], report["hint"] = problem
-        return report
+        fail(report, *problem)
     report["ok"] = True
     return report
 
@@ -254,15 +256,14 @@ def probe_action(req: dict[str, Any]) -> dict[str, Any]:
     answer_on_a_copy_of_stdout()
     answer_stream, sys.stdout = sys.stdout, sys.stderr  # what NIXL's Python prints goes to stderr too
     try:
-        report = probe(backends, require_vram)
+        return probe(backends, require_vram)
+    except hostlib.Failed:
+        raise
     except Exception as exc:  # never a traceback on stdout
         traceback.print_exc()
-        report = {"ok": False, "error": f"probe crashed: {type(exc).__name__}: {exc}", "hint": ""}
+        fail({}, f"probe crashed: {type(exc).__name__}: {exc}", "")
     finally:
         sys.stdout = answer_stream
-    if not report["ok"]:
-        report.update(failed=True, msg=report["error"])
-    return report
 
 
 ACTIONS = {"probe": probe_action}

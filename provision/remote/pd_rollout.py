@@ -50,9 +50,6 @@ import socket
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import hostlib
 
@@ -205,33 +202,27 @@ def drain(req):
 def http_stream(url, body, timeout):
     """A streaming ``/generate``: (status or None, the whole answer, error, seconds to the first chunk with
     tokens). SGLang's chunks carry the output so far (or, with ``--incremental-streaming-output``, the new part:
-    told apart by ``meta_info.completion_tokens``)."""
-    data = json.dumps(body).encode("utf-8")
-    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    told apart by ``meta_info.completion_tokens``). Read by ``hostlib.sse_json``: up to ``[DONE]``, bounded by
+    ``timeout`` for the whole stream."""
     started, ttft, text, last = time.monotonic(), None, "", None
     ids = []  # type: list
+
+    def on_chunk(chunk):
+        nonlocal ttft, text, last, ids
+        got = list(chunk.get("output_ids") or [])
+        if not got:
+            return
+        ttft = time.monotonic() - started if ttft is None else ttft
+        whole = len(got) == (chunk.get("meta_info") or {}).get("completion_tokens")
+        ids, text = (got, chunk.get("text") or text) if whole else (ids + got, text + (chunk.get("text") or ""))
+        last = chunk
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status = resp.getcode()
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                try:
-                    chunk = json.loads(line[5:].strip())
-                except ValueError:
-                    continue
-                got = list(chunk.get("output_ids") or []) if isinstance(chunk, dict) else []
-                if not got:
-                    continue
-                ttft = time.monotonic() - started if ttft is None else ttft
-                whole = len(got) == (chunk.get("meta_info") or {}).get("completion_tokens")
-                ids, text = (got, chunk.get("text") or text) if whole else (ids + got, text + (chunk.get("text") or ""))
-                last = chunk
-    except urllib.error.HTTPError as exc:
-        return exc.code, None, exc.read().decode("utf-8", "replace")[:1000], ttft
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, None, str(getattr(exc, "reason", exc)), ttft
+        status = hostlib.sse_json(url, body, on_chunk, timeout=timeout)
+    except hostlib.Failed as exc:
+        if exc.data.get("status") == 200:  # cut short once it began (past the deadline, the limit): no answer
+            return None, None, exc.msg, ttft
+        return exc.data.get("status"), None, exc.data.get("reason", exc.msg), ttft
     if last is None:
         return status, None, "the stream carried no tokens", ttft
     return status, dict(last, output_ids=ids, text=text), "", ttft

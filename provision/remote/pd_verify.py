@@ -17,11 +17,8 @@ Answers ``{"ok", "status", "text", "output_ids", "completion_tokens", "latency",
 ``error``; exit 1) with the same fields. Stdlib only (Python 3.6+).
 """
 
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import hostlib
 
@@ -29,39 +26,23 @@ RETRY_STATUSES = (502, 503, 504, None)
 
 
 def stream(url, body, timeout):
-    """(ttft, total, chunks, text, error) of a streaming request."""
+    """(ttft, total, chunks, text, error) of a streaming request (``hostlib.sse_json``: read up to ``[DONE]``,
+    bounded by ``timeout`` for the whole stream)."""
     started = time.monotonic()
     ttft, chunks, text = None, 0, ""
-    data = json.dumps(dict(body, stream=True)).encode("utf-8")
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+
+    def on_chunk(chunk):
+        nonlocal ttft, chunks, text
+        chunks += 1
+        if ttft is None and (chunk.get("text") or chunk.get("output_ids")):
+            ttft = time.monotonic() - started
+        text = chunk.get("text", text)
+
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            for raw in resp:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(payload)
-                except ValueError:
-                    continue
-                chunks += 1
-                if ttft is None and (chunk.get("text") or chunk.get("output_ids")):
-                    ttft = time.monotonic() - started
-                text = chunk.get("text", text)
-    except urllib.error.HTTPError as exc:
-        return None, None, chunks, text, "HTTP %s: %s" % (exc.code, exc.read().decode("utf-8", "replace")[:500])
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, None, chunks, text, str(getattr(exc, "reason", exc))
+        hostlib.sse_json(url, dict(body, stream=True), on_chunk, timeout=timeout)
+    except hostlib.Failed as exc:
+        return None, None, chunks, text, exc.msg
     return ttft, time.monotonic() - started, chunks, text, ""
-
-
-def failed(out, error):
-    """The answer with its fields, as a failure: ``error`` is its ``msg`` too."""
-    out.update(ok=False, failed=True, error=error, msg=error)
-    return out
 
 
 def verify(req):
@@ -74,7 +55,7 @@ def verify(req):
     interval = float(req.get("interval", 0.25))
     begun = time.monotonic()
     deadline = begun + timeout
-    out = {"ok": False, "url": url, "attempts": 0}
+    out = {"url": url, "attempts": 0}
     while True:
         out["attempts"] += 1
         started = time.monotonic()
@@ -87,12 +68,14 @@ def verify(req):
         time.sleep(interval)
     out["waited"] = round(started - begun, 3)
     if status != 200 or not isinstance(answer, dict):
-        return failed(out, error or "no JSON answer")
+        out["error"] = error or "no JSON answer"
+        raise hostlib.Failed(out["error"], **out)
     meta = answer.get("meta_info") or {}
     out.update(text=answer.get("text", ""), output_ids=answer.get("output_ids"),
                completion_tokens=meta.get("completion_tokens"), finish_reason=meta.get("finish_reason"))  # fmt: skip
     if not (out["text"] or "").strip():
-        return failed(out, "the completion is empty")
+        out["error"] = "the completion is empty"
+        raise hostlib.Failed(out["error"], **out)
     if req.get("stream", True):
         ttft, total, chunks, _, serror = stream(url, body, max(5.0, deadline - time.monotonic() + 30))
         out.update(ttft=None if ttft is None else round(ttft, 3), stream_chunks=chunks,
