@@ -149,7 +149,10 @@ def write(req, data):
             mode = stat.S_IMODE(os.stat(path).st_mode)
         except OSError:
             mode = 0o644
-    hostlib.atomic_write(path, data, mode)
+    try:
+        hostlib.atomic_write(path, data, mode)
+    except OSError as exc:  # the filesystem's own words too (strerror), as an SFTP write reports them
+        raise hostlib.Failed(str(exc), strerror=exc.strerror or str(exc)) from None
     return {"ok": True}
 
 

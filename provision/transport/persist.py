@@ -19,8 +19,9 @@ the run's Unix socket and that channel, so:
 * the keeper exits after ``SECONDS`` without a stream open (the last run's ``--persist``), and on
   ``provision persist stop``.
 
-Only the agent's stream goes through the keeper; what needs a channel of its own (``become``, SFTP writes,
-streamed output) opens a direct connection in the run, as without ``--persist``.
+Only the agent's stream goes through the keeper: file writes up to 4 MiB go through the agent too; what needs a
+channel of its own (``become``, a larger file's SFTP write, streamed output) opens a direct connection in the
+run, as without ``--persist``.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from typing import Any
 import fabric
 import paramiko
 
+from .. import remote
 from ..commands import Command
 from ..errors import CommandTimeout, HostError, OutputTooLarge, UnreachableError
 from . import persist, session
@@ -43,6 +44,9 @@ from .trace import Phases
 __all__ = ["AGENT_EXEC_MAX", "AGENT_READ_MAX", "SSHConnection", "connect_reason", "exec_pipelined"]
 
 AGENT_EXEC_MAX = 4 << 20  # stdin data sent to a command through the agent; more goes on a channel of its own
+AGENT_WRITE_MAX = 4 << 20  # a file at most this large is written by the agent (one round trip), a larger one over
+# SFTP, streamed (the agent's request carries it whole, base64 in JSON)
+AGENT_WRITE_TIMEOUT = 120.0
 
 
 class SSHConnection(AgentSide):
@@ -274,6 +278,8 @@ class SSHConnection(AgentSide):
         HostError with the reason; only a lost connection is unreachable."""
         self._preread.clear()
         path = self.expand_path(path)
+        if len(data) <= AGENT_WRITE_MAX and self._put_in_agent(data, path, mode):
+            return
         tmp = temp_path_beside(path)
         sftp: paramiko.SFTPClient | None = None
         self._inflight.add(tmp)
@@ -286,6 +292,34 @@ class SSHConnection(AgentSide):
             raise self._file_error(f"cannot write {path}", exc, sftp) from None
         finally:
             self._inflight.discard(tmp)
+
+    def _put_in_agent(self, data: bytes, path: str, mode: int | None) -> bool:
+        """A small file written by the host's agent in ONE round trip: ``file_state.py write``, i.e.
+        ``hostlib.atomic_write`` (a new ``O_EXCL|O_NOFOLLOW`` file beside the target, its final mode from the
+        first byte, fsync, rename: the SFTP write's guarantees), instead of an SFTP session's channel, subsystem,
+        open, writes, chmod and rename (5-7 round trips; with ``--persist``, a whole connection of the run's own:
+        the keeper keeps only the agent's stream). False when no agent runs or it is busy with another call: the
+        caller writes over SFTP. A refusal of the host's filesystem is a HostError with its reason."""
+        self.connect()  # the agent comes with the session (and the run lock)
+        agent = self._agents.live(self._interpreter())
+        if agent is None:
+            return False
+        started = time.monotonic()
+        request = remote.request({"path": path, "mode": mode}, data)
+        try:
+            done = agent.call("file_state.py", ["write"], request, AGENT_WRITE_TIMEOUT)
+        except AgentUnavailable:
+            return False  # busy, or gone (a lost connection then fails the SFTP write, said as such)
+        except CommandTimeout:
+            raise self._lost(f"(cannot write {path})", TimeoutError(f"no answer in {AGENT_WRITE_TIMEOUT:g}s")) from None
+        answer = done.last_json()
+        if answer is None:
+            raise HostError(self.name, f"cannot write {path}: the host's agent gave no answer (rc={done.rc}): "
+                                       f"{done.tail(5)}")  # fmt: skip
+        if not answer.get("ok"):
+            raise HostError(self.name, f"cannot write {path}: {answer.get('strerror') or answer.get('msg')}")
+        self.phases.add("agent-put", started)
+        return True
 
     def _file_error(self, what: str, exc: BaseException, sftp: paramiko.SFTPClient | None = None) -> HostError:
         """A lost connection is unreachable; anything the host's filesystem said is a HostError (task fails)."""

@@ -552,7 +552,38 @@ def test_ssh_put_is_private_from_the_first_byte(lab: Lab, lab_env: None) -> None
     assert not temp_files(home / "priv", "big.bin")
 
 
-def test_put_failures_are_host_errors_and_leave_no_temp_file(lab: Lab, lab_env: None, tmp_path: Path) -> None:
+@pytest.fixture(params=["agent", "sftp"])
+def write_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A small file is written by the host's agent (one round trip); over SFTP when larger than
+    ``AGENT_WRITE_MAX`` or when the agent is busy: both ways, the same guarantees and the same errors."""
+    if request.param == "sftp":
+        monkeypatch.setattr("provision.transport.ssh.AGENT_WRITE_MAX", -1)
+    return str(request.param)
+
+
+def test_a_small_write_is_the_agents_one_round_trip_not_an_sftp_session(lab: Lab, lab_env: None) -> None:
+    home = lab.hosts[0].home
+    lab.run_as(0, ["rm", "-rf", "small"])
+    lab.run_as(0, ["mkdir", "small"])
+    conn = ssh(lab)
+    try:
+        conn.run(Command.of("true"), timeout=10)  # the session and its agent
+        before = conn.agent_calls
+        target = str(home / "small" / "a.txt")  # absolute: "~" without the run lock's answer asks SFTP for home
+        conn.put(b"hello\n", target, 0o640)
+        conn.put(b"again\n", target, None)  # no mode: the one it has is kept
+        assert conn.agent_calls == before + 2
+        assert conn._sftp.client is None, "an SFTP session was opened for a small write"
+    finally:
+        conn.close()
+    written = home / "small" / "a.txt"
+    assert written.read_bytes() == b"again\n" and written.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in (home / "small").iterdir()) == ["a.txt"]
+
+
+def test_put_failures_are_host_errors_and_leave_no_temp_file(
+    lab: Lab, lab_env: None, tmp_path: Path, write_way: str
+) -> None:
     from provision.errors import HostError, UnreachableError
 
     home = lab.hosts[0].home
@@ -578,7 +609,7 @@ def test_put_failures_are_host_errors_and_leave_no_temp_file(lab: Lab, lab_env: 
 
 
 def test_every_legal_name_can_be_written_and_a_too_long_one_is_said_plainly(
-    lab: Lab, lab_env: None, tmp_path: Path
+    lab: Lab, lab_env: None, tmp_path: Path, write_way: str
 ) -> None:
     """A 255-byte name (the most a Linux filesystem takes, here in 3-byte characters) is written through its
     shortened temp name; a 256-byte name fails the write with the filesystem's own reason, no temp file left."""
