@@ -1,10 +1,12 @@
 """Sequential round trips of one converged provision run, per host, through the delaying proxy.
 
-    python benchmarks/rtt_profile.py [--hosts 1] [--rtt 20] [--persist]
+    python benchmarks/rtt_profile.py [--hosts 1] [--rtt 20] [--extra "--persist 60"] [--changing]
 
 Starts a lab, converges the fleet play once (RTT 0), then re-runs it at RTT 0 and at ``--rtt`` ms: prints the
 proxy's turn count per host (each request the client waited for), the added wall time over the RTT (the
 sequential round trips), and provision's own ``-vvv`` round-trip lines by phase (``rtt:`` lines).
+``--changing``: every run writes new content into the play's ``copy`` (``-e port=N``), so each run changes one
+file and runs its handler (a run that does something, instead of a converged one).
 """
 
 from __future__ import annotations
@@ -31,12 +33,17 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--rtt", type=float, default=20.0)
     parser.add_argument("--extra", default="", help="more provision run arguments, one string ('--persist 60')")
+    parser.add_argument("--changing", action="store_true", help="each run changes the copied file (-e port=N)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="provision-rtt-") as tmp, Lab(args.hosts, Path(tmp) / "lab") as lab:
         work = Path(tmp) / "work"
         work.mkdir()
         (work / "motd.j2").write_text(TEMPLATE)
-        (work / "play.yml").write_text(PLAYBOOK.format(tool="provision"))
+        play = PLAYBOOK.format(tool="provision")
+        if args.changing:
+            play = play.replace("port = 30000", "port = {{ port | default(30000) }}")
+        (work / "play.yml").write_text(play)
+        runs = iter(range(30001, 40000))
         with RttProxy(lab) as proxy:
             files = proxy.write_files(work / "proxied")
             env = {**os.environ, "PROVISION_SSH_CONFIG": str(files["ssh_config"]), "PYTHONPATH": str(ROOT)}
@@ -47,7 +54,8 @@ def main() -> None:
                 proxy.set_rtt(rtt)
                 proxy.reset()
                 started = time.perf_counter()
-                proc = subprocess.run(argv + (["-vvv"] if verbose else []), env=env, cwd=work,
+                change = ["-e", f"port={next(runs)}"] if args.changing else []
+                proc = subprocess.run(argv + change + (["-vvv"] if verbose else []), env=env, cwd=work,
                                       capture_output=True, text=True, timeout=600)  # fmt: skip
                 wall = time.perf_counter() - started
                 if proc.returncode != 0:
