@@ -45,6 +45,12 @@ def stream(url, body, timeout):
     return ttft, time.monotonic() - started, chunks, text, ""
 
 
+def failed(out, error):
+    """The failure answer with the fields gathered so far: ``error`` is its ``msg`` too."""
+    out["error"] = error
+    raise hostlib.Failed(error, **out)
+
+
 def verify(req):
     url = req["url"].rstrip("/") + "/generate"
     body = {
@@ -68,14 +74,12 @@ def verify(req):
         time.sleep(interval)
     out["waited"] = round(started - begun, 3)
     if status != 200 or not isinstance(answer, dict):
-        out["error"] = error or "no JSON answer"
-        raise hostlib.Failed(out["error"], **out)
+        failed(out, error or "no JSON answer")
     meta = answer.get("meta_info") or {}
     out.update(text=answer.get("text", ""), output_ids=answer.get("output_ids"),
                completion_tokens=meta.get("completion_tokens"), finish_reason=meta.get("finish_reason"))  # fmt: skip
     if not (out["text"] or "").strip():
-        out["error"] = "the completion is empty"
-        raise hostlib.Failed(out["error"], **out)
+        failed(out, "the completion is empty")
     if req.get("stream", True):
         ttft, total, chunks, _, serror = stream(url, body, max(5.0, deadline - time.monotonic() + 30))
         out.update(ttft=None if ttft is None else round(ttft, 3), stream_chunks=chunks,

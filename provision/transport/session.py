@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import socket
+import stat
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -47,7 +48,7 @@ def _parsed(paths: tuple[str, ...]) -> paramiko.SSHConfig:
         except OSError:
             key.append((path, None))
             continue
-        key.append((path, st.st_ino, st.st_size, st.st_mtime_ns) if os.path.isfile(path) else (path, None))
+        key.append((path, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else (path, None))
     ident = tuple(key)
     with _PARSED_LOCK:
         found = _PARSED.get(ident)
