@@ -25,6 +25,7 @@ from typing import Any
 REMOTE_DIR = Path(__file__).resolve().parent
 LIBRARIES = ("hostlib", "pump")  # the modules that scripts import (shipped with them): hostlib.py, programs/pump.py
 _IMPORTS = re.compile(r"^\s*(?:import|from)\s+(%s)\b" % "|".join(LIBRARIES), re.M)
+BUNDLED = "bundled by provision"  # in a bundle's first line (a resident agent readies only those: see agent.py)
 _BUNDLE = """\
 # {name}, bundled by provision (provision/remote/__init__.py) with the host libraries it imports
 import sys as _provision_sys
@@ -45,6 +46,9 @@ def _provision_run(libraries, name, text):
         module.__file__ = "<provision:%s>" % lib
         exec(code(lib_text, module.__file__), module.__dict__)
         _provision_sys.modules[lib] = module
+    if __name__ == "__provision_warm__":  # a resident agent readying it for its runs: compiled, not run
+        code(text, name)
+        return
     exec(code(text, name), {{"__name__": "__main__", "__file__": name, "__builtins__": __builtins__}})
 
 

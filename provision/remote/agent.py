@@ -27,6 +27,9 @@ Besides scripts (no ``op``), four operations, so that one interpreter per host s
   the data on its stdin, in a NEW session; at the deadline TERM its process group, KILL it 5 s later, answer
   rc 124. Its process group is also TERMed (KILLed 2 s later) when the agent's stdin ends or goes silent.
 
+``--persist`` starts it once per kept connection as a *resident* (first request ``{"op": "resident"}``): it then
+forks one agent per run, each serving its run exactly as above on pipes of its own (:func:`_resident`).
+
 The protocol uses private copies of fds 0 and 1; the real fds 0 and 1 point at /dev/null, so a script's child
 processes can never write into the protocol stream. A script that runs past its timeout is interrupted with
 SIGALRM and answered with rc 124, as GNU timeout does. When stdin ends (the channel closed, the controller
@@ -270,20 +273,13 @@ def _serve(request, cache):
     return _answer(*_run(cache[name], name, request.get("args", []), stdin, request.get("timeout")))
 
 
-def main():
-    beat = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0  # H: ``python3 -c BOOTSTRAP H``
-    signal.signal(signal.SIGTERM, _on_term)  # a Python handler: the children of scripts get the default
-    fd_in = os.dup(0)
-    fout = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    signal.signal(signal.SIGALRM, _alarm)
-    os.chdir(os.path.expanduser("~"))
+def _serve_stream(fd_in, fout, beat, first=None, cache=None):
+    """Serve one run: requests from ``fd_in``, answers framed to ``fout``, until the input ends (:func:`_gone`).
+    ``cache``: scripts compiled already (a resident's, see :func:`_preload`)."""
     fin = _Input(fd_in, beat)
-    cache = {}  # type: dict[str, object]
-    if len(sys.argv) > 3:  # the first request came with the command (argv: H, source, request)
-        data = json.dumps(_serve(json.loads(base64.b64decode(sys.argv[3]).decode("utf-8")), cache)).encode("utf-8")
+    cache = dict(cache or {})
+    if first is not None:  # the first request came with the command (argv: H, source, request)
+        data = json.dumps(_serve(first, cache)).encode("utf-8")
         fout.write(b"%d\n" % len(data) + data)
         fout.flush()
     while True:
@@ -295,6 +291,185 @@ def main():
         data = json.dumps(answer).encode("utf-8")
         fout.write(b"%d\n" % len(data) + data)
         fout.flush()
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fork_run(beat, fds, cache):
+    """A run's agent: a child of the resident with a pipe each way, serving the run as :func:`main` serves a
+    channel (its own process group, which it takes with it when its input ends). ``fds``: the resident's fds,
+    none of which the child keeps (a run's agent must see the end of ITS input only). (pid, to_child, from_child)."""
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            for fd in list(fds) + [to_w, from_r]:
+                os.close(fd)
+            _serve_stream(to_r, os.fdopen(from_w, "wb"), beat, cache=cache)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            _gone()
+    os.close(to_r)
+    os.close(from_w)
+    return pid, to_w, from_r
+
+
+HEADER_MAX = 256  # bytes of a resident frame's header line
+CHUNK_MAX = 1 << 20  # bytes of a resident frame's data
+PRELOAD_MAX = 8 << 20  # bytes of the scripts a resident readies
+# what the quick scripts and the host library import: imported once by a resident, for every run it forks
+WARM_MODULES = ("hashlib", "fcntl", "grp", "pwd", "stat", "shutil", "select", "errno", "re", "fnmatch", "glob")
+
+
+def _preload(sources, cache):
+    """Ready the scripts ``sources`` (name -> text) for every run a resident forks: each compiled into
+    ``cache``; a bundle (``provision/remote/__init__.py``) also compiles its libraries and its script (and runs
+    the libraries, which only define), without running the script. The names readied."""
+    for name in WARM_MODULES:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    done = []
+    for name, text in sorted(sources.items()):
+        try:
+            cache[name] = compile(text, name, "exec")
+            if "bundled by provision" in text.split("\n", 1)[0]:
+                exec(cache[name], {"__name__": "__provision_warm__", "__file__": name, "__builtins__": __builtins__})
+            done.append(name)
+        except Exception:
+            cache.pop(name, None)
+    return done
+
+
+def _resident(fd_in, fd_out, idle):
+    """The resident agent (``--persist``): kept by the user's keeper on a channel of its own, it forks one
+    agent per run (:func:`_fork_run`): no interpreter start, no source, no channel per run. Frames from the
+    keeper: ``o ID IDLE H`` (a run begins: fork its agent, heartbeat H; stay IDLE seconds after the last run),
+    ``d ID N`` + N bytes (the run's bytes), ``c ID`` (the run ended: its agent's input ends, and the agent takes
+    its commands with it), an empty line (nothing). To the keeper: ``r PID`` (started), ``d ID N`` + N bytes
+    (the run's agent's answers), ``e ID`` (that agent is gone). The end of our input ends every run; with no
+    run for IDLE seconds we exit. Single-threaded (it forks)."""
+    import select
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # nobody reads the channel's stderr: what a run's agent or its children write there
+    os.close(devnull)
+    runs = {}  # type: dict[int, list]  # id -> [pid, to_child or None, from_child or None]
+    cache = {}  # type: dict[str, object]  # scripts readied for the runs
+    zombies = []  # type: list[int]
+    buf = bytearray()
+    until = time.time() + idle
+    _write_all(fd_out, b"r %d\n" % os.getpid())
+
+    def own_fds():
+        return [fd_in, fd_out] + [fd for run in runs.values() for fd in run[1:] if fd is not None]
+
+    def end_input(run):
+        if run[1] is not None:
+            os.close(run[1])
+            run[1] = None
+
+    def frames():
+        while True:
+            end = buf.find(b"\n")
+            if end < 0:
+                if len(buf) > HEADER_MAX:
+                    raise ValueError("frame header too long")
+                return
+            head = bytes(buf[:end]).split()
+            if not head:
+                del buf[: end + 1]
+                continue
+            kind, rid = head[0], int(head[1])
+            if kind == b"d":
+                size = int(head[2])
+                if size > CHUNK_MAX:
+                    raise ValueError("frame too large")
+                if len(buf) < end + 1 + size:
+                    return
+                data = bytes(buf[end + 1 : end + 1 + size])
+                del buf[: end + 1 + size]
+                run = runs.get(rid)
+                if run is not None and run[1] is not None:
+                    try:
+                        _write_all(run[1], data)
+                    except OSError:  # it is gone: what it was sent goes nowhere
+                        end_input(run)
+                continue
+            if kind == b"p":
+                if rid > PRELOAD_MAX:
+                    raise ValueError("preload too large")
+                if len(buf) < end + 1 + rid:
+                    return
+                sources = json.loads(bytes(buf[end + 1 : end + 1 + rid]).decode("utf-8"))
+                del buf[: end + 1 + rid]
+                _write_all(fd_out, b"p %s\n" % ",".join(_preload(sources, cache)).encode("utf-8"))
+                continue
+            del buf[: end + 1]
+            if kind == b"o" and rid not in runs:
+                until_new = time.time() + float(head[2])
+                runs[rid] = list(_fork_run(float(head[3]), own_fds(), cache))
+                yield until_new
+            elif kind == b"c" and rid in runs:
+                end_input(runs[rid])
+
+    while True:
+        for pid in list(zombies):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                zombies.remove(pid)
+        outs = dict((run[2], rid) for rid, run in runs.items() if run[2] is not None)
+        wait = 1.0 if (runs or zombies) else until - time.time()
+        if wait <= 0:
+            return 0
+        ready = select.select([fd_in] + list(outs), [], [], wait)[0]
+        for fd in ready:
+            if fd == fd_in:
+                data = os.read(fd_in, 65536)
+                if not data:  # the keeper or its connection is gone: so is every run
+                    for run in runs.values():
+                        end_input(run)
+                    for run in runs.values():
+                        os.waitpid(run[0], 0)
+                    return 0
+                buf += data
+                for new_until in frames():
+                    until = max(until, new_until)
+                continue
+            rid = outs[fd]
+            data = os.read(fd, 65536)
+            if data:
+                _write_all(fd_out, b"d %d %d\n" % (rid, len(data)) + data)
+                continue
+            run = runs.pop(rid)
+            os.close(fd)
+            end_input(run)
+            zombies.append(run[0])
+            until = max(until, time.time() + idle)
+            _write_all(fd_out, b"e %d\n" % rid)
+
+
+def main():
+    beat = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0  # H: ``python3 -c BOOTSTRAP H``
+    signal.signal(signal.SIGTERM, _on_term)  # a Python handler: the children of scripts get the default
+    fd_in = os.dup(0)
+    fd_out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    signal.signal(signal.SIGALRM, _alarm)
+    os.chdir(os.path.expanduser("~"))
+    first = json.loads(base64.b64decode(sys.argv[3]).decode("utf-8")) if len(sys.argv) > 3 else None
+    if first is not None and first.get("op") == "resident":
+        return _resident(fd_in, fd_out, float(first.get("idle") or 60))
+    _serve_stream(fd_in, os.fdopen(fd_out, "wb"), beat, first)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import functools
+import hashlib
 import json
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .. import remote
@@ -36,6 +38,14 @@ FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, b
 BOOTSTRAP = remote.program("agent_boot.py")
 # the agent as it travels: ``provision/remote/agent.py`` with the spawn core, minified
 AGENT_SOURCE = remote.program("agent.py").encode("utf-8")
+
+
+@functools.cache
+def script_source(name: str) -> tuple[str, str]:
+    """A quick script as it travels (:func:`provision.remote.source`) and its sha256: read once per process (a
+    run sends it to every host)."""
+    text = remote.source(name).decode("utf-8")
+    return text, hashlib.sha256(text.encode()).hexdigest()
 
 
 class AgentUnavailable(Exception):
@@ -72,6 +82,12 @@ class PythonAgent:
         except OSError as exc:
             self.dead = True
             raise AgentUnavailable(str(exc)) from None
+
+    def has_scripts(self, scripts: Mapping[str, str]) -> None:
+        """The agent has these scripts (name -> sha256 of the source) compiled already (a fork of a resident
+        agent): those whose source is ours are never sent."""
+        self._sent.update(name for name, digest in scripts.items()
+                          if name in QUICK_SCRIPTS and script_source(name)[1] == digest)  # fmt: skip
 
     @staticmethod
     def command(interpreter: str, heartbeat: float = 0.0, first: dict[str, Any] | None = None) -> Command:
@@ -151,7 +167,7 @@ class PythonAgent:
         try:
             request = {
                 "name": script,
-                "source": None if script in self._sent else remote.source(script).decode("utf-8"),
+                "source": None if script in self._sent else script_source(script)[0],
                 "args": args,
                 "stdin": base64.b64encode(stdin or b"").decode(),
                 "timeout": timeout,
@@ -175,7 +191,7 @@ class PythonAgent:
         try:
             requests = []
             for script, args, stdin in calls:
-                source = None if script in self._sent else remote.source(script).decode("utf-8")
+                source = None if script in self._sent else script_source(script)[0]
                 requests.append({"name": script, "source": source, "args": args,
                                  "stdin": base64.b64encode(stdin or b"").decode(), "timeout": timeout})  # fmt: skip
                 self._sent.add(script)  # sent once per batch: the agent caches it for the later requests too

@@ -1,6 +1,7 @@
 """The keeper of kept SSH connections (``--persist``): see :mod:`provision.transport.persist`, whose client
-starts it as ``python -m provision.transport.keeper serve DIR``. It holds connections only; each run's agent
-runs on a channel of its own that lives exactly as long as the run's socket to the keeper."""
+starts it as ``python -m provision.transport.keeper serve DIR``. It holds connections and, on each, a resident
+agent per interpreter (:mod:`.resident`); each run's agent is a fork of the resident (else a channel of its own)
+that lives exactly as long as the run's socket to the keeper."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
+from .agent import QUICK_SCRIPTS, PythonAgent, script_source
 from .base import ConnectOptions
 from .channels import exec_pipelined
 from .persist import SOCKET, _answer, socket_address
+from .resident import SEND_WAIT, Resident
 from .ssh import SSHConnection
+
+RESIDENT_SLACK = 30.0  # seconds a resident agent outlives the keeper's idle time (then it exits by itself)
 
 
 class Keeper:
@@ -32,6 +37,7 @@ class Keeper:
         self.last = time.monotonic()
         self.lock = threading.Lock()
         self.kept: dict[str, Any] = {}  # key -> SSHConnection
+        self.residents: dict[tuple[str, str], Resident] = {}  # (key, interpreter) -> its resident agent
         self.key_locks: dict[str, threading.Lock] = {}
         self.stopping = threading.Event()
 
@@ -60,6 +66,8 @@ class Keeper:
             with contextlib.suppress(OSError):
                 self.path.unlink()
             server.close()
+            for resident in list(self.residents.values()):
+                resident.close()
             for conn in list(self.kept.values()):
                 with contextlib.suppress(Exception):
                     conn.close()
@@ -77,6 +85,7 @@ class Keeper:
             elif op == "status":
                 with self.lock:
                     doc = {"ok": True, "pid": os.getpid(), "kept": len(self.kept), "streams": self.streams,
+                       "residents": sum(r.alive() for r in self.residents.values()),
                            "idle": self.idle}  # fmt: skip
                 sock.sendall(json.dumps(doc).encode() + b"\n")
             elif op == "open":
@@ -117,12 +126,70 @@ class Keeper:
         exec_pipelined(channel, str(request["command"]))
         return channel
 
+    def _resident(self, request: Mapping[str, Any], warm: Mapping[str, Any]) -> tuple[Resident, bool]:
+        """The host's resident agent for the run's interpreter, started when there is none (or it died, or its
+        connection was replaced); and whether it was started just now."""
+        slot = (str(request["key"]), str(warm["interpreter"]))
+        with self.lock:
+            key_lock = self.key_locks.setdefault(f"resident {slot}", threading.Lock())
+        with key_lock:
+            resident = self.residents.get(slot)
+            if resident is not None and resident.alive() and self.kept.get(slot[0]) is resident.conn:
+                return resident, False
+            if resident is not None:
+                resident.close()
+            idle = float(request.get("idle") or self.idle) + RESIDENT_SLACK
+            first = {"op": "resident", "idle": idle}
+            command = PythonAgent.command(slot[1], 0.0, first).direct()
+            channel = self._channel({**request, "command": command})
+            resident = self.residents[slot] = Resident(self.kept[slot[0]], channel)
+            resident.preload({name: script_source(name)[0] for name in sorted(QUICK_SCRIPTS)})
+            return resident, True
+
+    def _open_warm(self, sock: socket.socket, request: Mapping[str, Any]) -> bool:
+        """The run's agent as a fork of the host's resident agent (:mod:`.resident`); False when there is no
+        usable resident (it could not start; a kept link that went stale is replaced): the caller opens a
+        channel of the run's own."""
+        warm = request["warm"]
+        first = json.dumps(warm["first"]).encode()
+        try:
+            resident, fresh = self._resident(request, warm)
+        except (HostKeyUnknown, HostKeyChanged, UnreachableError):
+            raise  # the host's answer, for the run (not a second try on a channel of its own)
+        except Exception:
+            return False
+        idle = float(request.get("idle") or self.idle) + RESIDENT_SLACK
+        sock.settimeout(SEND_WAIT)
+        try:
+            rid = resident.open(sock, float(warm.get("beat") or 0), idle, b"%d\n" % len(first) + first)
+        except Exception:
+            resident.close()
+            return False
+        if not resident.first_answer(rid, resident.conn.opts.channel_timeout + (30.0 if fresh else 0.0)):
+            resident.drop(rid)
+            resident.close()
+            if not fresh:
+                with contextlib.suppress(Exception):
+                    self._connection(request, stale=resident.conn)  # silent: a new connection for the run
+            return False
+        try:
+            said = json.dumps({"ok": True, "scripts": resident.readied}).encode() + b"\n"
+            resident.hand_over(rid, said)
+        except OSError:  # the run went away meanwhile
+            resident.drop(rid)
+            return True
+        resident.relay(rid)
+        return True
+
     def open(self, sock: socket.socket, request: Mapping[str, Any]) -> None:
         with self.lock:
             self.streams += 1
             self.idle = float(request.get("idle") or self.idle)
         try:
             try:
+                if isinstance(request.get("warm"), dict) and self._open_warm(sock, request):
+                    return
+                sock.settimeout(None)
                 channel = self._channel(request)
             except (HostKeyUnknown, HostKeyChanged, UnreachableError) as exc:
                 doc = {"ok": False, "error": type(exc).__name__, "message": exc.msg}

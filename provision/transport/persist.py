@@ -3,21 +3,26 @@ connection, so the next run within the window skips the TCP and SSH handshakes a
 
 The keeper (:mod:`provision.transport.keeper`) listens on ``keeper.sock`` (mode 0600) in a private directory
 (:func:`keeper_dir`: 0700, owned by the user, never a link; anything else is refused). A run asks it, per host,
-for ONE stream: a new session channel on the kept connection with the run's agent command exec'd on it
-(pipelined: the agent's source and first request follow at once). The keeper then only splices bytes between
-the run's Unix socket and that channel, so:
+for ONE stream to an agent of its own. The keeper keeps, per connection and interpreter, a *resident* agent on
+the host (:mod:`.resident`: started once, on a channel of its own, with the quick scripts compiled once), and
+the run's agent is a fork of it: no channel to open, no interpreter to start, no source to send. When there is
+no usable resident (it cannot start; a kept link went stale) the run's agent is a new session channel on the kept
+connection with the run's agent command exec'd on it, as before. Either way the keeper only relays bytes between
+the run's Unix socket and that agent, so:
 
 * a remote command dies with the run that started it: when the run ends or is killed (``kill -9`` included)
-  its socket closes, the keeper closes the channel, the agent sees the end of its stdin (or 3 H seconds
-  without a heartbeat) and kills what it started; the keeper holds no agent and runs no command of its own;
-* the run lock is per run: the run's own agent takes it and holds it while its channel lives;
+  its socket closes, the keeper ends the run's agent's input (``c ID`` to the resident, or the channel closed),
+  the agent sees the end of its stdin (or 3 H seconds without a heartbeat) and kills what it started; the keeper
+  runs no command of its own, and the resident only forks agents;
+* the run lock is per run: the run's own agent (the fork) takes it and holds it while the run lives;
 * host keys are checked when the connection is made (the keeper opens it with :class:`~.ssh.SSHConnection`,
   the same checks as a run's, known_hosts and options as the run gave them);
 * a connection is keyed by everything that defines it (:func:`connection_key`: address, port, user, key file
   and its identity, password-less only, ssh_config path and content, known_hosts files, host-key policy and
   timeouts): a changed inventory or config never reuses a connection made for another;
 * the keeper exits after ``SECONDS`` without a stream open (the last run's ``--persist``), and on
-  ``provision persist stop``.
+  ``provision persist stop``; a resident exits when its connection closes, or 30 s after the keeper's idle
+  time without a run (a link that dropped without a word).
 
 Only the agent's stream goes through the keeper: file writes up to 4 MiB go through the agent too; what needs a
 channel of its own (``become``, a larger file's SFTP write, streamed output) opens a direct connection in the
@@ -134,8 +139,9 @@ def connection_key(doc: Mapping[str, Any]) -> str:
 class KeptStream:
     """The agent's stream through the keeper (the :class:`~.agent.Stream` protocol) over a Unix socket."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, scripts: Mapping[str, str] | None = None) -> None:
         self.sock = sock
+        self.scripts = dict(scripts or {})  # on the host already (a resident's): name -> sha256 of the source
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -260,15 +266,20 @@ def _answer(sock: socket.socket) -> dict[str, Any]:
 
 
 def open_stream(name: str, variables: Mapping[str, Any], opts: ConnectOptions, command: str,
-                keep: float) -> KeptStream:  # fmt: skip
-    """A stream to ``command`` on ``name`` through the keeper. Raises the host's error (host key, unreachable)
-    as a run's own connection would, or OSError/KeeperUnsafe when there is no usable keeper."""
+                keep: float, warm: Mapping[str, Any] | None = None) -> KeptStream:  # fmt: skip
+    """A stream to ``command`` on ``name`` through the keeper. ``warm`` (``interpreter``, ``beat``, ``first``:
+    the agent's and its first request, as in ``command``): the keeper may give a fork of the host's resident
+    agent instead (:mod:`.resident`), the same stream to the run. Raises the host's error (host key,
+    unreachable) as a run's own connection would, or OSError/KeeperUnsafe when there is no usable keeper."""
     sock = keeper_socket()
     if sock is None:
         raise OSError("the keeper did not start")
     doc = connection_doc(name, variables, opts)
     try:
-        answer = _request(sock, {"op": "open", **doc, "key": connection_key(doc), "command": command, "idle": keep})
+        request = {"op": "open", **doc, "key": connection_key(doc), "command": command, "idle": keep}
+        if warm is not None:
+            request["warm"] = dict(warm)
+        answer = _request(sock, request)
     except (OSError, ValueError):
         sock.close()
         raise
@@ -276,7 +287,8 @@ def open_stream(name: str, variables: Mapping[str, Any], opts: ConnectOptions, c
         sock.close()
         error = ERRORS.get(str(answer.get("error")), UnreachableError)
         raise error(name, str(answer.get("message") or "the keeper could not connect"))
-    return KeptStream(sock)
+    scripts = answer.get("scripts")
+    return KeptStream(sock, {str(k): str(v) for k, v in scripts.items()} if isinstance(scripts, dict) else None)
 
 
 _SAID: set[str] = set()

@@ -115,8 +115,10 @@ class SSHConnection(AgentSide):
         first = self._lock_request()
         command = PythonAgent.command(interpreter, self._heartbeat, first).direct()
         keep = persist.seconds(self.opts, self._vars)
-        stream = persist.open_stream(self.name, self._vars, self.opts, command, keep)
+        warm = {"interpreter": interpreter, "beat": self._heartbeat, "first": first}
+        stream = persist.open_stream(self.name, self._vars, self.opts, command, keep, warm)
         agent = PythonAgent(self.name, stream, self._agent_answered, preloaded=True)
+        agent.has_scripts(stream.scripts)
         agent.phases = self.phases
         try:
             answer, home = agent.lock(*self._lock_args(), sent=True)

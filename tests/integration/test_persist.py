@@ -31,6 +31,14 @@ WHO = """
     - copy: {{content: "{{{{ who.stdout }}}}\\n", dest: "persist-who-{tag}"}}
 """
 
+FORKS = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - shell: echo "$PPID $(ps -o ppid= -p $PPID)" >> persist-forks
+      changed_when: false
+"""
+
 SLEEP = """
 - hosts: all
   gather_facts: false
@@ -81,10 +89,33 @@ def test_a_second_run_reuses_the_kept_connection_and_stop_ends_it(lab: Lab, tmp_
         assert proxy.turns()["lab0"] > 0, "the second run went through the kept connection"
         assert lab.run_as(0, ["cat", "persist-who-a"]).stdout.strip() == lab.hosts[0].user
         assert _status(env, tmp_path)["kept"] == 1
+        assert _status(env, tmp_path)["residents"] == 1
         stopped = _cli(env, tmp_path, "persist", "stop")
         assert stopped.stdout.strip() == "stopped"
         assert wait_for(lambda: not _status(env, tmp_path).get("ok"), 10) is not None
         assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / "keeper.sock").exists()
+
+
+def test_each_kept_run_is_a_fork_of_the_hosts_resident_agent(lab: Lab, tmp_path: Path,
+                                                             runtime: dict[str, str]) -> None:  # fmt: skip
+    """No interpreter started, no channel opened per run: the run's agent (the command's parent) is a new child
+    of the same resident agent each time, and it ends with its run."""
+    env = {**runtime, **lab.ssh_env()}
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[2])
+    (tmp_path / "forks.yml").write_text(FORKS)
+    lab.run_as(2, ["rm", "-f", "persist-forks"])
+    for _ in range(3):
+        done = _cli(env, tmp_path, "run", "forks.yml", "-i", str(inv), "--persist", "60")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "changed=0" in done.stdout
+    lines = [line.split() for line in lab.run_as(2, ["cat", "persist-forks"]).stdout.splitlines()]
+    agents = [int(agent) for agent, _ in lines]
+    residents = {int(parent) for _, parent in lines}
+    assert len(lines) == 3 and len(set(agents)) == 3, lines
+    assert len(residents) == 1, f"the runs' agents have different parents: {lines}"
+    resident = residents.pop()
+    assert alive(resident) and not any(alive(agent) for agent in agents)
+    assert _status(env, tmp_path)["residents"] == 1
 
 
 def test_a_kept_link_that_stalled_is_replaced_not_reported_unreachable(lab: Lab, tmp_path: Path,
@@ -197,5 +228,6 @@ def test_a_sigkilled_run_kills_its_remote_command_not_the_kept_connection(lab: L
     took = sigkill_mid_command(lab, 3, proc, "persist-sleep.pid")
     assert took is not None, "the remote command outlived the SIGKILLed run"
     assert _status(env, tmp_path)["kept"] == 1  # the keeper and its connection live on
+    assert _status(env, tmp_path)["residents"] == 1  # the run's agent was the resident's fork: it lives on too
     again = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120")
     assert again.returncode == 0, again.stdout + again.stderr  # the run lock died with the killed run

@@ -9,8 +9,8 @@
   (``provision.pd.process.helper``) reads as the answer it is.
 - The guard: no shipped script defines its own ``Failed``, umask reader, atomic write, envelope or pump (a select
   loop over pipes: THE pump is ``programs/pump.py``, shipped with the scripts that import it), except the
-  scripts listed in BY_DESIGN with what they define and why it is not the library's thing (the agent's envelope
-  IS the transport, a framed multi-request protocol; the "atomic writes" of make_tiny_model, model_sync and
+  scripts listed in BY_DESIGN with what they define and why it is not the library's thing (the agent's select
+  loop is the resident's relay, not a pump; the "atomic writes" of make_tiny_model, model_sync and
   stack_fs are directory renames, no file written over). Every entry gives a reason, and a listed thing that
   is gone fails too: the list never lies. (Issue 24 ported every other script; the last was process_ctl.py.)
 """
@@ -44,9 +44,11 @@ SERVED = [name for name in SCRIPTS if "hostlib.serve(" in remote.path(name).read
 # why: the guard's ast matching cannot tell these from what the library has, the reason says what they really are
 BY_DESIGN: dict[str, tuple[set[str], str]] = {
     "agent.py": (
-        {"envelope"},
-        "it IS the transport: a framed multi-request protocol (<length>\\n<json> in, framed answers out, batches,"
-        " heartbeats) over private copies of fds 0 and 1, running the helpers' envelopes; not one request",
+        {"pump"},
+        "it IS the transport (its framing, in _serve_stream, is a multi-request protocol over private copies of"
+        " fds 0 and 1 running the helpers' envelopes, not an envelope of its own); its select loop is the"
+        " resident's relay (--persist: the keeper's frames to each run's forked agent and back, as they come,"
+        " for as long as runs come), not a command's outputs collected until they end (THE pump's job)",
     ),
     "make_tiny_model.py": (
         {"atomic write"},
