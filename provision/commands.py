@@ -63,8 +63,18 @@ def masked_forms(text: str) -> list[str]:
     return list(dict.fromkeys(f for f in forms if len(f) >= MIN_SECRET_LEN))
 
 
+_SECRET_NAMES: dict[str, bool] = {}  # name -> whether SECRET_NAME_RE finds it (names repeat: every task, every host)
+
+
 def is_secret_name(name: object, no_log: Iterable[str] = ()) -> bool:
-    return isinstance(name, str) and (bool(SECRET_NAME_RE.search(name)) or name in no_log)
+    if not isinstance(name, str):
+        return False
+    found = _SECRET_NAMES.get(name)
+    if found is None:
+        if len(_SECRET_NAMES) > 1 << 16:
+            _SECRET_NAMES.clear()
+        found = _SECRET_NAMES[name] = bool(SECRET_NAME_RE.search(name))
+    return found or name in no_log
 
 
 class Masker:
@@ -193,8 +203,17 @@ def _shown(value: object) -> str:
 # The fixed program that runs every command on a host (``python3 -c RUNNER N M T H``: the script and data on its
 # stdin, ``/bin/sh`` in a new session, killed at the deadline, when the channel ends or goes silent): the file
 # ``provision/remote/programs/runner.py`` with the spawn core, minified (:func:`provision.remote.program`).
-# What every host's ``ps`` shows: it holds no user value.
-RUNNER = remote.program("runner.py")
+# What every host's ``ps`` shows: it holds no user value. (``RUNNER``, ``SELECTOR`` and ``ASYNC_JOB`` are made on
+# first use: see :func:`__getattr__`.)
+_PROGRAMS = {"RUNNER": "runner.py", "SELECTOR": "select_runner.sh", "ASYNC_JOB": "async_job.py"}
+
+
+def __getattr__(name: str) -> str:
+    """The fixed programs (``RUNNER``, ``SELECTOR``, ``ASYNC_JOB``), minified on first use, not at import."""
+    if name in _PROGRAMS:
+        return remote.program(_PROGRAMS[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # What the controller sends every H seconds on the stdin of a command's runner, of the run-lock holder
 # (``connection.RUN_LOCKER``) and of the python agent, once everything else it had to send is sent: one
@@ -203,8 +222,7 @@ RUNNER = remote.program("runner.py")
 HEARTBEAT = b"\n"
 
 # Chooses the runner, or (no python3 on the host) a plain sh path (``remote/programs/select_runner.sh``).
-# Arguments: $0 RUNNER, $1 N, $2 M, $3 T, $4 H.
-SELECTOR = remote.program("select_runner.sh")
+# Arguments: $0 RUNNER, $1 N, $2 M, $3 T, $4 H. (``SELECTOR``)
 
 
 class CommandError(ValueError):
@@ -296,7 +314,8 @@ class Command:
         words: list[str] = []
         if self.become:
             words += ["sudo", "-n", "-H", "-u", quote(self.become_user), "--"]
-        words += ["/bin/sh", "-c", quote(SELECTOR), quote(RUNNER), str(len(script)), str(len(data))]
+        selector, runner = remote.program("select_runner.sh"), remote.program("runner.py")
+        words += ["/bin/sh", "-c", quote(selector), quote(runner), str(len(script)), str(len(data))]
         words.append(f"{timeout:g}" if timeout else "0")
         words.append(f"{heartbeat:g}" if heartbeat and heartbeat > 0 else "0")
         return Invocation(" ".join(words), script + data)
@@ -323,11 +342,10 @@ def argv_join(argv: Sequence[object]) -> str:
 # The fixed program behind ``async`` tasks and ``async_status`` (``python3 -c ASYNC_JOB MODE JID ...``): the ONE
 # deliberate exception to "a command dies with its channel" (``provision/remote/programs/async_job.py``, with
 # the spawn core, minified). Its text is what the host's process list shows: it holds no user value.
-ASYNC_JOB = remote.program("async_job.py")
 
 
 def async_job(python: str, mode: str, jid: str, *rest: object) -> Command:
     """The command that runs :data:`ASYNC_JOB` in ``mode`` for job ``jid`` (a controller-made name)."""
     if not re.fullmatch(r"j[0-9]+\.[0-9]+", jid):
         raise CommandError(f"invalid async job id: {jid!r}")
-    return Command.of(python, "-c", ASYNC_JOB, mode, jid, *rest)
+    return Command.of(python, "-c", remote.program("async_job.py"), mode, jid, *rest)

@@ -40,12 +40,16 @@ def register_secrets(variables: templating.Vars, no_log: Iterable[str] = ()) -> 
         except TemplateError:
             return None
 
-    raw = {k: v for k, v in variables.raw().items() if k not in NAMES_ONLY}
+    text: dict[str, Any] = {}
+    data: dict[str, Any] = {}
+    for k, v in variables.raw().items():  # one pass (every task on every host walks every variable)
+        if k not in NAMES_ONLY:
+            (data if variables.is_inert(k) else text)[k] = v
     try:
         # only the inventory's/playbook's own text is rendered; a secret that came from a host (a registered
         # result, a set_fact of it) is data: registered as it is, never rendered (docs/security.md)
-        MASKER.add_vars({k: v for k, v in raw.items() if not variables.is_inert(k)}, no_log, render)
-        MASKER.add_vars({k: v for k, v in raw.items() if variables.is_inert(k)}, no_log, lambda text: text)
+        MASKER.add_vars(text, no_log, render)
+        MASKER.add_vars(data, no_log, lambda text: text)
     finally:
         _registering.active = False
 

@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from .. import templating
 from ..playbook import Play, Task
-from ..transport import AgentHost, CommandResult, Connection
+from ..transport import AgentHost, CommandResult, Connection, has_agent
 from ..transport.agent import QUICK_SCRIPTS
 from .task_executor import TaskRunner
 
@@ -252,7 +252,7 @@ class Prefetch:
         for interpreter, group in by_python.items():
             if len(group) < 2:
                 continue  # one read gains nothing: the task makes it itself
-            if not isinstance(raw, AgentHost):
+            if not has_agent(raw):
                 continue
             try:
                 results = raw.python_agent(interpreter).batch([(k[1], list(k[2]), k[3]) for k in group], BATCH_TIMEOUT)

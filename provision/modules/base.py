@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from .. import remote
 from ..commands import Command, check_nul
 from ..errors import ModuleError
-from ..transport import AgentHost, CommandResult, Connection
+from ..transport import CommandResult, Connection, has_agent
 from ..transport.agent import QUICK_SCRIPTS, AgentUnavailable
 from .arg_types import coerce_value, to_bool
 from .args import ArgError, parse_kv
@@ -213,7 +213,7 @@ class ModuleContext:
             check_nul("a helper argument", arg)
         interpreter = python or self.python()
         quick = script in QUICK_SCRIPTS and not self.become and not self.environment and not env and not on_output
-        if quick and isinstance(self.conn, AgentHost):
+        if quick and has_agent(self.conn):
             try:
                 agent = self.conn.python_agent(interpreter)
                 return agent.call(script, [str(a) for a in args], stdin, timeout or self.timeout)

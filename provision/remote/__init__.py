@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 import tokenize
 from pathlib import Path
 from typing import Any
@@ -175,9 +176,25 @@ def _joined(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
 _WORDY = re.compile(r"[A-Za-z0-9_]")
 
 
+_MADE: dict[str, str] = {}
+_MAKING = threading.Lock()
+
+
 def program(name: str) -> str:
     """The fixed program ``name`` (``programs/NAME``, or ``agent.py``) as it travels: the pump and the spawn core
-    in front when it imports them, minified; a ``.sh`` one without its comment lines."""
+    in front when it imports them, minified; a ``.sh`` one without its comment lines. Made once per process, on
+    first use (minifying them all is ~40 ms of a command line's start: a run needs only some), under a lock (a
+    run's host threads all ask at once)."""
+    made = _MADE.get(name)
+    if made is None:
+        with _MAKING:
+            made = _MADE.get(name)
+            if made is None:
+                made = _MADE[name] = _program(name)
+    return made
+
+
+def _program(name: str) -> str:
     file = REMOTE_DIR / name if name == "agent.py" else PROGRAMS_DIR / name
     text = file.read_text(encoding="utf-8")
     if name.endswith(".sh"):

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UnreachableError
-from .base import COUNTERS, TIMEOUT_RC, AgentHost, CommandResult, Connection, ConnectOptions
+from .base import COUNTERS, TIMEOUT_RC, AgentHost, CommandResult, Connection, ConnectOptions, has_agent
 from .local import LocalConnection
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "ConnectOptions",
     "Connection",
     "LocalConnection",
+    "has_agent",
     "open_connection",
 ]
 

@@ -21,7 +21,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from .. import remote
 from ..commands import HEARTBEAT, Command
@@ -33,14 +33,46 @@ QUICK_SCRIPTS = frozenset({"file_state.py", "pip_state.py", "info.py", "transfer
 HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends more is not an agent
 FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
-# starts the agent: its source from argv (zlib, base64: with the first request, see PythonAgent.command), else
-# from stdin (``provision/remote/programs/agent_boot.py``, minified)
-BOOTSTRAP = remote.program("agent_boot.py")
-# the agent as it travels: ``provision/remote/agent.py`` with the spawn core, minified
-AGENT_SOURCE = remote.program("agent.py").encode("utf-8")
+
+_MAKING = threading.RLock()
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-@functools.cache
+def _once(fn: F) -> F:
+    """``fn``'s answer per arguments, made once per process under a lock: a run's host threads all ask at once
+    (an unlocked cache let each of them make it: 14 minifications of the agent at 64 hosts)."""
+    made: dict[tuple[Any, ...], Any] = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        if args not in made:
+            with _MAKING:
+                if args not in made:
+                    made[args] = fn(*args)
+        return made[args]
+
+    return cast(F, wrapper)
+
+
+def bootstrap() -> str:
+    """Starts the agent: its source from argv (zlib, base64: with the first request, see PythonAgent.command),
+    else from stdin (``provision/remote/programs/agent_boot.py``, minified)."""
+    return remote.program("agent_boot.py")
+
+
+@_once
+def agent_source() -> bytes:
+    """The agent as it travels: ``provision/remote/agent.py`` with the spawn core, minified (on first use: a run
+    whose agents are all a resident's forks never needs it)."""
+    return remote.program("agent.py").encode("utf-8")
+
+
+@_once
+def _packed() -> str:
+    return base64.b64encode(zlib.compress(agent_source(), 9)).decode()
+
+
+@_once
 def script_source(name: str) -> tuple[str, str]:
     """A quick script as it travels (:func:`provision.remote.source`) and its sha256: read once per process (a
     run sends it to every host)."""
@@ -76,7 +108,7 @@ class PythonAgent:
         self.phases: Phases | None = None  # the connection's round-trip trace (provision.transport.trace)
         if preloaded:  # source and first request came with the command: see command(first=...)
             return
-        source = AGENT_SOURCE
+        source = agent_source()
         try:
             stream.send(b"%d\n" % len(source) + source)
         except OSError as exc:
@@ -99,10 +131,9 @@ class PythonAgent:
         request: a lock name, the holder's line, paths). The agent is then made with ``preloaded=True``."""
         beat = f"{heartbeat:g}" if heartbeat > 0 else "0"
         if first is None:
-            return Command.of(interpreter, "-c", BOOTSTRAP, beat)
-        packed = base64.b64encode(zlib.compress(AGENT_SOURCE, 9)).decode()
+            return Command.of(interpreter, "-c", bootstrap(), beat)
         request = base64.b64encode(json.dumps(first).encode()).decode()
-        return Command.of(interpreter, "-c", BOOTSTRAP, beat, packed, request)
+        return Command.of(interpreter, "-c", bootstrap(), beat, _packed(), request)
 
     @staticmethod
     def lock_request(name: str, holder: str, reads: tuple[str, ...] = (), limit: int = 0) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 from .. import remote
 from ..commands import Command
@@ -149,6 +149,12 @@ class AgentHost(Connection, Protocol):
     caller then runs a fresh process)."""
 
     def python_agent(self, interpreter: str) -> PythonAgent: ...
+
+
+def has_agent(conn: object) -> TypeGuard[AgentHost]:
+    """``isinstance(conn, AgentHost)`` without the runtime protocol check's cost (every attribute of the protocol
+    looked up, per call: per quick helper call of every task on every host)."""
+    return callable(getattr(conn, "python_agent", None))
 
 
 @dataclass
@@ -285,7 +291,13 @@ class Collected:
 # connection, or died: sshd closes it) or, when H > 0, for 3 H seconds without a heartbeat (a frozen
 # controller, a silently dropped link), and exits, which releases the lock. A host without python3 gets no
 # lock (it cannot run provision's helpers either).
-RUN_LOCKER = remote.program("run_lock.py")  # provision/remote/programs/run_lock.py, minified
+def __getattr__(name: str) -> str:
+    """``RUN_LOCKER``: ``provision/remote/programs/run_lock.py``, minified on first use (not at import)."""
+    if name == "RUN_LOCKER":
+        return remote.program("run_lock.py")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 

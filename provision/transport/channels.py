@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 import paramiko
 
+from .. import remote
 from ..commands import HEARTBEAT, Command
 from ..errors import UnreachableError
-from .base import RUN_LOCKER, Collected, ConnectOptions, busy, lock_holder, lock_name
+from .base import Collected, ConnectOptions, busy, lock_holder, lock_name
 
 LOCK_ANSWER_MAX = 8 << 10  # "locked", or "busy " and the holder's line (which the holder wrote: short)
 
@@ -124,7 +125,7 @@ def lock_alone(
     answer = b""
     try:
         channel = transport.open_session(timeout=opts.channel_timeout)
-        holder = Command.of(interpreter, "-c", RUN_LOCKER, lock_name(host), f"{heartbeat:g}")
+        holder = Command.of(interpreter, "-c", remote.program("run_lock.py"), lock_name(host), f"{heartbeat:g}")
         channel.exec_command(holder.direct())
         channel.sendall((lock_holder() + "\n").encode())
         wait = max(opts.channel_timeout, 30.0)

@@ -21,7 +21,7 @@ from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
 from .agent import QUICK_SCRIPTS, PythonAgent, script_source
 from .base import ConnectOptions
 from .channels import exec_pipelined
-from .persist import SOCKET, _answer, socket_address
+from .persist import LOCK, SOCKET, _answer, socket_address
 from .resident import SEND_WAIT, Resident
 from .ssh import SSHConnection
 
@@ -126,10 +126,10 @@ class Keeper:
         exec_pipelined(channel, str(request["command"]))
         return channel
 
-    def _resident(self, request: Mapping[str, Any], warm: Mapping[str, Any]) -> tuple[Resident, bool]:
+    def _resident(self, request: Mapping[str, Any], agent: Mapping[str, Any]) -> tuple[Resident, bool]:
         """The host's resident agent for the run's interpreter, started when there is none (or it died, or its
         connection was replaced); and whether it was started just now."""
-        slot = (str(request["key"]), str(warm["interpreter"]))
+        slot = (str(request["key"]), str(agent["interpreter"]))
         with self.lock:
             key_lock = self.key_locks.setdefault(f"resident {slot}", threading.Lock())
         with key_lock:
@@ -150,10 +150,10 @@ class Keeper:
         """The run's agent as a fork of the host's resident agent (:mod:`.resident`); False when there is no
         usable resident (it could not start; a kept link that went stale is replaced): the caller opens a
         channel of the run's own."""
-        warm = request["warm"]
-        first = json.dumps(warm["first"]).encode()
+        agent = request["agent"]
+        first = json.dumps(agent["first"]).encode()
         try:
-            resident, fresh = self._resident(request, warm)
+            resident, fresh = self._resident(request, agent)
         except (HostKeyUnknown, HostKeyChanged, UnreachableError):
             raise  # the host's answer, for the run (not a second try on a channel of its own)
         except Exception:
@@ -161,7 +161,7 @@ class Keeper:
         idle = float(request.get("idle") or self.idle) + RESIDENT_SLACK
         sock.settimeout(SEND_WAIT)
         try:
-            rid = resident.open(sock, float(warm.get("beat") or 0), idle, b"%d\n" % len(first) + first)
+            rid = resident.open(sock, float(agent.get("beat") or 0), idle, b"%d\n" % len(first) + first)
         except Exception:
             resident.close()
             return False
@@ -187,10 +187,12 @@ class Keeper:
             self.idle = float(request.get("idle") or self.idle)
         try:
             try:
-                if isinstance(request.get("warm"), dict) and self._open_warm(sock, request):
+                if self._open_warm(sock, request):
                     return
                 sock.settimeout(None)
-                channel = self._channel(request)
+                agent = request["agent"]  # the run's agent on a channel of its own, as a run starts it
+                command = PythonAgent.command(str(agent["interpreter"]), float(agent["beat"]), agent["first"])
+                channel = self._channel({**request, "command": command.direct()})
             except (HostKeyUnknown, HostKeyChanged, UnreachableError) as exc:
                 doc = {"ok": False, "error": type(exc).__name__, "message": exc.msg}
                 sock.sendall(json.dumps(doc).encode() + b"\n")
@@ -247,7 +249,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "serve":
         os.environ.pop("PROVISION_SSH_CONFIG", None)  # each request names its own (None: the default files)
         folder = Path(argv[1])
-        lock = open(folder / "keeper.lock", "a")  # noqa: SIM115 - held for the keeper's life
+        lock = open(folder / LOCK, "a")  # noqa: SIM115 - held for the keeper's life
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

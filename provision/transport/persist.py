@@ -1,14 +1,14 @@
 """Connections kept between runs (``--persist SECONDS``): a per-user keeper process holds each host's SSH
 connection, so the next run within the window skips the TCP and SSH handshakes and the authentication.
 
-The keeper (:mod:`provision.transport.keeper`) listens on ``keeper.sock`` (mode 0600) in a private directory
-(:func:`keeper_dir`: 0700, owned by the user, never a link; anything else is refused). A run asks it, per host,
-for ONE stream to an agent of its own. The keeper keeps, per connection and interpreter, a *resident* agent on
-the host (:mod:`.resident`: started once, on a channel of its own, with the quick scripts compiled once), and
-the run's agent is a fork of it: no channel to open, no interpreter to start, no source to send. When there is
-no usable resident (it cannot start; a kept link went stale) the run's agent is a new session channel on the kept
-connection with the run's agent command exec'd on it, as before. Either way the keeper only relays bytes between
-the run's Unix socket and that agent, so:
+The keeper (:mod:`provision.transport.keeper`) listens on ``keeper-2.sock`` (:data:`SOCKET`, mode 0600) in a private
+directory (:func:`keeper_dir`: 0700, owned by the user, never a link; anything else is refused). A run asks it, per
+host, for ONE stream to an agent of its own. The keeper keeps, per connection and interpreter, a *resident* agent on
+the host (:mod:`.resident`: started once, on a channel of its own, with the quick scripts compiled once), and the
+run's agent is a fork of it: no channel to open, no interpreter to start, no source to send. When there is no usable
+resident (it cannot start; a kept link went stale) the run's agent is a new session channel on the kept connection
+with the run's agent command exec'd on it, as before. Either way the keeper only relays bytes between the run's Unix
+socket and that agent, so:
 
 * a remote command dies with the run that started it: when the run ends or is killed (``kill -9`` included)
   its socket closes, the keeper ends the run's agent's input (``c ID`` to the resident, or the channel closed),
@@ -50,7 +50,9 @@ from typing import Any
 from ..errors import HostKeyChanged, HostKeyUnknown, UnreachableError
 from .base import ConnectOptions
 
-SOCKET = "keeper.sock"
+PROTOCOL = 2  # in the socket's and the lock's names: a keeper of another protocol (an older provision) is not asked
+SOCKET = f"keeper-{PROTOCOL}.sock"
+LOCK = f"keeper-{PROTOCOL}.lock"  # held by the keeper for its life: one per user and protocol
 START_WAIT = 10.0  # seconds for a keeper to start listening
 ANSWER_WAIT = 60.0  # seconds for the keeper's answer to an open (it may be making the connection)
 LINE_MAX = 64 << 10
@@ -265,21 +267,19 @@ def _answer(sock: socket.socket) -> dict[str, Any]:
     return answer
 
 
-def open_stream(name: str, variables: Mapping[str, Any], opts: ConnectOptions, command: str,
-                keep: float, warm: Mapping[str, Any] | None = None) -> KeptStream:  # fmt: skip
-    """A stream to ``command`` on ``name`` through the keeper. ``warm`` (``interpreter``, ``beat``, ``first``:
-    the agent's and its first request, as in ``command``): the keeper may give a fork of the host's resident
-    agent instead (:mod:`.resident`), the same stream to the run. Raises the host's error (host key,
-    unreachable) as a run's own connection would, or OSError/KeeperUnsafe when there is no usable keeper."""
+def open_stream(name: str, variables: Mapping[str, Any], opts: ConnectOptions, keep: float,
+                agent: Mapping[str, Any]) -> KeptStream:  # fmt: skip
+    """A stream to an agent of the run's own on ``name``, through the keeper: ``agent`` says which (its
+    ``interpreter``, heartbeat ``beat``, and ``first`` request, whose answer is the stream's first bytes). The
+    keeper gives a fork of the host's resident agent (:mod:`.resident`), else an agent started on a channel of
+    its own (``PythonAgent.command``, made by the keeper). Raises the host's error (host key, unreachable) as a
+    run's own connection would, or OSError/KeeperUnsafe when there is no usable keeper."""
     sock = keeper_socket()
     if sock is None:
         raise OSError("the keeper did not start")
     doc = connection_doc(name, variables, opts)
     try:
-        request = {"op": "open", **doc, "key": connection_key(doc), "command": command, "idle": keep}
-        if warm is not None:
-            request["warm"] = dict(warm)
-        answer = _request(sock, request)
+        answer = _request(sock, {"op": "open", **doc, "key": connection_key(doc), "agent": dict(agent), "idle": keep})
     except (OSError, ValueError):
         sock.close()
         raise

@@ -112,11 +112,9 @@ class SSHConnection(AgentSide):
         first read in the same flight; heartbeats on our side, as on a channel of our own."""
         started = time.monotonic()
         interpreter = self._interpreter()
-        first = self._lock_request()
-        command = PythonAgent.command(interpreter, self._heartbeat, first).direct()
         keep = persist.seconds(self.opts, self._vars)
-        warm = {"interpreter": interpreter, "beat": self._heartbeat, "first": first}
-        stream = persist.open_stream(self.name, self._vars, self.opts, command, keep, warm)
+        agent_doc = {"interpreter": interpreter, "beat": self._heartbeat, "first": self._lock_request()}
+        stream = persist.open_stream(self.name, self._vars, self.opts, keep, agent_doc)
         agent = PythonAgent(self.name, stream, self._agent_answered, preloaded=True)
         agent.has_scripts(stream.scripts)
         agent.phases = self.phases

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from provision.transport.persist import SOCKET
 from tests.support.lab import Lab
-from tests.support.processes import alive, sigkill_mid_command, wait_for
+from tests.support.processes import alive, pids_of, read_pid, sigkill_mid_command, wait_for
 from tests.support.rtt_proxy import RttProxy
 
 pytestmark = pytest.mark.lab
@@ -93,7 +94,7 @@ def test_a_second_run_reuses_the_kept_connection_and_stop_ends_it(lab: Lab, tmp_
         stopped = _cli(env, tmp_path, "persist", "stop")
         assert stopped.stdout.strip() == "stopped"
         assert wait_for(lambda: not _status(env, tmp_path).get("ok"), 10) is not None
-        assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / "keeper.sock").exists()
+        assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / SOCKET).exists()
 
 
 def test_each_kept_run_is_a_fork_of_the_hosts_resident_agent(lab: Lab, tmp_path: Path,
@@ -115,6 +116,36 @@ def test_each_kept_run_is_a_fork_of_the_hosts_resident_agent(lab: Lab, tmp_path:
     assert len(residents) == 1, f"the runs' agents have different parents: {lines}"
     resident = residents.pop()
     assert alive(resident) and not any(alive(agent) for agent in agents)
+    assert _status(env, tmp_path)["residents"] == 1
+
+
+RESIDENT_MARK = "eyJvcCI6ICJyZXNpZGVu"  # base64 of '{"op": "residen': the resident's first request, in its argv
+
+
+def test_a_resident_killed_under_a_run_takes_its_command_and_the_next_run_gets_a_new_one(
+        lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:  # fmt: skip
+    """kill -9 of the host's resident agent mid-command: the run's agent (its fork) sees its input end and takes
+    the command with it; the next run gets a new resident on the same kept connection."""
+    env = {**runtime, **lab.ssh_env()}
+    user = lab.hosts[1].user
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[1])
+    (tmp_path / "who.yml").write_text(WHO.format(tag="r"))
+    assert _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120").returncode == 0
+    (old,) = pids_of(user, RESIDENT_MARK)
+    (tmp_path / "sleep.yml").write_text(SLEEP)
+    lab.run_as(1, ["rm", "-f", "persist-sleep.pid"])
+    proc = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", str(inv), "--persist",
+                             "120"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        sleeper = read_pid(lab, 1, "persist-sleep.pid", 30)
+        os.kill(old, 9)
+        assert wait_for(lambda: not alive(sleeper), 10) is not None, "the command outlived its resident"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    again = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120")
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout + again.stderr
+    assert [pid for pid in pids_of(user, RESIDENT_MARK) if pid != old], "no new resident"
     assert _status(env, tmp_path)["residents"] == 1
 
 
@@ -147,7 +178,7 @@ def test_the_keeper_socket_is_private_to_the_user(lab: Lab, tmp_path: Path, runt
     folder = Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}"
     info = os.lstat(folder)
     assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
-    sock = os.lstat(folder / "keeper.sock")
+    sock = os.lstat(folder / SOCKET)
     assert stat.S_ISSOCK(sock.st_mode) and stat.S_IMODE(sock.st_mode) == 0o600 and sock.st_uid == os.getuid()
 
 
@@ -164,7 +195,7 @@ def test_a_runtime_directory_deeper_than_a_socket_path_still_keeps(lab: Lab, tmp
         done = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
         assert done.returncode == 0, done.stdout + done.stderr
         assert "no keeper" not in done.stderr, done.stderr
-        assert len(os.fsencode(deep / f"provision-persist-{os.getuid()}" / "keeper.sock")) > 108
+        assert len(os.fsencode(deep / f"provision-persist-{os.getuid()}" / SOCKET)) > 108
         assert _status(env, tmp_path)["kept"] == 1
     finally:
         _cli(env, tmp_path, "persist", "stop")
@@ -178,7 +209,7 @@ def test_a_keeper_directory_open_to_others_is_refused(lab: Lab, tmp_path: Path, 
     (tmp_path / "who.yml").write_text(WHO.format(tag="o"))
     done = _cli({**runtime, **lab.ssh_env()}, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "60")
     assert done.returncode == 0, done.stdout + done.stderr  # the run connects on its own
-    assert not (folder / "keeper.sock").exists(), "a keeper listened in a directory others can write"
+    assert not (folder / SOCKET).exists(), "a keeper listened in a directory others can write"
     assert "[WARNING]: --persist: no keeper" in done.stderr, done.stderr  # said, not silently dropped
 
 
@@ -212,7 +243,7 @@ def test_the_keeper_exits_when_idle(lab: Lab, tmp_path: Path, runtime: dict[str,
     done = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "2")  # the last run's window counts
     assert done.returncode == 0, done.stdout + done.stderr
     assert wait_for(lambda: not alive(pid), 30, 0.2) is not None, "the keeper outlived its idle time"
-    assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / "keeper.sock").exists()
+    assert not (Path(runtime["XDG_RUNTIME_DIR"]) / f"provision-persist-{os.getuid()}" / SOCKET).exists()
 
 
 def test_a_sigkilled_run_kills_its_remote_command_not_the_kept_connection(lab: Lab, tmp_path: Path,
