@@ -13,13 +13,18 @@ import select
 import threading
 import time
 from collections.abc import Callable
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from .. import remote
 from ..commands import HEARTBEAT, Command
 from ..errors import UnreachableError
 from .base import Collected, ConnectOptions, busy, lock_holder, lock_name
+from .lazy import lazy
+
+if TYPE_CHECKING:
+    import paramiko
+else:
+    paramiko = lazy("paramiko")
 
 LOCK_ANSWER_MAX = 8 << 10  # "locked", or "busy " and the holder's line (which the holder wrote: short)
 

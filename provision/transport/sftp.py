@@ -7,10 +7,15 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from ..errors import OutputTooLarge
+from .lazy import lazy
+
+if TYPE_CHECKING:
+    import paramiko
+else:
+    paramiko = lazy("paramiko")
 
 GET_MAX = 256 << 20  # bytes of one file read from a host into the controller's memory
 

@@ -15,15 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import Any
-
-import fabric
-import paramiko
+from typing import TYPE_CHECKING, Any
 
 from .. import remote
 from ..commands import Command
 from ..errors import CommandTimeout, HostError, OutputTooLarge, UnreachableError
-from . import persist, session
+from . import persist
 from .agent import AgentPool, AgentUnavailable, PythonAgent
 from .base import (
     COUNTERS,
@@ -36,10 +33,16 @@ from .base import (
     temp_path_beside,
 )
 from .channels import Heartbeats, drain, exec_pipelined, send_all, send_heartbeat
-from .session import connect_reason
+from .lazy import lazy
 from .sftp import SftpFiles, SftpSession, read_all, refusal
 from .ssh_agents import AGENT_READ_MAX, AgentSide
 from .trace import Phases
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+else:
+    paramiko = lazy("paramiko")  # imported when a run makes a connection of its own (not through the keeper)
 
 __all__ = ["AGENT_EXEC_MAX", "AGENT_READ_MAX", "SSHConnection", "connect_reason", "exec_pipelined"]
 
@@ -47,6 +50,13 @@ AGENT_EXEC_MAX = 4 << 20  # stdin data sent to a command through the agent; more
 AGENT_WRITE_MAX = 4 << 20  # a file at most this large is written by the agent (one round trip), a larger one over
 # SFTP, streamed (the agent's request carries it whole, base64 in JSON)
 AGENT_WRITE_TIMEOUT = 120.0
+
+
+def connect_reason(exc: BaseException) -> str:
+    """:func:`.session.connect_reason` (the session module, with Fabric, loads when first needed)."""
+    from .session import connect_reason as reason
+
+    return reason(exc)
 
 
 class SSHConnection(AgentSide):
@@ -135,6 +145,8 @@ class SSHConnection(AgentSide):
         self.phases.add("kept:bootstrap+lock+home", started)
 
     def _open_direct(self, run_lock: bool) -> None:
+        from . import session  # Fabric and paramiko: only a connection of the run's own needs them
+
         conn = session.make(self.name, self._vars, self.opts, self._password)
         started = time.monotonic()
         session.open_checked(conn, self.opts, self.name)

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
-
-import fabric
-import paramiko
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OutputTooLarge
 from .agent import AgentPool, AgentUnavailable, PythonAgent
 from .base import ConnectOptions, busy, lock_holder, lock_name
 from .channels import ChannelStream, Heartbeats, exec_pipelined, lock_alone, send_heartbeat
+from .lazy import lazy
 from .trace import Phases
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+else:
+    paramiko = lazy("paramiko")
 
 AGENT_READ_MAX = 8 << 20  # files read through the agent; larger ones through SFTP
 

@@ -257,3 +257,24 @@ def test_a_play_of_generic_modules_loads_no_gpu_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_ssh_transport_loads_fabric_and_paramiko_only_for_a_connection_of_its_own() -> None:
+    """A run whose hosts are all reached through the keeper (--persist) never makes an SSH connection itself:
+    importing the SSH transport must not load Fabric or paramiko (and cryptography: ~0.1 s of every start);
+    matching one of paramiko's exceptions, or opening a connection, does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from provision.transport.ssh import SSHConnection, connect_reason\n"
+        "from provision.transport import sftp, channels, ssh_agents\n"
+        "print(sorted(m for m in ('paramiko', 'fabric', 'cryptography') if m in sys.modules))\n"
+        "print(connect_reason(OSError(111, 'Connection refused')))\n"
+        "print('paramiko' in sys.modules and channels.paramiko.SSHException.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]", out
+    assert "Connection refused" in out[1]
+    assert out[2] == "SSHException"
