@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import fcntl
+import functools
 import hashlib
 import hmac
 import os
@@ -75,8 +76,14 @@ def _hashed_match(pattern: str, name: str) -> bool:
 
 def _glob(pattern: str, name: str) -> bool:
     """OpenSSH's match_pattern: only ``*`` and ``?`` are special (``[`` is a plain character: ``[host]:port``)."""
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, name, re.DOTALL) is not None
+    if "*" not in pattern and "?" not in pattern:
+        return pattern == name  # most lines name one host: every host of a fleet is checked against every line
+    return _compiled(pattern).fullmatch(name) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.DOTALL)
 
 
 def matches(patterns: tuple[str, ...], name: str) -> bool:
