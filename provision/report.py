@@ -232,8 +232,11 @@ class Reporter:
         }
 
     def emit_json(self, summary: RunSummary, stream: TextIO | None = None) -> None:
-        doc = MASKER.mask_obj(self.json_document(summary))
-        (stream or sys.stdout).write(MASKER.mask(json.dumps(doc, indent=2, default=str)) + "\n")
+        """The run's document, masked as TEXT: every string of it (keys too) with each registered secret's
+        JSON-escaped form hidden, also a secret registered after a result was recorded (each result was
+        masked when recorded; walking the whole document again first added nothing)."""
+        text = json.dumps(self.json_document(summary), indent=2, default=str)
+        (stream or sys.stdout).write(MASKER.mask(text) + "\n")
 
 
 def _cut(text: str, what: str, *, head: int = 0, tail: int = 0) -> list[str]:

@@ -162,6 +162,23 @@ def test_reporter_masks_escaped_secret_in_verbose_dump_and_json_document() -> No
     assert doc["plays"][0]["tasks"][0]["hosts"]["h"]["stdout"] == MASK
 
 
+def test_the_json_document_masks_a_secret_registered_after_the_result_that_holds_it() -> None:
+    """emit_json masks the document as text: a secret a later task registered (a no_log var, a vault value
+    read late) is hidden in an earlier result too, in its JSON-escaped form, in keys as in values."""
+    late = 'late-"secret"-\u00e9-value'
+    reporter = Reporter(verbosity=0, stream=io.StringIO())
+    reporter.play_start("p", ["h"])
+    reporter.task_start("t")
+    reporter.task_result(TaskResult("h", "t", Status.OK, "", {"stdout": late, late: 1, "n": [late]}))
+    MASKER.add_vars({"late_password": late})
+    out = io.StringIO()
+    reporter.emit_json(RunSummary({"h": HostStats(ok=1)}), out)
+    text = out.getvalue()
+    assert json.dumps(late)[1:-1] not in text and late not in text
+    result = json.loads(text)["plays"][0]["tasks"][0]["hosts"]["h"]
+    assert result["stdout"] == MASK and result["n"] == [MASK] and MASK in result
+
+
 # ------------------------------------------------------------------------------------------ error messages
 def test_extra_vars_file_with_yaml_error_does_not_quote_its_content(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
