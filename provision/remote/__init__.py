@@ -20,6 +20,7 @@ import json
 import re
 import threading
 import tokenize
+import types
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def source(name: str) -> bytes:
 # each that imports the spawn core (``from spawn import ...``) or the pump (``from pump import ...``) has their
 # text put in front of it (the pump first).
 PROGRAMS_DIR = REMOTE_DIR / "programs"
-CORES = ("pump", "spawn")  # the programs' own libraries, in the order they are put in front
+CORES = ("pump", "spawn", "frames")  # the programs' own libraries, in the order they are put in front
 _CORE_IMPORT = re.compile(r"^from (%s) import [^\n]*\n" % "|".join(CORES), re.M)
 
 
@@ -192,6 +193,25 @@ def program(name: str) -> str:
             if made is None:
                 made = _MADE[name] = _program(name)
     return made
+
+
+def host_library(name: str) -> types.ModuleType:
+    """A fixed program's library (``programs/NAME.py``, builtins only) as a module of the controller's, made once:
+    the keeper reads a resident agent's frames with the resident's own reader (``frames``)."""
+    module = _LIBRARIES.get(name)
+    if module is None:
+        with _MAKING:
+            module = _LIBRARIES.get(name)
+            if module is None:
+                module = types.ModuleType(f"provision.remote.programs.{name}")
+                file = PROGRAMS_DIR / f"{name}.py"
+                module.__file__ = str(file)
+                exec(compile(file.read_text(encoding="utf-8"), str(file), "exec"), module.__dict__)
+                _LIBRARIES[name] = module
+    return module
+
+
+_LIBRARIES: dict[str, types.ModuleType] = {}
 
 
 def _program(name: str) -> str:

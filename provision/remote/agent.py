@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 
+from frames import frames
 from pump import pump
 from spawn import Child, watch
 
@@ -324,7 +325,6 @@ def _fork_run(beat, fds, cache):
     return pid, to_w, from_r
 
 
-HEADER_MAX = 256  # bytes of a resident frame's header line
 CHUNK_MAX = 1 << 20  # bytes of a resident frame's data
 PRELOAD_MAX = 8 << 20  # bytes of the scripts a resident readies
 # what the quick scripts and the host library import: imported once by a resident, for every run it forks
@@ -393,49 +393,27 @@ def _resident(fd_in, fd_out, idle):
             os.close(run[1])
             run[1] = None
 
-    def frames():
-        while True:
-            end = buf.find(b"\n")
-            if end < 0:
-                if len(buf) > HEADER_MAX:
-                    raise ValueError("frame header too long")
-                return
-            head = bytes(buf[:end]).split()
-            if not head:
-                del buf[: end + 1]
-                continue
-            kind, rid = head[0], int(head[1])
-            if kind == b"d":
-                size = int(head[2])
-                if size > CHUNK_MAX:
-                    raise ValueError("frame too large")
-                if len(buf) < end + 1 + size:
-                    return
-                data = bytes(buf[end + 1 : end + 1 + size])
-                del buf[: end + 1 + size]
-                run = runs.get(rid)
-                if run is not None and run[1] is not None:
-                    try:
-                        _write_all(run[1], data)
-                    except OSError:  # it is gone: what it was sent goes nowhere
-                        end_input(run)
-                continue
-            if kind == b"p":
-                if rid > PRELOAD_MAX:
-                    raise ValueError("preload too large")
-                if len(buf) < end + 1 + rid:
-                    return
-                sources = json.loads(bytes(buf[end + 1 : end + 1 + rid]).decode("utf-8"))
-                del buf[: end + 1 + rid]
-                _write_all(fd_out, b"p %s\n" % ",".join(_preload(sources, cache)).encode("utf-8"))
-                continue
-            del buf[: end + 1]
-            if kind == b"o" and rid not in runs:
-                until_new = time.time() + float(head[2])
-                runs[rid] = list(_fork_run(float(head[3]), own_fds(), cache))
-                yield until_new
-            elif kind == b"c" and rid in runs:
-                end_input(runs[rid])
+    sized = {b"d": (3, CHUNK_MAX), b"p": (2, PRELOAD_MAX)}  # the keeper's frames that carry bytes
+
+    def act(words, data):
+        """One frame from the keeper (``frames``, THE reader of this channel's frames, the keeper's too)."""
+        kind = words[0]
+        if kind == b"d":
+            run = runs.get(int(words[1]))
+            if run is not None and run[1] is not None:
+                try:
+                    _write_all(run[1], data)
+                except OSError:  # it is gone: what it was sent goes nowhere
+                    end_input(run)
+        elif kind == b"p":
+            names = _preload(json.loads(data.decode("utf-8")), cache)
+            _write_all(fd_out, b"p %s\n" % ",".join(names).encode("utf-8"))
+        elif kind == b"o" and len(words) == 4 and int(words[1]) not in runs:
+            runs[int(words[1])] = list(_fork_run(float(words[3]), own_fds(), cache))
+            return time.time() + float(words[2])
+        elif kind == b"c" and len(words) == 2 and int(words[1]) in runs:
+            end_input(runs[int(words[1])])
+        return 0.0
 
     while True:
         for pid in list(zombies):
@@ -456,8 +434,8 @@ def _resident(fd_in, fd_out, idle):
                         os.waitpid(run[0], 0)
                     return 0
                 buf += data
-                for new_until in frames():
-                    until = max(until, new_until)
+                for words, sent in frames(buf, sized):
+                    until = max(until, act(words, sent))
                 continue
             rid = outs[fd]
             data = os.read(fd, 65536)

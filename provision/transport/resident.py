@@ -7,8 +7,8 @@ no interpreter to start, no source to send. The channel carries the runs' bytes 
 its agent's answers, nothing else, and the end of the run's socket ends its agent (``c ID``), which takes its
 commands with it.
 
-What the host sends is not trusted: a frame header is at most :data:`HEADER_MAX` bytes, a frame's data at most
-:data:`CHUNK_MAX`, anything else closes the resident (every run on it sees its stream end; the next run starts
+What the host sends is not trusted: a frame header is at most 256 bytes (``programs/frames.py``), a frame's data
+at most :data:`CHUNK_MAX`, anything else closes the resident (every run on it sees its stream end; the next run starts
 a new one). A run that does not read its answers (a stopped CLI) is dropped after :data:`SEND_WAIT` seconds
 rather than stall the other runs on the host.
 """
@@ -22,8 +22,9 @@ import socket
 import threading
 from typing import Any
 
-HEADER_MAX = 256
-CHUNK_MAX = 1 << 20
+from .. import remote
+
+CHUNK_MAX = 1 << 20  # bytes of a frame's data (a resident sends at most 64 KiB)
 SEND_WAIT = 60.0  # seconds a run's socket may refuse its answers
 
 
@@ -147,34 +148,19 @@ class Resident:
             _end(run)
 
     def _frames(self, buf: bytearray) -> None:
-        """Act on each whole frame in ``buf`` (and remove it); ValueError on anything but the resident's frames."""
-        while True:
-            end = buf.find(b"\n")
-            if end < 0:
-                if len(buf) > HEADER_MAX:
-                    raise ValueError("a frame header longer than the limit")
-                return
-            if end > HEADER_MAX:
-                raise ValueError("a frame header longer than the limit")
-            head = bytes(buf[:end]).split()
-            if len(head) == 3 and head[0] == b"d" and head[1].isdigit() and head[2].isdigit():
-                size = int(head[2])
-                if size > CHUNK_MAX:
-                    raise ValueError("a frame larger than the limit")
-                if len(buf) < end + 1 + size:
-                    return
-                data = bytes(buf[end + 1 : end + 1 + size])
-                del buf[: end + 1 + size]
-                self._deliver(int(head[1]), data)
-                continue
-            del buf[: end + 1]
-            if len(head) == 2 and head[0] == b"e" and head[1].isdigit():
-                self._ended(int(head[1]))
-            elif len(head) == 2 and head[0] == b"r" and head[1].isdigit():
-                self.pid = int(head[1])
+        """Act on each whole frame in ``buf`` (and take it out): ``frames``, THE reader of this channel's frames
+        (the resident's too); ValueError on anything but a resident's frames."""
+        for words, data in remote.host_library("frames").frames(buf, {b"d": (3, CHUNK_MAX)}):
+            kind = words[0]
+            if kind == b"d" and data is not None:
+                self._deliver(int(words[1]), data)
+            elif kind == b"e" and len(words) == 2 and words[1].isdigit():
+                self._ended(int(words[1]))
+            elif kind == b"r" and len(words) == 2 and words[1].isdigit():
+                self.pid = int(words[1])
                 self.started.set()
-            elif len(head) <= 2 and head[0] == b"p":
-                names = head[1].decode("ascii", "replace").split(",") if len(head) == 2 else []
+            elif kind == b"p" and len(words) <= 2:
+                names = words[1].decode("ascii", "replace").split(",") if len(words) == 2 else []
                 self.readied = {name: self._offered[name] for name in names if name in self._offered}
             else:
                 raise ValueError("not a resident agent's frame")
