@@ -27,7 +27,6 @@ from typing import Any
 REMOTE_DIR = Path(__file__).resolve().parent
 LIBRARIES = ("hostlib", "pump")  # the modules that scripts import (shipped with them): hostlib.py, programs/pump.py
 _IMPORTS = re.compile(r"^\s*(?:import|from)\s+(%s)\b" % "|".join(LIBRARIES), re.M)
-BUNDLED = "bundled by provision"  # in a bundle's first line (a resident agent readies only those: see agent.py)
 _BUNDLE = """\
 # {name}, bundled by provision (provision/remote/__init__.py) with the host libraries it imports
 import sys as _provision_sys

@@ -366,13 +366,14 @@ def _preload(sources, cache):
 
 
 def _resident(fd_in, fd_out, idle):
-    """The resident agent (``--persist``): kept by the user's keeper on a channel of its own, it forks one
-    agent per run (:func:`_fork_run`): no interpreter start, no source, no channel per run. Frames from the
-    keeper: ``o ID IDLE H`` (a run begins: fork its agent, heartbeat H; stay IDLE seconds after the last run),
-    ``d ID N`` + N bytes (the run's bytes), ``c ID`` (the run ended: its agent's input ends, and the agent takes
-    its commands with it), an empty line (nothing). To the keeper: ``r PID`` (started), ``d ID N`` + N bytes
-    (the run's agent's answers), ``e ID`` (that agent is gone). The end of our input ends every run; with no
-    run for IDLE seconds we exit. Single-threaded (it forks)."""
+    """The resident agent (``--persist``): kept by the user's keeper on a channel of its own, it forks one agent per
+    run (:func:`_fork_run`): no interpreter start, no source, no channel per run. Frames from the keeper:
+    ``p N`` + N bytes (JSON: script name -> source, readied once for every run: :func:`_preload`; answered
+    ``p NAME,...``, those readied), ``o ID IDLE H`` (a run begins: fork its agent, heartbeat H; stay IDLE
+    seconds after the last run), ``d ID N`` + N bytes (the run's bytes), ``c ID`` (the run ended: its agent's
+    input ends, and the agent takes its commands with it), an empty line (nothing). To the keeper: ``r PID``
+    (started), ``d ID N`` + N bytes (the run's agent's answers), ``e ID`` (that agent is gone). The end of our
+    input ends every run; with no run for IDLE seconds we exit. Single-threaded (it forks)."""
     import select
 
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -85,7 +85,7 @@ class Keeper:
             elif op == "status":
                 with self.lock:
                     doc = {"ok": True, "pid": os.getpid(), "kept": len(self.kept), "streams": self.streams,
-                       "residents": sum(r.alive() for r in self.residents.values()),
+                           "residents": sum(r.alive() for r in self.residents.values()),
                            "idle": self.idle}  # fmt: skip
                 sock.sendall(json.dumps(doc).encode() + b"\n")
             elif op == "open":
@@ -126,6 +126,10 @@ class Keeper:
         exec_pipelined(channel, str(request["command"]))
         return channel
 
+    def _resident_idle(self, request: Mapping[str, Any]) -> float:
+        """How long a resident stays without a run: the run's ``--persist`` window, and some slack."""
+        return float(request.get("idle") or self.idle) + RESIDENT_SLACK
+
     def _resident(self, request: Mapping[str, Any], agent: Mapping[str, Any]) -> tuple[Resident, bool]:
         """The host's resident agent for the run's interpreter, started when there is none (or it died, or its
         connection was replaced); and whether it was started just now."""
@@ -138,8 +142,7 @@ class Keeper:
                 return resident, False
             if resident is not None:
                 resident.close()
-            idle = float(request.get("idle") or self.idle) + RESIDENT_SLACK
-            first = {"op": "resident", "idle": idle}
+            first = {"op": "resident", "idle": self._resident_idle(request)}
             command = PythonAgent.command(slot[1], 0.0, first).direct()
             channel = self._channel({**request, "command": command})
             resident = self.residents[slot] = Resident(self.kept[slot[0]], channel)
@@ -158,10 +161,10 @@ class Keeper:
             raise  # the host's answer, for the run (not a second try on a channel of its own)
         except Exception:
             return False
-        idle = float(request.get("idle") or self.idle) + RESIDENT_SLACK
         sock.settimeout(SEND_WAIT)
         try:
-            rid = resident.open(sock, float(agent.get("beat") or 0), idle, b"%d\n" % len(first) + first)
+            beat = float(agent.get("beat") or 0)
+            rid = resident.open(sock, beat, self._resident_idle(request), b"%d\n" % len(first) + first)
         except Exception:
             resident.close()
             return False

@@ -15,9 +15,9 @@ def frames(buf, sized):
     :data:`HEADER_MAX`, a malformed sized header, a size over its limit."""
     while True:
         end = buf.find(b"\n")
-        if end < 0 or end > HEADER_MAX:
-            if end > HEADER_MAX or len(buf) > HEADER_MAX:
-                raise ValueError("a frame header longer than the limit")
+        if end > HEADER_MAX or (end < 0 and len(buf) > HEADER_MAX):
+            raise ValueError("a frame header longer than the limit")
+        if end < 0:
             return
         words = bytes(buf[:end]).split()
         if not words:
