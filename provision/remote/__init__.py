@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 REMOTE_DIR = Path(__file__).resolve().parent
-LIBRARIES = ("hostlib", "pump")  # the modules that scripts import (shipped with them): hostlib.py, programs/pump.py
+# the modules that scripts import (shipped with them), each after those it imports: codec.py, hostlib.py,
+# programs/pump.py
+LIBRARIES = ("codec", "hostlib", "pump")
 _IMPORTS = re.compile(r"^\s*(?:import|from)\s+(%s)\b" % "|".join(LIBRARIES), re.M)
 _BUNDLE = """\
 # {name}, bundled by provision (provision/remote/__init__.py) with the host libraries it imports
@@ -72,8 +74,14 @@ def request(req: dict[str, Any], data: bytes | None = None) -> bytes:
 
 
 def libraries_of(text: str) -> list[str]:
-    """The host libraries (:data:`LIBRARIES`) a script's text imports, in the order of :data:`LIBRARIES`."""
-    found = set(_IMPORTS.findall(text))
+    """The host libraries (:data:`LIBRARIES`) a script's text imports, and those they import (the host library
+    imports the codec), in the order of :data:`LIBRARIES`: each after those it imports."""
+    found: set[str] = set()
+    todo = set(_IMPORTS.findall(text))
+    while todo:
+        lib = todo.pop()
+        found.add(lib)
+        todo |= set(_IMPORTS.findall(library(lib).read_text(encoding="utf-8"))) - found
     return [lib for lib in LIBRARIES if lib in found]
 
 
@@ -105,10 +113,10 @@ def source(name: str) -> bytes:
 # The programs provision itself runs on hosts: the runner and its selector, async jobs, the run lock, the two
 # bootstraps (``programs/``) and the python agent (``agent.py``). They travel in command lines (what the host's
 # ``ps`` shows: no user value ever) or, the agent, zlib'd in one; so they go minified (:func:`minified`), and
-# each that imports the spawn core (``from spawn import ...``) or the pump (``from pump import ...``) has their
-# text put in front of it (the pump first).
+# each that imports a core (:data:`CORES`: ``from spawn import ...``, ``from pump import ...``) has their text put
+# in front of it, in that order.
 PROGRAMS_DIR = REMOTE_DIR / "programs"
-CORES = ("pump", "spawn", "frames")  # the programs' own libraries, in the order they are put in front
+CORES = ("codec", "pump", "spawn", "frames")  # the programs' own libraries, in the order they are put in front
 _CORE_IMPORT = re.compile(r"^from (%s) import [^\n]*\n" % "|".join(CORES), re.M)
 
 
@@ -213,6 +221,11 @@ def host_library(name: str) -> types.ModuleType:
 _LIBRARIES: dict[str, types.ModuleType] = {}
 
 
+def _core(name: str) -> Path:
+    """A core's file: a host library's (``codec``, ``pump``: shipped with scripts too), else ``programs/NAME.py``."""
+    return library(name) if name in LIBRARIES else PROGRAMS_DIR / f"{name}.py"
+
+
 def _program(name: str) -> str:
     file = REMOTE_DIR / name if name == "agent.py" else PROGRAMS_DIR / name
     text = file.read_text(encoding="utf-8")
@@ -220,6 +233,6 @@ def _program(name: str) -> str:
         return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     used = set(_CORE_IMPORT.findall(text))
     if used:
-        cores = "".join((PROGRAMS_DIR / f"{core}.py").read_text(encoding="utf-8") for core in CORES if core in used)
+        cores = "".join(_core(core).read_text(encoding="utf-8") for core in CORES if core in used)
         text = cores + _CORE_IMPORT.sub("", text)
     return minified(text)

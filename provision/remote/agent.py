@@ -39,15 +39,15 @@ host: the controller sends a heartbeat every H seconds), 3 H seconds without a b
 noticed also while a script runs.
 """
 
-import base64
+import _signal
+import _thread
+import binascii
 import io
-import json
 import os
-import signal
 import sys
-import threading
 import time
 
+from codec import dumps, loads
 from frames import frames
 from pump import pump
 from spawn import Child, watch
@@ -67,32 +67,33 @@ class _Input:
 
     def __init__(self, fd, beat):
         self._buf = bytearray()
-        self._cond = threading.Condition()
-        pump = threading.Thread(target=watch, args=(fd, beat, self._got, _gone), name="provision-agent-stdin")
-        pump.daemon = True
-        pump.start()
+        self._lock = _thread.allocate_lock()  # the buffer's
+        self._more = _thread.allocate_lock()  # held while no byte came since the reader last looked
+        self._more.acquire()
+        _thread.start_new_thread(watch, (fd, beat, self._got, _gone))
 
     def _got(self, data):
-        with self._cond:
+        with self._lock:
             self._buf += data
-            self._cond.notify()
+            if self._more.locked():
+                self._more.release()
+
+    def _take(self, enough):
+        """The buffer's first bytes once ``enough(buffer)`` says how many (a number, else None: wait for more)."""
+        while True:
+            with self._lock:
+                n = enough(self._buf)
+                if n is not None:
+                    data = bytes(self._buf[:n])
+                    del self._buf[:n]
+                    return data
+            self._more.acquire()
 
     def line(self):
-        with self._cond:
-            while b"\n" not in self._buf:
-                self._cond.wait()
-            end = self._buf.index(b"\n")
-            line = bytes(self._buf[:end])
-            del self._buf[: end + 1]
-        return line
+        return self._take(lambda buf: buf.index(b"\n") + 1 if b"\n" in buf else None)[:-1]
 
     def exact(self, n):
-        with self._cond:
-            while len(self._buf) < n:
-                self._cond.wait()
-            data = bytes(self._buf[:n])
-            del self._buf[:n]
-        return data
+        return self._take(lambda buf: n if len(buf) >= n else None)
 
 
 def _run(code, name, args, stdin, timeout):
@@ -104,7 +105,7 @@ def _run(code, name, args, stdin, timeout):
     sys.stdout, sys.stderr = out, err
     rc = 0
     if timeout:
-        signal.alarm(max(1, int(timeout + 0.999)))
+        _signal.alarm(max(1, int(timeout + 0.999)))
     try:
         exec(code, {"__name__": "__main__", "__file__": name, "__builtins__": __builtins__})
     except SystemExit as exc:
@@ -119,7 +120,7 @@ def _run(code, name, args, stdin, timeout):
         traceback.print_exc()
         rc = 1
     finally:
-        signal.alarm(0)
+        _signal.alarm(0)
         sys.argv, sys.stdin, sys.stdout, sys.stderr, cwd = saved
         try:
             os.chdir(cwd)
@@ -142,12 +143,12 @@ def _kill_children():
     """TERM every running command's session, KILL them 2 s later (at once for those that exited)."""
     children = list(_children)
     for child in children:
-        child.signal(signal.SIGTERM)
+        child.signal(_signal.SIGTERM)
     end = time.time() + 2.0
     for child in children:
         child.wait(max(0.0, end - time.time()))
     for child in children:
-        child.signal(signal.SIGKILL)
+        child.signal(_signal.SIGKILL)
 
 
 def _gone():
@@ -157,7 +158,7 @@ def _gone():
     _kill_children()
     if os.getpgrp() == os.getpid():  # we lead our own group (sshd's session child, or a local new session)
         try:
-            os.killpg(0, signal.SIGTERM)
+            os.killpg(0, _signal.SIGTERM)
         except OSError:
             pass
     os._exit(0)
@@ -182,9 +183,9 @@ def _exec(script, data, timeout):
         if end is not None and now >= end:  # the command, or what it left holding our pipes
             if not killed:
                 killed.append(now)
-                child.signal(signal.SIGTERM)
+                child.signal(_signal.SIGTERM)
             elif now >= killed[0] + 5:
-                child.signal(signal.SIGKILL)
+                child.signal(_signal.SIGKILL)
                 if child.status is not None:
                     return False
         return None if end is None else (0.05 if killed else max(0.0, min(end - now, 0.5)))
@@ -199,7 +200,7 @@ def _exec(script, data, timeout):
         os.close(fd)
     _children.discard(child)
     if killed:
-        child.signal(signal.SIGKILL)
+        child.signal(_signal.SIGKILL)
         return 124, out, err
     return child.rc(), out, err
 
@@ -240,8 +241,12 @@ def _read(path, limit):
         return 1, b"", str(exc).encode("utf-8", "replace")
 
 
+def _b64(data):
+    return binascii.b2a_base64(data, newline=False).decode()
+
+
 def _answer(rc, out, err, **extra):
-    answer = {"rc": rc, "out": base64.b64encode(out).decode(), "err": base64.b64encode(err).decode()}
+    answer = {"rc": rc, "out": _b64(out), "err": _b64(err)}
     answer.update(extra)
     return answer
 
@@ -249,15 +254,15 @@ def _answer(rc, out, err, **extra):
 def _serve(request, cache):
     op = request.get("op")
     if op == "exec":
-        script = base64.b64decode(request["script"])
-        rc, out, err = _exec(script, base64.b64decode(request.get("stdin") or ""), request.get("timeout"))
+        script = binascii.a2b_base64(request["script"])
+        rc, out, err = _exec(script, binascii.a2b_base64(request.get("stdin") or ""), request.get("timeout"))
         return _answer(rc, out, err)
     if op == "lock":  # with the files the controller will read first (its first get, folded in: no round trip)
         files = {}
         for path in request.get("read") or []:
             rc, out, _ = _read(os.path.expanduser(path), int(request.get("max") or 0))
             if rc in (0, 2):
-                files[path] = [rc, base64.b64encode(out).decode()]
+                files[path] = [rc, _b64(out)]
         locked = _lock(request["name"], request["holder"])
         return _answer(0, locked, b"", home=os.path.expanduser("~"), files=files)
     if op == "read":
@@ -271,7 +276,7 @@ def _serve(request, cache):
         cache[name] = compile(request["source"], name, "exec")
     if name not in cache:
         return _answer(255, b"", b"agent: unknown script")
-    stdin = base64.b64decode(request.get("stdin") or "")
+    stdin = binascii.a2b_base64(request.get("stdin") or "")
     return _answer(*_run(cache[name], name, request.get("args", []), stdin, request.get("timeout")))
 
 
@@ -281,16 +286,16 @@ def _serve_stream(fd_in, fout, beat, first=None, cache=None):
     fin = _Input(fd_in, beat)
     cache = dict(cache or {})
     if first is not None:  # the first request came with the command (argv: H, source, request)
-        data = json.dumps(_serve(first, cache)).encode("utf-8")
+        data = dumps(_serve(first, cache)).encode("utf-8")
         fout.write(b"%d\n" % len(data) + data)
         fout.flush()
     while True:
         line = fin.line()
         if not line.strip():
             continue  # a heartbeat
-        request = json.loads(fin.exact(int(line)).decode("utf-8"))
+        request = loads(fin.exact(int(line)).decode("utf-8"))
         answer = _serve(request, cache)
-        data = json.dumps(answer).encode("utf-8")
+        data = dumps(answer).encode("utf-8")
         fout.write(b"%d\n" % len(data) + data)
         fout.flush()
 
@@ -407,7 +412,7 @@ def _resident(fd_in, fd_out, idle):
                 except OSError:  # it is gone: what it was sent goes nowhere
                     end_input(run)
         elif kind == b"p":
-            names = _preload(json.loads(data.decode("utf-8")), cache)
+            names = _preload(loads(data.decode("utf-8")), cache)
             _write_all(fd_out, b"p %s\n" % ",".join(names).encode("utf-8"))
         elif kind == b"o" and len(words) == 4 and int(words[1]) not in runs:
             runs[int(words[1])] = list(_fork_run(float(words[3]), own_fds(), cache))
@@ -453,15 +458,15 @@ def _resident(fd_in, fd_out, idle):
 
 def main():
     beat = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0  # H: ``python3 -c BOOTSTRAP H``
-    signal.signal(signal.SIGTERM, _on_term)  # a Python handler: the children of scripts get the default
+    _signal.signal(_signal.SIGTERM, _on_term)  # a Python handler: the children of scripts get the default
     fd_in = os.dup(0)
     fd_out = os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    signal.signal(signal.SIGALRM, _alarm)
+    _signal.signal(_signal.SIGALRM, _alarm)
     os.chdir(os.path.expanduser("~"))
-    first = json.loads(base64.b64decode(sys.argv[3]).decode("utf-8")) if len(sys.argv) > 3 else None
+    first = loads(binascii.a2b_base64(sys.argv[3]).decode("utf-8")) if len(sys.argv) > 3 else None
     if first is not None and first.get("op") == "resident":
         return _resident(fd_in, fd_out, float(first.get("idle") or 60))
     _serve_stream(fd_in, os.fdopen(fd_out, "wb"), beat, first)

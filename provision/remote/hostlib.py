@@ -31,10 +31,16 @@ What is here, once:
 """
 
 import errno
-import json
 import os
 import stat
 import sys
+
+if __package__:  # the controller imports this file (provision.remote.hostlib): its package's codec
+    import importlib
+
+    codec = importlib.import_module(__package__ + ".codec")
+else:
+    import codec  # THE JSON codec of the host programs (codec.py): json's, without json's imports
 
 # hashlib, shutil, subprocess and urllib are imported by the functions that use them: every helper script imports
 # this library, most need none of them, and urllib.request alone (http.client, email, ssl) cost a host's agent
@@ -77,7 +83,7 @@ def answer_of(actions, argv, text, data=b""):
         return failure(BAD_REQUEST + "usage: ACTION with a JSON request on stdin; ACTION is one of %s"
                        % ", ".join(sorted(actions)))  # fmt: skip
     try:
-        request = json.loads(text or "{}")
+        request = codec.loads(text or "{}")
     except ValueError as exc:
         return failure(BAD_REQUEST + "the request is not JSON (%s)" % exc)
     if not isinstance(request, dict):
@@ -114,7 +120,7 @@ def serve(actions, argv=None, stdin=None):
     else:
         text = sys.stdin.buffer.read().decode("utf-8", "replace")
     answer = answer_of(actions, argv, text, data)
-    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.write(codec.dumps(answer) + "\n")
     sys.stdout.flush()
     return 0 if answer.get("ok") else 1
 
@@ -258,13 +264,26 @@ def swap_link(link, target):
 
 def digest(path, algorithm="sha256"):
     """The hex digest of the file ``path`` (read in chunks: any size)."""
-    import hashlib
-
-    h = hashlib.new(algorithm)
     with open(path, "rb") as fh:
+        h = _hasher(algorithm, os.fstat(fh.fileno()).st_size)
         for chunk in iter(lambda: fh.read(CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _hasher(algorithm, size):
+    """A new hash object: hashlib's, or for a small file's sha256 (what a converged copy or template checks)
+    Python's own, which is built in: hashlib loads OpenSSL, ~3 ms of the script's start, repaid on large files
+    only."""
+    if algorithm == "sha256" and size <= CHUNK:
+        for module in ("_sha2", "_sha256"):  # Python 3.12+, 3.6-3.11
+            try:
+                return __import__(module).sha256()
+            except (ImportError, AttributeError):
+                pass
+    import hashlib
+
+    return hashlib.new(algorithm)
 
 
 def http_json(method, url, body=None, timeout=10.0, limit=16 << 20):
@@ -273,7 +292,7 @@ def http_json(method, url, body=None, timeout=10.0, limit=16 << 20):
     import urllib.error
     import urllib.request
 
-    data = None if body is None else json.dumps(body).encode("utf-8")
+    data = None if body is None else codec.dumps(body).encode("utf-8")
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -284,7 +303,7 @@ def http_json(method, url, body=None, timeout=10.0, limit=16 << 20):
         return None, None, str(getattr(exc, "reason", exc))
     text = raw.decode("utf-8", "replace")
     try:
-        return status, json.loads(text), ""
+        return status, codec.loads(text), ""
     except ValueError:
         return status, text, ""
 
@@ -317,7 +336,7 @@ def _sse_chunks(url, body, timeout, limit, got):
     import urllib.request
 
     deadline = time.monotonic() + timeout
-    data = json.dumps(body).encode("utf-8")
+    data = codec.dumps(body).encode("utf-8")
     req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
     late = "no end of the stream from %s within %gs" % (url, timeout)
     if timeout <= 0:  # a socket timeout of 0 is no wait at all: a connection could not even begin
@@ -349,7 +368,7 @@ def _sse_chunks(url, body, timeout, limit, got):
                 if payload == "[DONE]":
                     return
                 try:
-                    chunk = json.loads(payload)
+                    chunk = codec.loads(payload)
                 except ValueError:
                     continue
                 if isinstance(chunk, dict):

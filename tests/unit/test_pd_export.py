@@ -210,13 +210,13 @@ def test_slurm_scripts_pass_bash_n_and_shellcheck(tmp_path: Path) -> None:
 
 def test_the_kubernetes_checks_run_from_their_configmap_and_fail_with_exit_1(tmp_path: Path) -> None:
     """The init container's NIXL gate and the verify Job, run as written against the ConfigMap's files (each
-    check as it is in provision, hostlib.py beside them: nothing else): a host Python without nixl fails the
-    gate, a router that does not answer fails the verify; each prints its one failure answer and exits 1 (the
-    pod's / Job's failure)."""
+    check as it is in provision, hostlib.py and its codec.py beside them: nothing else): a host Python without
+    nixl fails the gate, a router that does not answer fails the verify; each prints its one failure answer and
+    exits 1 (the pod's / Job's failure)."""
     files = export(REPO / "inventory" / "nxm.yml", "rbg").files
     docs = [d for name, text in files.items() if name.endswith(".yaml") for d in yaml.safe_load_all(text) if d]
     checks = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-provision-checks"))
-    assert sorted(checks["data"]) == ["hostlib.py", "nixl_probe.py", "pd_verify.py", "verify-request.json"]
+    assert sorted(checks["data"]) == ["codec.py", "hostlib.py", "nixl_probe.py", "pd_verify.py", "verify-request.json"]
     here = tmp_path / "checks"
     here.mkdir()
     for name, text in checks["data"].items():
