@@ -94,6 +94,8 @@ class Masker:
     def add(self, value: object) -> None:
         """Register a secret: a string, a number, a :class:`Secret`, or every value of a dict/list."""
         texts = {t for t in _leaves(value) if len(t) >= MIN_SECRET_LEN}
+        if not texts:  # (an empty or short value: every task on every host registers hf_token's "")
+            return
         with self._lock:
             texts -= self._secrets
             if not texts:

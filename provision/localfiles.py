@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -25,7 +24,7 @@ def replace_file(path: str | Path, text: str | bytes, mode: int = 0o644) -> None
     """Atomically make ``path`` a regular file holding ``text`` (UTF-8; bytes as they are), without following
     links."""
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    tmp = target.with_name(f".{target.name}.{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as fh:

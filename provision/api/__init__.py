@@ -36,6 +36,9 @@ PD layout check), ``pd`` (the PD verbs, rollout), ``model`` (model sync), ``expo
 (:mod:`provision.cli` is built on this package) nor click.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ..data import find_playbook, shipped_playbooks
 from ..errors import (
     CommandTimeout,
@@ -58,33 +61,8 @@ from ..events import Event, Listener, Message, PlayStarted, Progress, RunFinishe
 from ..inventory import Inventory
 from ..pd import PlanError
 from ..results import HostStats, RunSummary, Status, TaskResult
-from .bench import BenchOptions, BenchResult, pd_bench
-from .export import PdExport, pd_export
 from .fleet import Fleet, Options, default_router, load, masked, parse_extra_vars, run_options
 from .layout import check_layout, inventory_pd_vars, pd_ports
-from .model import model_sync
-from .pd import (
-    PdLogs,
-    PdStatus,
-    PdUpResult,
-    PdVerify,
-    clean_up_failed_up,
-    keep_failed_asked,
-    pd_down,
-    pd_logs,
-    pd_rollout,
-    pd_scale,
-    pd_serving_paths,
-    pd_status,
-    pd_targets,
-    pd_up,
-    pd_verify,
-    plan_pd_down,
-    plan_pd_up,
-    rollout_runner,
-    stop_run,
-    stopped_line,
-)
 from .runs import (
     FactsResult,
     PlannedRun,
@@ -96,6 +74,59 @@ from .runs import (
     run_module,
     run_playbook,
 )
+
+if TYPE_CHECKING:  # imported on first use (below): what the type checker sees
+    from .bench import BenchOptions, BenchResult, pd_bench
+    from .export import PdExport, pd_export
+    from .model import model_sync
+    from .pd import (
+        PdLogs,
+        PdStatus,
+        PdUpResult,
+        PdVerify,
+        clean_up_failed_up,
+        keep_failed_asked,
+        pd_down,
+        pd_logs,
+        pd_rollout,
+        pd_scale,
+        pd_serving_paths,
+        pd_status,
+        pd_targets,
+        pd_up,
+        pd_verify,
+        plan_pd_down,
+        plan_pd_up,
+        rollout_runner,
+        stop_run,
+        stopped_line,
+    )
+
+# the verbs of PD, bench, export and model sync, imported on first use (PEP 562): a playbook run needs none of
+# them, and importing them was ~25 ms of every command line's start
+_PD = ("PdLogs", "PdStatus", "PdUpResult", "PdVerify", "clean_up_failed_up", "keep_failed_asked", "pd_down", "pd_logs",
+       "pd_rollout", "pd_scale", "pd_serving_paths", "pd_status", "pd_targets", "pd_up", "pd_verify", "plan_pd_down",
+       "plan_pd_up", "rollout_runner", "stop_run", "stopped_line")  # fmt: skip
+_LAZY = {
+    **dict.fromkeys(("BenchOptions", "BenchResult", "pd_bench"), "bench"),
+    **dict.fromkeys(("PdExport", "pd_export"), "export"),
+    "model_sync": "model",
+    **dict.fromkeys(_PD, "pd"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "BenchOptions",
