@@ -21,7 +21,6 @@ def _accelerated():
         parse_float = float
         parse_int = int
         parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
-        memo = {}  # type: dict
 
     scan = make_scanner(Decoding())  # type: ignore[arg-type]  # it reads these attributes of any object
     space = " \t\n\r"

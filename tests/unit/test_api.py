@@ -187,3 +187,21 @@ def test_fabric_refuses_a_key_passphrase(tmp_path: Path) -> None:
     with pytest.raises(api.UsageError, match="ssh-agent") as info:
         fleet_for(connection(config), ["gpu1"], tmp_path)
     assert "pass-secret-91" not in str(info.value)
+
+
+def test_every_public_name_resolves_and_the_pd_verbs_load_on_first_use() -> None:
+    """``api.__all__``, the names imported on first use and the type checker's imports are three lists of the
+    same names: each public name resolves to its module's object, and a playbook run's import of the API loads
+    none of the PD, bench, export or model modules."""
+    for name in api.__all__:
+        assert getattr(api, name) is not None, name
+    lazy = set(api._LAZY)
+    assert lazy <= set(api.__all__), lazy - set(api.__all__)
+    for name, module in api._LAZY.items():
+        assert getattr(api, name) is getattr(sys.modules[f"provision.api.{module}"], name), name
+    probe = (
+        "import json, sys, provision.api; print(json.dumps(sorted(m for m in sys.modules if 'provision.api.' in m)))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    first_use = {"provision.api.bench", "provision.api.export", "provision.api.model", "provision.api.pd"}
+    assert not first_use & set(json.loads(loaded.stdout)), loaded.stdout
