@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -227,6 +229,26 @@ time.sleep(600)
 """
 
 
+def free_base(span: int = 128) -> int:
+    """A first port whose next ``span`` ports are all free on every address of this machine now, below the
+    kernel's ephemeral range (32768-60999 by default: fixed ports there were taken, now and then, by the client end
+    of another test's connection)."""
+    for base in random.sample(range(20000, 32768 - span, span), 20):
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + span):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("0.0.0.0", port))  # no SO_REUSEADDR, as BINDER: a port held on any address fails
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no 128 free ports in a row below 32768")
+
+
 def local_four(base: int) -> dict[str, dict[str, Any]]:
     """four_names() on this machine, on ports from ``base`` (clear of the usual defaults)."""
     hosts = four_names()
@@ -245,7 +267,7 @@ def test_four_names_of_one_machine_up_and_down_five_times() -> None:
     """Every process of the plan binds all its planned ports at once, four servers and the router together,
     five times over: no bind error (what SGLang's free-port probe raced for), and the helper that ``pd up``
     runs first finds each port free before and held, by that pid, while they run."""
-    d = build(local_four(41000))
+    d = build(local_four(free_base()))
     procs = [*d.procs, *d.ranks]
     planned = {p.name: [u.port for u in ports_of(p)] for p in procs}
     every = [u for p in procs for u in d.hosts[p.host].fact()["ports"] if u["name"] == p.name]
@@ -267,14 +289,15 @@ def test_four_names_of_one_machine_up_and_down_five_times() -> None:
 
 
 def test_a_held_planned_port_is_refused_naming_pid_and_command() -> None:
-    d = build(local_four(42000))
+    base = free_base()
+    d = build(local_four(base))
     mine = d.hosts["m-2"].fact()["ports"]
     holder = spawn([u["port"] for u in mine if u["what"] == "nccl"])
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
         answer = helper("ports", {"ports": mine})
         assert not answer["ok"]
-        assert answer["msg"].startswith(f"port 42102 (nccl of m-2-decode) is held by pid {holder.pid}: ")
+        assert answer["msg"].startswith(f"port {base + 102} (nccl of m-2-decode) is held by pid {holder.pid}: ")
         assert "-c import os, socket, sys, time" in answer["msg"]  # its command line, on one line
         http = [u for u in mine if u["what"] == "http"]
         assert helper("ports", {"ports": http})["ok"]  # its other ports are free
@@ -292,7 +315,7 @@ def test_a_port_held_by_its_own_systemd_unit_is_its_own() -> None:
     """Under ``pd_supervisor: systemd`` a running server keeps no provision record: the listener is its own when
     it sits in the unit's cgroup (``unit``: provision-pd-NAME.service, the last component of a cgroup path).
     Here the holder inherits this test's cgroup, whose last component stands for the unit's name."""
-    d = build(local_four(42200))
+    d = build(local_four(free_base()))
     mine = d.hosts["m-2"].fact()["ports"]
     assert {u["unit"] for u in mine} == {"provision-pd-m-2-decode.service"}
     lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -314,10 +337,11 @@ def test_a_port_held_by_its_own_systemd_unit_is_its_own() -> None:
 
 def test_a_port_held_on_another_address_of_the_machine_is_not_a_clash() -> None:
     """The lab's hosts are loopback addresses of one machine: the same HTTP port on another address is free."""
-    holder = spawn([43000], bind="127.0.0.2")
+    port = free_base(1)
+    holder = spawn([port], bind="127.0.0.2")
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
-        planned = {"port": 43000, "what": "http", "name": "x"}
+        planned = {"port": port, "what": "http", "name": "x"}
         assert helper("ports", {"ports": [dict(planned, bind="127.0.0.1")]})["ok"]
         assert not helper("ports", {"ports": [dict(planned, bind="127.0.0.2")]})["ok"]
         assert not helper("ports", {"ports": [dict(planned, bind="0.0.0.0")]})["ok"]
