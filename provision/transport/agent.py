@@ -14,14 +14,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import functools
 import hashlib
 import json
 import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol
 
 from .. import remote
 from ..commands import HEARTBEAT, Command
@@ -34,45 +33,25 @@ HEADER_MAX = 32  # bytes of an answer's length line (digits); a host that sends 
 FRAME_MAX = OUTPUT_MAX * 4 // 3 + (64 << 10)  # an answer: a command's output, base64, in JSON
 
 
-_MAKING = threading.RLock()
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _once(fn: F) -> F:
-    """``fn``'s answer per arguments, made once per process under a lock: a run's host threads all ask at once
-    (an unlocked cache let each of them make it: 14 minifications of the agent at 64 hosts)."""
-    made: dict[tuple[Any, ...], Any] = {}
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any) -> Any:
-        if args not in made:
-            with _MAKING:
-                if args not in made:
-                    made[args] = fn(*args)
-        return made[args]
-
-    return cast(F, wrapper)
-
-
 def bootstrap() -> str:
     """Starts the agent: its source from argv (zlib, base64: with the first request, see PythonAgent.command),
     else from stdin (``provision/remote/programs/agent_boot.py``, minified)."""
     return remote.program("agent_boot.py")
 
 
-@_once
+@remote.once
 def agent_source() -> bytes:
     """The agent as it travels: ``provision/remote/agent.py`` with the spawn core, minified (on first use: a run
     whose agents are all a resident's forks never needs it)."""
     return remote.program("agent.py").encode("utf-8")
 
 
-@_once
+@remote.once
 def _packed() -> str:
     return base64.b64encode(zlib.compress(agent_source(), 9)).decode()
 
 
-@_once
+@remote.once
 def script_source(name: str) -> tuple[str, str]:
     """A quick script as it travels (:func:`provision.remote.source`) and its sha256: read once per process (a
     run sends it to every host)."""

@@ -146,7 +146,7 @@ class Keeper:
             command = PythonAgent.command(slot[1], 0.0, first).direct()
             channel = self._channel({**request, "command": command})
             resident = self.residents[slot] = Resident(self.kept[slot[0]], channel)
-            resident.preload({name: script_source(name)[0] for name in sorted(QUICK_SCRIPTS)})
+            resident.preload({name: script_source(name) for name in sorted(QUICK_SCRIPTS)})
             return resident, True
 
     def _open_warm(self, sock: socket.socket, request: Mapping[str, Any]) -> bool:

@@ -16,7 +16,6 @@ rather than stall the other runs on the host.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import socket
 import threading
@@ -62,11 +61,12 @@ class Resident:
         with contextlib.suppress(Exception):
             self.channel.close()
 
-    def preload(self, sources: dict[str, str]) -> None:
-        """Ready ``sources`` (script name -> source) for every run: the resident compiles them once; it says
-        which (``p NAME,...``), and :attr:`readied` then has them, each with its source's digest."""
-        self._offered = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sources.items()}
-        data = json.dumps(sources).encode()
+    def preload(self, sources: dict[str, tuple[str, str]]) -> None:
+        """Ready ``sources`` (script name -> its source and the source's sha256, as
+        :func:`~.agent.script_source` gives them) for every run: the resident compiles them once; it says which
+        (``p NAME,...``), and :attr:`readied` then has them, each with its digest."""
+        self._offered = {name: digest for name, (_, digest) in sources.items()}
+        data = json.dumps({name: text for name, (text, _) in sources.items()}).encode()
         self._send(b"p %d\n" % len(data) + data)
 
     def open(self, sock: socket.socket, beat: float, idle: float, first: bytes) -> int:

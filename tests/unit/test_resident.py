@@ -6,6 +6,7 @@ resident readied never sent; what a host sends that is not a resident's frame cl
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -167,7 +168,8 @@ def test_the_end_of_a_run_ends_its_command_and_not_the_resident(resident: tuple,
 def test_scripts_the_resident_readied_are_never_sent(resident: tuple) -> None:
     _, res = resident
     text, digest = script_source("file_state.py")
-    res.preload({"file_state.py": text, "info.py": script_source("info.py")[0] + "\n# another version\n"})
+    other = script_source("info.py")[0] + "\n# another version\n"
+    res.preload({"file_state.py": (text, digest), "info.py": (other, hashlib.sha256(other.encode()).hexdigest())})
     run = Run(res)
     assert res.readied.get("file_state.py") == digest
     assert "info.py" not in run.agent._sent, "a script whose source differs from ours counts as sent"
