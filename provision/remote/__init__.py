@@ -41,10 +41,11 @@ def _provision_run(libraries, name, text):
     # compiled once per interpreter (the agent runs a script many times a run): a fresh module each call
     cache = _provision_sys.modules.setdefault("_provision_codes", types.ModuleType("_provision_codes"))
     codes = cache.__dict__.setdefault("codes", {{}})
+    make = getattr(cache, "compile", None)  # an agent's: code kept on the host between runs (agent_boot.py)
     def code(text, filename):
         key = (filename, text)
         if key not in codes:
-            codes[key] = compile(text, filename, "exec")
+            codes[key] = make(text, filename) if make else compile(text, filename, "exec")
         return codes[key]
     for lib, lib_text in libraries:
         module = types.ModuleType(lib)

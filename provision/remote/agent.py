@@ -52,6 +52,11 @@ from frames import frames
 from pump import pump
 from spawn import Child, watch
 
+# the bootstrap's compile (programs/agent_boot.py: code kept on the host between runs), else plain compile; a
+# bundled script's libraries and text compile through it too (provision/remote/__init__.py)
+_compile = globals().get("_code") or (lambda text, name: compile(text, name, "exec"))
+sys.modules.setdefault("_provision_codes", type(sys)("_provision_codes")).__dict__["compile"] = _compile
+
 
 class _Timeout(BaseException):
     pass
@@ -273,7 +278,7 @@ def _serve(request, cache):
         return _answer(0, b"", b"", answers=[_serve(r, cache) for r in calls])
     name = request["name"]
     if request.get("source") is not None:
-        cache[name] = compile(request["source"], name, "exec")
+        cache[name] = _compile(request["source"], name)
     if name not in cache:
         return _answer(255, b"", b"agent: unknown script")
     stdin = binascii.a2b_base64(request.get("stdin") or "")
@@ -361,7 +366,7 @@ def _preload(sources, cache):
     done = []
     for name, text in sorted(sources.items()):
         try:
-            cache[name] = compile(text, name, "exec")
+            cache[name] = _compile(text, name)
             if "bundled by provision" in text.split("\n", 1)[0]:
                 exec(cache[name], {"__name__": "__provision_warm__", "__file__": name, "__builtins__": __builtins__})
             done.append(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -682,3 +683,27 @@ def test_a_refused_write_fails_the_task_and_ignore_errors_keeps_the_host(
     assert doc["stats"]["lab0"]["unreachable"] == 0
     assert lab.run_as(0, ["test", "-e", "after-denied"]).returncode == 0  # the host stayed in the play
     assert result.code == 0, result.err
+
+
+# ------------------------------------------------------------------- the code a host's agent keeps between runs
+def test_the_agent_keeps_its_code_in_the_login_users_own_private_folder(lab: Lab) -> None:
+    """Over SSH the agent compiles once per host, not once per run: the code is kept in the login user's own
+    ``~/.cache/provision-code`` (0700, entries 0600, all the user's), and the next connection's fresh agent
+    runs from it (no entry added: nothing compiled again)."""
+    h = lab.hosts[1]
+    lab.run_as(1, ["rm", "-rf", ".cache/provision-code"])
+    uid = pwd.getpwnam(h.user).pw_uid
+    folder = h.home / ".cache/provision-code"
+    for run in range(2):
+        conn = ssh(lab, 1)
+        try:
+            assert conn.run(Command.shell("echo ran"), timeout=60).stdout.strip() == "ran"
+        finally:
+            conn.close()
+        entries = {p.name: p.stat() for p in folder.iterdir()}
+        if run == 0:
+            first = set(entries)
+            assert folder.stat().st_uid == uid and folder.stat().st_mode & 0o777 == 0o700
+            assert first and all(st.st_uid == uid and st.st_mode & 0o777 == 0o600 for st in entries.values())
+        else:
+            assert set(entries) == first

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -264,3 +265,100 @@ def test_the_spawn_core_kills_the_whole_session_at_the_deadline(
 def test_the_exec_text_is_the_fixed_runner_without_user_values() -> None:
     inv = Command.of("echo", "s3cr3t").render(5, b"data", 1.0)
     assert commands.quote(RUNNER) in inv.text and "s3cr3t" not in inv.text and b"s3cr3t" in inv.stdin
+
+
+# ---- the code a fresh agent keeps on the host (programs/agent_boot.py: _code) ---------------------------------
+HOST_PYTHON = "/usr/bin/python3"
+
+
+def _agent_run(home: Path, **env: str) -> tuple[int, dict[str, object] | None]:
+    """A fresh agent (the real command line) answering one script call, with ``home`` as its HOME: its exit code
+    and its answer (None when it gave none)."""
+    probe = remote.bundle("probe.py", "import hostlib\n\nprint('ran')\n")
+    argv = PythonAgent.command(HOST_PYTHON, 0.0, {"name": "probe.py", "source": probe, "args": []}).argv
+    proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={"PATH": "/usr/bin:/bin", "HOME": str(home), **env})  # fmt: skip
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        answer = json.loads(proc.stdout.read(int(line))) if line.strip() else None  # type: ignore[union-attr]
+    finally:
+        proc.communicate(timeout=30)
+    return proc.returncode, answer
+
+
+def _agent_entry(home: Path) -> Path:
+    """The cache entry of the agent's own code (named as _code names it, with the host Python's magic)."""
+    show = "import importlib.util as u, sys; sys.stdout.write(u.MAGIC_NUMBER.hex())"
+    magic = subprocess.run([HOST_PYTHON, "-c", show], capture_output=True, text=True, check=True).stdout
+    from provision.transport.agent import agent_source
+
+    digest = hashlib.sha256(bytes.fromhex(magic) + b"provision-agent\0" + agent_source()).hexdigest()[:48]
+    return home / ".cache/provision-code" / f"{digest}.code"
+
+
+def _plant(entry: Path, mode: int = 0o600) -> None:
+    """An entry whose code leaves a mark and exits 7: the agent never answers when it runs it."""
+    code = "import os, sys; open(os.path.join(os.environ['HOME'], 'ran-the-cache'), 'w').close(); sys.exit(7)"
+    blob = subprocess.run([HOST_PYTHON, "-c", f"import marshal, sys; sys.stdout.buffer.write(marshal.dumps("
+                           f"compile({code!r}, 'provision-agent', 'exec')))"],
+                          capture_output=True, check=True).stdout  # fmt: skip
+    entry.unlink(missing_ok=True)
+    entry.write_bytes(blob)
+    entry.chmod(mode)
+
+
+def test_a_fresh_agent_keeps_its_code_privately_and_the_next_one_runs_it(tmp_path: Path) -> None:
+    """The first fresh agent compiles the agent, the host library and the script and keeps the code in a folder
+    of its own (0700, entries 0600); the next fresh agent runs what the folder holds, without compiling."""
+    rc, answer = _agent_run(tmp_path)
+    assert rc == 0 and answer is not None and answer["rc"] == 0
+    folder = tmp_path / ".cache/provision-code"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    entries = sorted(folder.iterdir())
+    assert len(entries) >= 4  # the agent, the bundle, the host library, the codec, the script
+    assert all(e.stat().st_mode & 0o777 == 0o600 and not e.name.endswith(".tmp") for e in entries)
+    entry = _agent_entry(tmp_path)
+    assert entry in entries
+    assert _agent_run(tmp_path) == (0, answer)  # from the kept code: the same answer
+    _plant(entry)
+    assert _agent_run(tmp_path) == (7, None) and (tmp_path / "ran-the-cache").exists()
+
+
+@pytest.mark.parametrize("how", ["group-readable entry", "entry is a link", "open folder", "folder is a link",
+                                 "garbage entry"])  # fmt: skip
+def test_code_the_agent_did_not_keep_privately_is_never_run(tmp_path: Path, how: str) -> None:
+    """An entry another user could have written (or read), behind a link, in a folder that is not private, or
+    that does not decode is compiled over instead: the agent answers as if there were no cache."""
+    assert _agent_run(tmp_path)[0] == 0
+    folder = tmp_path / ".cache/provision-code"
+    entry = _agent_entry(tmp_path)
+    if how == "group-readable entry":
+        _plant(entry, 0o640)
+    elif how == "entry is a link":
+        _plant(tmp_path / "planted", 0o600)
+        entry.unlink()
+        entry.symlink_to(tmp_path / "planted")
+    elif how == "open folder":
+        _plant(entry)
+        folder.chmod(0o755)
+    elif how == "folder is a link":
+        _plant(entry)
+        folder.rename(tmp_path / "elsewhere")
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        entry.write_bytes(b"\xe3not marshal data")
+    rc, answer = _agent_run(tmp_path)
+    assert rc == 0 and answer is not None and answer["rc"] == 0, answer
+    assert not (tmp_path / "ran-the-cache").exists()
+
+
+def test_no_code_is_kept_without_bytecode_writes_nor_where_home_cannot_hold_it(tmp_path: Path) -> None:
+    """PYTHONDONTWRITEBYTECODE (Python's own switch for its caches) keeps the agent from writing any; a home that
+    does not exist is not made, and one that cannot hold the folder costs only the compile."""
+    assert _agent_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")[0] == 0
+    assert not (tmp_path / ".cache").exists()
+    _agent_run(tmp_path / "no-such-home")  # (the agent then fails on its own: it works in its home)
+    assert not (tmp_path / "no-such-home").exists()  # a home is never made for the code
+    (tmp_path / ".cache").write_text("")  # a file where the folder's parent would be: no folder can be made
+    rc, answer = _agent_run(tmp_path)
+    assert rc == 0 and answer is not None and answer["rc"] == 0
