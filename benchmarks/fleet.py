@@ -1,6 +1,6 @@
 """Re-apply a converged 9-task play to N lab hosts with provision, pyinfra and ansible-core, side by side.
 
-    python benchmarks/fleet.py [--hosts 8 64] [--repeat 3] [--tools provision pyinfra ansible]
+    python benchmarks/fleet.py [--hosts 8 64] [--repeat 3] [--tools provision floor pyinfra ansible]
                                 [--profile DIR] [--perf DIR]
 
 Needs root (the lab makes one Unix user and one real sshd per host, on loopback) and the benchmark extra
@@ -18,6 +18,13 @@ with ``creates``, a shell with ``changed_when: false``, a skipped task, a tagged
 shell, a plain shell, a Python ``if``, ``_if=`` on the handler-like operation): see ``PYINFRA_DEPLOY``.
 
 Ansible runs with forks 50, pipelining and ControlPersist (its fastest documented setup).
+
+Two floors run beside the tools (``--tools ... floor floor-python``): the least any paramiko-based tool can do
+on this machine. ``floor`` opens one SSH connection per host (one thread each, host keys checked against the
+same known_hosts), runs ``true`` and closes; ``floor-python`` runs ``python3 -c pass`` instead (what a tool that
+runs any Python on each host pays at least). Each is its own command line, as the tools are: its Python start and
+imports count. ``pyinfra / floor`` is the most any SSH tool could be faster than pyinfra on this machine, where
+every lab host's sshd runs on the same cores as the tool.
 """
 
 from __future__ import annotations
@@ -144,6 +151,7 @@ class Tools:
             (work / f"{tool}.yml").write_text(PLAYBOOK.format(tool=tool))
         (work / "deploy.py").write_text(PYINFRA_DEPLOY.replace("TEMPLATE", repr(str(work / "motd.j2"))))
         hosts = proxy.pyinfra_hosts(files["known_hosts"])
+        self.pyinfra_hosts, self.known = hosts, files["known_hosts"]
         (work / "pyinfra_inventory.py").write_text(f"hosts = {hosts!r}\n")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as installed: .pyc used
         self.env = {**env, "PROVISION_SSH_CONFIG": str(files["ssh_config"]), "PYTHONPATH": str(ROOT)}
@@ -191,6 +199,45 @@ class Tools:
         wall, _ = _run("pyinfra", argv, self.env, self.work)
         return wall, -1  # pyinfra's shell operations always run: it has no "changed" to compare
 
+    def floor(self, command: str = "true") -> tuple[float, int]:
+        hosts = [[p["ssh_hostname"], p["ssh_port"], p["ssh_user"]] for _, p in self.pyinfra_hosts]
+        argv = [sys.executable, "-c", FLOOR, json.dumps(hosts), str(self.lab.client_key), str(self.known), command]
+        wall, proc = _run("floor" if command == "true" else "floor-python", argv, self.env, self.work)
+        if proc.stdout.split() != [str(len(hosts))]:
+            raise SystemExit(f"floor: {proc.stdout[-300:]}")
+        return wall, 0
+
+
+# the least a paramiko tool does: known_hosts read once; one thread per host opens a transport, checks the host's
+# key, authenticates, runs COMMAND in one channel, closes
+FLOOR = """
+import json, socket, sys, threading
+import paramiko
+hosts, key, known, command = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+pkey = paramiko.Ed25519Key.from_private_key_file(key)
+keys = paramiko.HostKeys(known)
+done = []
+def one(host, port, user):
+    transport = paramiko.Transport(socket.create_connection((host, port), timeout=60))
+    transport.start_client(timeout=60)
+    offered = transport.get_remote_server_key()
+    if keys.lookup(f"[{host}]:{port}").get(offered.get_name()) != offered:
+        raise SystemExit(f"host key of {host}:{port} not known")
+    transport.auth_publickey(user, pkey)
+    channel = transport.open_session(timeout=60)
+    channel.exec_command(command)
+    while channel.recv(65536):
+        pass
+    done.append(channel.recv_exit_status())
+    transport.close()
+threads = [threading.Thread(target=one, args=h) for h in hosts]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(done.count(0))
+"""
+
 
 # run provision in this interpreter, then print its peak RSS (bytes) on the last stderr line
 # (with PROVISION_BENCH_PROFILE=FILE, under cProfile: its stats written to FILE, one file per run)
@@ -219,7 +266,8 @@ def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict
         work.mkdir()
         t = Tools(lab, work, proxy)
         runs = {"provision": t.provision, "provision-persisted": partial(t.provision, persist=True),
-                "pyinfra": t.pyinfra, "ansible": t.ansible}  # fmt: skip
+                "pyinfra": t.pyinfra, "ansible": t.ansible, "floor": t.floor,
+                "floor-python": partial(t.floor, "python3 -c pass")}  # fmt: skip
         try:
             for tool in tools:
                 runs[tool]()  # converge (and, persisted, leave the connections kept)
@@ -234,7 +282,7 @@ def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict
                     for tool in tools:
                         res = runs[tool]()
                         walls[tool].append(res[0])
-                        if tool != "pyinfra" and res[1] != 0:
+                        if tool not in ("pyinfra", "floor", "floor-python") and res[1] != 0:
                             raise SystemExit(f"{tool}: a converged re-run reported {res[1]} changes")
                         if tool == "provision":
                             rss.append(int(res[2]))  # type: ignore[misc]
@@ -274,7 +322,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--rtt", type=float, nargs="+", default=[0.0], help="round-trip times to add (ms)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "pyinfra", "ansible"])
+    parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "floor", "floor-python",
+                                                       "pyinfra", "ansible"])  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--profile", type=Path, help="write each provision run's cProfile stats into this dir")
     parser.add_argument(
@@ -286,7 +335,7 @@ def main() -> None:
     args = parser.parse_args()
     global PROFILE_DIR, PERF_DIR
     PROFILE_DIR, PERF_DIR = args.profile, args.perf
-    missing = [t for t in args.tools if not t.startswith("provision")
+    missing = [t for t in args.tools if not t.startswith(("provision", "floor"))
                and not shutil.which("ansible-playbook" if t == "ansible" else t)]  # fmt: skip
     if missing:
         raise SystemExit(f"not installed: {', '.join(missing)} (pip install -e '.[bench]')")
@@ -297,7 +346,7 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(f"no-op re-run of a converged 9-task play, median of {args.repeat} (seconds); cores: {os.cpu_count()}")
-    names = {"provision": "prov", "provision-persisted": "prov-kept"}
+    names = {"provision": "prov", "provision-persisted": "prov-kept", "floor-python": "floor-py"}
     print(f"{'hosts':>5} {'RTT':>4} " + " ".join(f"{names.get(t, t):>9}" for t in args.tools)
           + "  ratios (x provision fresh / kept)   prov CPU ms/host/task  load")  # fmt: skip
     for r in results:
@@ -310,6 +359,11 @@ def main() -> None:
         per = f"{cpu['provision']['own'] * 1000 / int(r['hosts']) / 9:.2f}" if "provision" in cpu else "-"  # type: ignore[arg-type]
         print(f"{r['hosts']:>5} {r['rtt_ms']:>4g} " + " ".join(f"{med[t]:>9.2f}" for t in args.tools)
               + f"  {ratios:<36} {per:>8}  {r['load']:.1f}")  # fmt: skip
+        if "pyinfra" in med:
+            floors = "  ".join(f"pyinfra / {f} {med['pyinfra'] / med[f]:.1f}x" for f in ("floor", "floor-python")
+                               if f in med)  # fmt: skip
+            if floors:
+                print(f"{'':>11}the most a tool could gain over pyinfra here: {floors}")
     for n in args.hosts:
         for tool in args.tools:
             k = slope(results, n, tool)

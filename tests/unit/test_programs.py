@@ -362,3 +362,18 @@ def test_no_code_is_kept_without_bytecode_writes_nor_where_home_cannot_hold_it(t
     (tmp_path / ".cache").write_text("")  # a file where the folder's parent would be: no folder can be made
     rc, answer = _agent_run(tmp_path)
     assert rc == 0 and answer is not None and answer["rc"] == 0
+
+
+def test_the_kept_code_stays_bounded(tmp_path: Path) -> None:
+    """Each version of provision brings its own entries: past 256 the oldest half go, the new ones stay."""
+    folder = tmp_path / ".cache/provision-code"
+    folder.mkdir(parents=True, mode=0o700)
+    for i in range(300):
+        old = folder / f"{i:048x}.code"
+        old.write_bytes(b"old")
+        old.chmod(0o600)
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    assert _agent_run(tmp_path)[0] == 0
+    left = {p.name for p in folder.iterdir()}
+    assert len(left) <= 256 and _agent_entry(tmp_path).name in left
+    assert f"{0:048x}.code" not in left and f"{299:048x}.code" in left  # the oldest went, the newest stayed

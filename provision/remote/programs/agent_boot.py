@@ -70,25 +70,29 @@ def _code(text, name):
 
 
 def _keep(fd, key, blob):
-    temp = "%s.%d.tmp" % (key, os.getpid())
+    temp = "%s.%s.tmp" % (key, os.urandom(8).hex())  # not the pid: hosts may share a home (NFS)
+    made = False
     try:
         out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+        made = True
         try:
             while blob:
                 blob = blob[os.write(out, blob) :]
         finally:
             os.close(out)
         os.rename(temp, key, src_dir_fd=fd, dst_dir_fd=fd)
+        made = False
         names = os.listdir(fd)
         if len(names) > _KEEP:  # the oldest half go (each version of provision brings its own entries)
             aged = sorted(names, key=lambda n: os.stat(n, dir_fd=fd, follow_symlinks=False).st_mtime)
             for old in aged[: len(names) - _KEEP // 2]:
                 os.unlink(old, dir_fd=fd)
     except Exception:
-        try:
-            os.unlink(temp, dir_fd=fd)
-        except OSError:
-            pass
+        if made:  # only what this agent created: never another writer's temporary file
+            try:
+                os.unlink(temp, dir_fd=fd)
+            except OSError:
+                pass
 
 
 if len(sys.argv) > 2:
