@@ -1,0 +1,77 @@
+"""A fresh agent's start on this machine: the CPU of one ``python3 -c BOOTSTRAP`` answering one script call.
+
+    python benchmarks/agent_start.py [--python /usr/bin/python3] [--runs 30]
+
+Every host of a fresh run starts one agent, so its CPU is paid once per host per run (and on the benchmark lab,
+where every host runs on the controller's cores, it bounds the wall time). Each line is the median (and the
+least) CPU of ``--runs`` starts, measured from the parent (``RUSAGE_CHILDREN``), beside its anchors:
+``python3 -c pass`` (the interpreter alone: no agent can cost less) and ``python3 -c 'import json'``. The agent
+runs a script on the host library (``file_state.py stat``), in a private HOME:
+
+* ``agent, compiling``: with ``PYTHONDONTWRITEBYTECODE=1``, the agent compiles itself, the host library and the
+  script (as it did before the kept code, and as it does on a host's first run);
+* ``agent, kept code``: the next starts, from ``~/.cache/provision-code`` (``remote/programs/agent_boot.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from provision.transport.agent import PythonAgent, script_source  # noqa: E402
+
+
+def _cpu_ms(argv: list[str], env: dict[str, str], agent: bool) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    if agent:
+        assert proc.stdout is not None
+        size = int(proc.stdout.readline())
+        answer = json.loads(proc.stdout.read(size))
+        if answer["rc"] != 0:
+            raise SystemExit(f"the agent failed: {base64.b64decode(answer['err']).decode(errors='replace')}")
+    proc.communicate(timeout=60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default="/usr/bin/python3", help="the host's interpreter")
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    text, _ = script_source("file_state.py")
+    request = base64.b64encode(json.dumps({"paths": ["/etc/hostname"]}).encode()).decode()
+    first = {"name": "file_state.py", "source": text, "args": ["stat"], "stdin": request}
+    agent = list(PythonAgent.command(args.python, 0.0, first).argv)
+    home = tempfile.mkdtemp(prefix="provision-agent-start-")
+    env = {"PATH": "/usr/bin:/bin", "HOME": home}
+    try:
+        cases = [
+            ("python3 -c pass (anchor)", [args.python, "-c", "pass"], env, False),
+            ("python3 -c 'import json' (anchor)", [args.python, "-c", "import json"], env, False),
+            ("agent, compiling", agent, {**env, "PYTHONDONTWRITEBYTECODE": "1"}, True),
+            ("agent, kept code", agent, env, True),
+        ]
+        _cpu_ms(agent, env, True)  # the first start keeps the code
+        print(f"fresh agent start, CPU ms over {args.runs} runs ({args.python})")
+        for label, argv, case_env, is_agent in cases:
+            runs = sorted(_cpu_ms(argv, case_env, is_agent) for _ in range(args.runs))
+            print(f"  {label:36} median {statistics.median(runs):6.1f}   least {runs[0]:6.1f}")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
