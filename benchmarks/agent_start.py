@@ -8,8 +8,9 @@ least) CPU of ``--runs`` starts, measured from the parent (``RUSAGE_CHILDREN``),
 ``python3 -c pass`` (the interpreter alone: no agent can cost less) and ``python3 -c 'import json'``. The agent
 runs a script on the host library (``file_state.py stat``), in a private HOME:
 
-* ``agent, compiling``: with ``PYTHONDONTWRITEBYTECODE=1``, the agent compiles itself, the host library and the
-  script (as it did before the kept code, and as it does on a host's first run);
+* ``agent, compiling``: in a HOME with nothing kept (and ``PYTHONDONTWRITEBYTECODE=1``, so that it stays so),
+  the agent compiles itself, the host library and the script (as it did before the kept code, and as it does
+  on a host's first run);
 * ``agent, kept code``: the next starts, from ``~/.cache/provision-code`` (``remote/programs/agent_boot.py``).
 """
 
@@ -56,12 +57,15 @@ def main() -> None:
     first = {"name": "file_state.py", "source": text, "args": ["stat"], "stdin": request}
     agent = list(PythonAgent.command(args.python, 0.0, first).argv)
     home = tempfile.mkdtemp(prefix="provision-agent-start-")
-    env = {"PATH": "/usr/bin:/bin", "HOME": home}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path(home) / "kept")}
+    cold = {"PATH": "/usr/bin:/bin", "HOME": str(Path(home) / "cold"), "PYTHONDONTWRITEBYTECODE": "1"}
+    for folder in (env["HOME"], cold["HOME"]):
+        Path(folder).mkdir()
     try:
         cases = [
             ("python3 -c pass (anchor)", [args.python, "-c", "pass"], env, False),
             ("python3 -c 'import json' (anchor)", [args.python, "-c", "import json"], env, False),
-            ("agent, compiling", agent, {**env, "PYTHONDONTWRITEBYTECODE": "1"}, True),
+            ("agent, compiling", agent, cold, True),
             ("agent, kept code", agent, env, True),
         ]
         _cpu_ms(agent, env, True)  # the first start keeps the code
@@ -69,6 +73,8 @@ def main() -> None:
         for label, argv, case_env, is_agent in cases:
             runs = sorted(_cpu_ms(argv, case_env, is_agent) for _ in range(args.runs))
             print(f"  {label:36} median {statistics.median(runs):6.1f}   least {runs[0]:6.1f}")
+        if any(Path(cold["HOME"]).iterdir()):
+            raise SystemExit("the compiling case kept code: its line measured the kept code")
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
