@@ -246,7 +246,7 @@ def free_base(span: int = 128) -> int:
         finally:
             for s in socks:
                 s.close()
-    raise AssertionError("no 128 free ports in a row below 32768")
+    raise AssertionError(f"no {span} free ports in a row below 32768")
 
 
 def local_four(base: int) -> dict[str, dict[str, Any]]:

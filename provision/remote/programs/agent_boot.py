@@ -31,13 +31,17 @@ def _code(text, name):
         key = sha256(magic + name.encode("utf-8") + b"\0" + data).hexdigest()[:48] + ".code"
         cache = os.path.join(os.path.expanduser("~"), ".cache")
         folder = os.path.join(cache, "provision-code")
-        if not os.path.isdir(folder) and not sys.dont_write_bytecode:
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            if sys.dont_write_bytecode:
+                raise
             for made in (cache, folder):  # under an existing home only: a home is never made here
                 try:
                     os.mkdir(made, 0o700)
                 except FileExistsError:
                     pass
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except Exception:
         return compile(text, name, "exec")
     try:
@@ -46,21 +50,19 @@ def _code(text, name):
         if st.st_uid != me or st.st_mode & 0o077:
             return compile(text, name, "exec")  # not the user's own private folder: never read, never written
         try:
-            entry = os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+            entry = os.fdopen(os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd), "rb")
         except OSError:
             entry = None
         if entry is not None:
-            try:
-                st = os.fstat(entry)
-                if st.st_uid == me and not st.st_mode & 0o077 and (st.st_mode & 0o170000) == 0o100000:
-                    with os.fdopen(os.dup(entry), "rb") as fh:
-                        code = marshal.loads(fh.read())
-                    if type(code) is type(_code.__code__):
-                        return code
-            except Exception:
-                pass
-            finally:
-                os.close(entry)
+            with entry:
+                try:
+                    st = os.fstat(entry.fileno())
+                    if st.st_uid == me and not st.st_mode & 0o077 and (st.st_mode & 0o170000) == 0o100000:
+                        code = marshal.loads(entry.read())
+                        if type(code) is type(_code.__code__):
+                            return code
+                except Exception:
+                    pass
         code = compile(text, name, "exec")
         if not sys.dont_write_bytecode:
             _keep(fd, key, marshal.dumps(code))
