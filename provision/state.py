@@ -6,8 +6,9 @@ Imports only the transport's option type.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .transport import ConnectOptions
 
@@ -51,6 +52,20 @@ class HostState:
     ended: bool = False  # meta: end_host: no more tasks for this host in this play (not a failure)
     ended_roles: set[int] = field(default_factory=set)  # meta: end_role: the role runs (Task.role_run) it left
 
+    # a number that changes whenever any host's failed/unreachable/ended does (any HostState of the process):
+    # the task runner keeps its lists of active hosts while it stays the same (they were built per host per
+    # task: O(hosts²) a task)
+    activity: ClassVar[int] = 0
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _ACTIVITY:
+            HostState.activity = next(_CHANGES)  # after the change: a list built under the old number is rebuilt
+
     @property
     def active(self) -> bool:
         return not (self.failed or self.unreachable or self.ended)
+
+
+_ACTIVITY = frozenset({"failed", "unreachable", "ended"})
+_CHANGES = itertools.count(1)

@@ -48,12 +48,22 @@ class PendingHandlers:
             conn.put(json.dumps(state.notified).encode(), PENDING_HANDLERS, 0o600)
 
     def load(
-        self, play: Play, hosts: list[str], each: Callable[[Callable[[str], None], list[str]], Iterable[None]]
+        self,
+        play: Play,
+        hosts: list[str],
+        each: Callable[[Callable[[str], None], list[str]], Iterable[None]],
+        then: Callable[[str], None] | None = None,
     ) -> None:
         """The handlers an earlier run left pending on ``hosts`` (read once per host per run), in ``play``'s
-        terms; ``each`` maps over the hosts in parallel."""
+        terms; ``each`` maps over the hosts in parallel; ``then`` runs right after on each host still active
+        (the executor's read-ahead, :meth:`~.prefetch.Prefetch.behind_contact`)."""
 
         def load(host: str) -> None:
+            read(host)
+            if then is not None and self._host_state(host).active:
+                then(host)
+
+        def read(host: str) -> None:
             state = self._host_state(host)
             if state.pending_loaded or not state.active:
                 return

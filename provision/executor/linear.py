@@ -160,8 +160,11 @@ class Executor:
         )
         if play.gather_facts and self._started:
             self._run_on_hosts(batch, "Gathering Facts", runner.gather_facts)
-        if play.handlers:
-            self._pending.load(play, self._hosts_still_running(batch), self._pool.map)
+        if play.handlers:  # the first contact with each host: its read-ahead follows it there (no barrier)
+            ahead = None
+            if self._started and play.tasks:
+                ahead = self.prefetch.behind_contact(play, 0, runner, self._selected, self._connections.opened)
+            self._pending.load(play, self._hosts_still_running(batch), self._pool.map, ahead)
         for index, task in enumerate(play.tasks, 1):
             if self._started or task.name == self.options.start_at_task:
                 self._started = True
@@ -179,9 +182,11 @@ class Executor:
 
     def _read_ahead(self, play: Play, index: int, batch: list[str], runner: TaskRunner) -> None:
         """Before a run of tasks that read their state first: those reads in one round trip per host."""
-        selected = partial(task_selected, tags=self.options.tags, skip_tags=self.options.skip_tags)
         hosts = self._hosts_still_running(batch)
-        self.prefetch.before(play, index, hosts, runner, selected, self._connections.opened, self._pool.map)
+        self.prefetch.before(play, index, hosts, runner, self._selected, self._connections.opened, self._pool.map)
+
+    def _selected(self, task: Task) -> bool:
+        return task_selected(task, tags=self.options.tags, skip_tags=self.options.skip_tags)
 
     def _batch_must_stop(self, play: Play, batch: list[str]) -> bool:
         """After a task: whether its failures end the batch (any_errors_fatal, max_fail_percentage, no host

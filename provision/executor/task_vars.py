@@ -77,6 +77,7 @@ class TaskVariables:
         # per host: its facts (the object) and their top-level ``ansible_*`` names, made once per gathering
         self._fact_vars: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._host_states: dict[int, tuple[list[str], list[tuple[str, HostState]]]] = {}  # see _states
+        self._active_hosts: dict[int, tuple[list[str], int, int, list[str]]] = {}  # see _active
 
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
         inv = self.inventory
@@ -87,8 +88,8 @@ class TaskVariables:
             diff=self.options.diff,
             playbook_dir=self.playbook_dir,
             play_hosts=self.play_hosts,
-            active_hosts=[h for h, st in self._states(self.play_hosts) if st.active],
-            batch=[h for h, st in self._states(self.batch) if st.active],
+            active_hosts=self._active(self.play_hosts),
+            batch=self._active(self.batch),
             facts=state.facts,
             run=self._run_magic,
         )
@@ -123,6 +124,16 @@ class TaskVariables:
         if found is None or found[0] is not hosts or len(found[1]) != len(hosts):  # (a list grown in place too)
             found = self._host_states[id(hosts)] = (hosts, [(h, self.host_state(h)) for h in hosts])
         return found[1]
+
+    def _active(self, hosts: list[str]) -> list[str]:
+        """The hosts of ``hosts`` that are still active, kept while no host's activity changed
+        (:attr:`~provision.state.HostState.activity`, read before the list is made)."""
+        seen = HostState.activity
+        found = self._active_hosts.get(id(hosts))
+        if found is None or found[0] is not hosts or found[1] != seen or found[2] != len(hosts):
+            active = [h for h, st in self._states(hosts) if st.active]
+            found = self._active_hosts[id(hosts)] = (hosts, seen, len(hosts), active)
+        return found[3]
 
     def _top_level_facts(self, host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         """The facts' ``ansible_*`` names, kept while the host's facts are the same object (facts are replaced,

@@ -3,7 +3,9 @@ which tasks a segment takes, and that a change on one host drops what was read a
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 from provision.executor import Executor, RunOptions
 from provision.executor.prefetch import probeable, segment
@@ -65,3 +67,51 @@ def test_a_change_drops_every_host_s_answers_and_results_match(tmp_path: Path) -
     _, off = _run(tmp_path, PLAY, False)
     assert sorted(on) == sorted(off)
     assert [(h, t) for h, t, s in on if s is Status.CHANGED] == [("two", "copy")]
+
+
+HANDLED = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - file: {path: "{{ base }}/{{ inventory_hostname }}", state: directory}
+    - copy: {content: "a\\n", dest: "{{ base }}/{{ inventory_hostname }}/a"}
+      notify: h
+  handlers:
+    - name: h
+      debug: {msg: h}
+"""
+
+
+def test_a_host_reads_ahead_right_behind_its_first_contact_not_after_the_slowest(tmp_path: Path) -> None:
+    """The first contact (the pending handlers' read: where a fresh run connects) and the read-ahead go host by
+    host: host one's batch is read while host two's contact is still held (until one has read ahead, or 10 s).
+    Waiting for every host's contact first (the slowest handshake of the batch) fails this."""
+    (tmp_path / "inv.yml").write_text(
+        f"all:\n  vars:\n    ansible_connection: local\n    base: {tmp_path}\n  hosts:\n    one:\n    two:\n"
+    )
+    (tmp_path / "pb.yml").write_text(HANDLED)
+    _run(tmp_path, HANDLED, True)  # converge
+    executor = Executor(Inventory.load([str(tmp_path / "inv.yml")]), RunOptions(), Collect(), str(tmp_path))
+    one_read = threading.Event()
+    read, contact = executor.prefetch._read, executor._pending._connection
+    order: list[str] = []
+
+    def reading(host: str, *args: Any) -> None:
+        read(host, *args)
+        order.append(f"read {host}")
+        if host == "one":
+            one_read.set()
+
+    def contacting(host: str) -> Any:
+        if host == "two":
+            order.append("two waits" if one_read.wait(10) else "two timed out")
+        return contact(host)
+
+    executor.prefetch._read = reading  # type: ignore[method-assign]
+    executor._pending._connection = contacting
+    try:
+        executor.run(load_playbook(tmp_path / "pb.yml"))
+    finally:
+        executor.close()
+    assert order[:2] == ["read one", "two waits"] and "read two" in order
+    assert executor.prefetch.batches == 1 and executor.prefetch.hits == 2 * 2
