@@ -40,9 +40,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_DIR: Path | None = None  # --profile DIR
@@ -107,6 +109,23 @@ def _machine_busy() -> float:
 
 
 CPU: dict[str, list[tuple[float, float]]] = {}  # tool -> (its own CPU s, the machine's busy CPU s) per run
+PEAK_RSS: dict[str, int] = {}  # tool -> the peak RSS (bytes) of its process tree in its latest run
+
+
+def _wait4(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run ``argv`` to its end; its output, and the resource usage of that process alone (its CPU, and the peak
+    RSS of it and its children: ``os.wait4``), not of every child this benchmark has waited for."""
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: out.__setitem__(n, f.read()))
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]  # fmt: skip
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for reader in readers:
+        reader.join(3600)
+    return subprocess.CompletedProcess(argv, proc.returncode, out.get("out", ""), out.get("err", "")), usage
 
 
 def _run(tool: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -117,10 +136,9 @@ def _run(tool: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[fl
         perf = subprocess.Popen(["perf", "record", "-a", "-F", "499", "-o", str(data)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)  # fmt: skip
         time.sleep(0.5)  # perf's own start, before the run
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy = _machine_busy()
     started = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=3600)
+    proc, usage = _wait4(argv, env, cwd)
     wall = time.perf_counter() - started
     if perf is not None:
         perf.send_signal(signal.SIGINT)
@@ -128,9 +146,8 @@ def _run(tool: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[fl
         report = subprocess.run(["perf", "report", "-i", str(data), "--sort", "comm", "--stdio"],
                                 capture_output=True, text=True, check=False).stdout  # fmt: skip
         data.with_suffix(".txt").write_text(report)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    own = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    CPU.setdefault(tool, []).append((own, _machine_busy() - busy))
+    CPU.setdefault(tool, []).append((usage.ru_utime + usage.ru_stime, _machine_busy() - busy))
+    PEAK_RSS[tool] = usage.ru_maxrss * 1024
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0]} failed (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return wall, proc
@@ -172,19 +189,20 @@ class Tools:
 
     def provision(self, persist: bool = False) -> tuple[float, int, int]:
         """(wall, changed, peak RSS bytes of the provision process)."""
-        argv = [sys.executable, "-c", RSS_WRAPPER, "run", "provision.yml",
-                "-i", str(self.inventory), "-f", self.forks, "--json"]  # fmt: skip
+        args = ["run", "provision.yml", "-i", str(self.inventory), "-f", self.forks, "--json"]
         if persist:
-            argv += ["--persist", "120"]
+            args += ["--persist", "120"]
+        argv = [sys.executable, "-m", "provision", *args]  # as `provision` runs: its own process, its own exit
         env = self.env
         if PROFILE_DIR is not None:  # --profile: each run's cProfile stats, numbered
             PROFILE_DIR.mkdir(parents=True, exist_ok=True)
             name = f"{len(self.lab.hosts)}h-{'persisted' if persist else 'fresh'}-{len(list(PROFILE_DIR.iterdir()))}"
-            env = {**env, "PROVISION_BENCH_PROFILE": str(PROFILE_DIR / f"{name}.prof")}
-        wall, proc = _run("provision-persisted" if persist else "provision", argv, env, self.work)
+            argv = [sys.executable, "-c", PROFILED, str(PROFILE_DIR / f"{name}.prof"), *args]
+        tool = "provision-persisted" if persist else "provision"
+        wall, proc = _run(tool, argv, env, self.work)
         doc = json.loads(proc.stdout)
         changed = sum(s.get("changed", 0) for s in doc["stats"].values())
-        return wall, changed, int(proc.stderr.strip().splitlines()[-1])
+        return wall, changed, PEAK_RSS[tool]
 
     def ansible(self) -> tuple[float, int]:
         argv = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", str(self.inventory),
@@ -239,19 +257,17 @@ print(done.count(0))
 """
 
 
-# run provision in this interpreter, then print its peak RSS (bytes) on the last stderr line
-# (with PROVISION_BENCH_PROFILE=FILE, under cProfile: its stats written to FILE, one file per run)
-RSS_WRAPPER = (
-    "import os,resource,runpy,sys\n"
-    "sys.argv=['provision']+sys.argv[1:]\n"
-    "code=0\n"
-    "out=os.environ.get('PROVISION_BENCH_PROFILE')\n"
-    "prof=None\n"
-    "if out:\n import cProfile\n prof=cProfile.Profile()\n prof.enable()\n"
-    "try:\n runpy.run_module('provision',run_name='__main__')\n"
+# --profile: provision under cProfile in this interpreter (main() with its arguments returns through SystemExit:
+# the stats are written before the process ends); argv: FILE, then provision's arguments
+PROFILED = (
+    "import cProfile,sys\n"
+    "from provision.cli import main\n"
+    "prof=cProfile.Profile()\n"
+    "prof.enable()\n"
+    "try:\n main(sys.argv[2:])\n"
     "except SystemExit as e:\n code=e.code or 0\n"
-    "if prof:\n prof.disable()\n prof.dump_stats(out)\n"
-    "sys.stderr.write('\\n%d\\n'%(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss*1024))\n"
+    "prof.disable()\n"
+    "prof.dump_stats(sys.argv[1])\n"
     "sys.exit(code)\n"
 )
 

@@ -13,6 +13,7 @@ Every non-zero exit prints one line saying why; the traceback goes to the debug 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -337,10 +338,21 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signum, old)
     if STATE.get("signal"):
         # worker threads may still sit in a command whose connection we closed: do not wait for them
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        os._exit(code if isinstance(code, int) else EXIT_INTERRUPTED)
+        _exit_now(code if isinstance(code, int) else EXIT_INTERRUPTED)
+    if argv is None:
+        # the process's own command line has done all it does: what is left is the interpreter's teardown
+        # (joining each idle pool thread, freeing every object: ~0.1 s after a 64-host run). No atexit work is
+        # skipped: provision registers none (paramiko's joins its transports' threads, whose sockets close with
+        # the process). A caller of main([...]) in its own process returns through sys.exit as before.
+        _exit_now(code if isinstance(code, int) else 0)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: the exit code still says how it ended
+            stream.flush()
+    os._exit(code)
 
 
 cli.add_command(pd)
