@@ -23,7 +23,7 @@ from provision.executor import register_secrets
 from provision.localfiles import append_private, replace_file
 from provision.report import Reporter, write_retry_file
 from provision.results import HostStats, RunSummary, Status, TaskResult
-from provision.templating import Vars
+from provision.templating import Vars, inert
 
 # printable text without surrogates (YAML cannot write those) and without "*" (the mask itself)
 SECRET_TEXT = st.text(
@@ -90,6 +90,20 @@ def test_register_secrets_renders_per_host_and_skips_undefined() -> None:
     register_secrets(variables)
     assert MASKER.mask("x vault-db-value-7f3a-suffix y") == f"x {MASK} y"
     assert MASKER.mask("vault-db-value-7f3a") == MASK
+
+
+def test_a_nested_secret_of_one_container_is_rendered_for_every_host_and_data_is_walked_each_time() -> None:
+    """One container of the inventory's in every host's vars: its secret template registers each host's value;
+    a host's data (a registered result) registers what it holds at each call, also after a change in place."""
+    creds = {"services": [{"name": "db", "api_token": "{{ host_token }}"}]}  # ONE object in both hosts' vars
+    for token in ("first-host-token-91c2", "second-host-token-4d7e"):
+        register_secrets(Vars({"creds": creds, "host_token": token}))
+    assert MASKER.mask("first-host-token-91c2 second-host-token-4d7e db") == f"{MASK} {MASK} db"
+    result: dict[str, object] = {"items": [{"password": "registered-data-5b1a"}]}
+    register_secrets(Vars(inert({"r": result})))
+    result["items"] = [{"password": "changed-in-place-88f0"}]  # the same object, changed: walked again
+    register_secrets(Vars(inert({"r": result})))
+    assert MASKER.mask("registered-data-5b1a changed-in-place-88f0") == f"{MASK} {MASK}"
 
 
 # ------------------------------------------------------------------------------------------ escaped forms
