@@ -15,13 +15,18 @@ from provision.results import Status
 from tests.support.cli import Collect
 
 
-def _run(tmp: Path, play: str, batch: bool) -> tuple[Executor, list[tuple[str, str, Status]]]:
+def _executor(tmp: Path, play: str, batch: bool, sink: Collect) -> Executor:
+    """An executor for two local hosts, ``one`` and ``two``, and ``play`` written to ``tmp/pb.yml``."""
     (tmp / "inv.yml").write_text(
         f"all:\n  vars:\n    ansible_connection: local\n    base: {tmp}\n  hosts:\n    one:\n    two:\n"
     )
     (tmp / "pb.yml").write_text(play)
+    return Executor(Inventory.load([str(tmp / "inv.yml")]), RunOptions(batch_probes=batch), sink, str(tmp))
+
+
+def _run(tmp: Path, play: str, batch: bool) -> tuple[Executor, list[tuple[str, str, Status]]]:
     sink = Collect()
-    executor = Executor(Inventory.load([str(tmp / "inv.yml")]), RunOptions(batch_probes=batch), sink, str(tmp))
+    executor = _executor(tmp, play, batch, sink)
     try:
         executor.run(load_playbook(tmp / "pb.yml"))
     finally:
@@ -69,29 +74,15 @@ def test_a_change_drops_every_host_s_answers_and_results_match(tmp_path: Path) -
     assert [(h, t) for h, t, s in on if s is Status.CHANGED] == [("two", "copy")]
 
 
-HANDLED = """\
-- hosts: all
-  gather_facts: false
-  tasks:
-    - file: {path: "{{ base }}/{{ inventory_hostname }}", state: directory}
-    - copy: {content: "a\\n", dest: "{{ base }}/{{ inventory_hostname }}/a"}
-      notify: h
-  handlers:
-    - name: h
-      debug: {msg: h}
-"""
+HANDLED = "\n".join(PLAY.splitlines()[:5]) + "\n      notify: h\n  handlers:\n    - {name: h, debug: {msg: h}}\n"
 
 
 def test_a_host_reads_ahead_right_behind_its_first_contact_not_after_the_slowest(tmp_path: Path) -> None:
     """The first contact (the pending handlers' read: where a fresh run connects) and the read-ahead go host by
     host: host one's batch is read while host two's contact is still held (until one has read ahead, or 10 s).
     Waiting for every host's contact first (the slowest handshake of the batch) fails this."""
-    (tmp_path / "inv.yml").write_text(
-        f"all:\n  vars:\n    ansible_connection: local\n    base: {tmp_path}\n  hosts:\n    one:\n    two:\n"
-    )
-    (tmp_path / "pb.yml").write_text(HANDLED)
     _run(tmp_path, HANDLED, True)  # converge
-    executor = Executor(Inventory.load([str(tmp_path / "inv.yml")]), RunOptions(), Collect(), str(tmp_path))
+    executor = _executor(tmp_path, HANDLED, True, Collect())
     one_read = threading.Event()
     read, contact = executor.prefetch._read, executor._pending._connection
     order: list[str] = []
