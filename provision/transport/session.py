@@ -8,6 +8,7 @@ paramiko/socket exceptions never leave this module: they become :class:`Unreacha
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import re
 import socket
@@ -32,6 +33,27 @@ class _SSHConfig(paramiko.SSHConfig):
 
     def _does_match(self, match_list: list[Any], *args: Any) -> Any:
         return match_list and super()._does_match(match_list, *args)  # type: ignore[misc]
+
+    def _pattern_matches(self, patterns: Any, target: str) -> bool:
+        """paramiko's rule, to the letter (a negated pattern that matches ends it; otherwise any match), with a
+        pattern that has no wildcard compared as a string: ``fnmatch`` of such a pattern is equality on POSIX,
+        and it cost ~4 us a pattern, twice per block per host (a 256-block file: ~7 ms of CPU per host)."""
+        if hasattr(patterns, "split"):
+            patterns = patterns.split(",")
+        match = False
+        for pattern in patterns:
+            if pattern.startswith("!") and _host_matches(target, pattern[1:]):
+                return False
+            elif _host_matches(target, pattern):
+                match = True
+        return match
+
+
+_WILDCARD = re.compile(r"[*?\[]")
+
+
+def _host_matches(target: str, pattern: str) -> bool:
+    return fnmatch.fnmatch(target, pattern) if _WILDCARD.search(pattern) else target == pattern
 
 
 _PARSED: dict[tuple[Any, ...], paramiko.SSHConfig] = {}  # the ssh_config files as read, by their identity
