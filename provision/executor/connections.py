@@ -16,9 +16,10 @@ from .prefetch import Prefetch
 
 
 class Connections:
-    def __init__(self, inventory: Inventory, options: RunOptions, prefetch: Prefetch) -> None:
+    def __init__(self, inventory: Inventory, options: RunOptions, prefetch: Prefetch, local_cwd: str) -> None:
         self._inventory = inventory
         self._options = options
+        self._local_cwd = local_cwd  # a local connection's relative paths start there (the playbook's directory)
         self._prefetch = prefetch
         self._conns: dict[str, Connection] = {}
         self._lock = threading.Lock()
@@ -39,14 +40,16 @@ class Connections:
             if conn is None:
                 # a run holds each host's run lock while connected: no two runs ever overlap on a host
                 if host in self._inventory.hosts:
-                    opts = dataclasses.replace(self._options.connect, run_lock=self._options.run_lock)
+                    opts = dataclasses.replace(
+                        self._options.connect, run_lock=self._options.run_lock, local_cwd=self._local_cwd
+                    )
                     if user and not variables.get("ansible_user"):
                         variables = {**variables, "ansible_user": user}
                     if kind and not variables.get("ansible_connection"):
                         variables = {**variables, "ansible_connection": kind}
                     conn = open_connection(host, variables, opts)
                 elif host in ("localhost", "127.0.0.1"):
-                    conn = LocalConnection(host)  # the controller itself (delegate_to): not a managed host
+                    conn = LocalConnection(host, cwd=self._local_cwd)  # the controller (delegate_to), not a host
                 else:
                     raise UnreachableError(host, "not in the inventory")
                 self._conns[host] = conn

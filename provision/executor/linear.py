@@ -21,6 +21,7 @@ for the CLI to log and name in one line.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,7 +64,8 @@ class Executor:
         self.summary = RunSummary()
         self.state: dict[str, HostState] = {}
         self.prefetch = Prefetch(enabled(options.batch_probes))  # batched state checks (.prefetch)
-        self._connections = Connections(inventory, options, self.prefetch)
+        # relative paths over a local connection start in the playbook's directory, as ansible-playbook has them
+        self._connections = Connections(inventory, options, self.prefetch, os.path.abspath(playbook_dir))
         self._pool = ThreadPoolExecutor(max_workers=max(1, options.forks), thread_name_prefix="provision")
         self._started = options.start_at_task is None
         self.internal_errors: list[InternalError] = []

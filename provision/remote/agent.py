@@ -470,7 +470,8 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     _signal.signal(_signal.SIGALRM, _alarm)
-    os.chdir(os.path.expanduser("~"))
+    if os.environ.pop("PROVISION_AGENT_HERE", None) is None:  # a local connection's agent keeps its cwd
+        os.chdir(os.path.expanduser("~"))
     first = loads(binascii.a2b_base64(sys.argv[3]).decode("utf-8")) if len(sys.argv) > 3 else None
     if first is not None and first.get("op") == "resident":
         return _resident(fd_in, fd_out, float(first.get("idle") or 60))

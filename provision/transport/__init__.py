@@ -46,7 +46,7 @@ def open_connection(name: str, variables: Mapping[str, Any], opts: ConnectOption
     """Make the connection object for a host (lazy: nothing is contacted until the first command)."""
     kind = str(variables.get("ansible_connection", "ssh"))
     if kind == "local":
-        return LocalConnection(name, run_lock=opts.run_lock)
+        return LocalConnection(name, run_lock=opts.run_lock, cwd=opts.local_cwd)
     if kind not in ("ssh", "paramiko", "smart"):
         raise UnreachableError(name, f"unsupported ansible_connection {kind!r} (use ssh or local)")
     from .ssh import SSHConnection  # Fabric/paramiko load only when a host needs SSH

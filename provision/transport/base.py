@@ -50,6 +50,9 @@ class ConnectOptions:
     # False: every command on a channel of its own, through the runner (as commands with streamed output are)
     agent_exec: bool = True
     persist: float = 0.0  # --persist: seconds the user's keeper keeps the connection after the run (transport.persist)
+    # a local connection's working directory, where its relative paths start (its commands, writes, reads and
+    # scripts alike): the playbook's directory in a run, as ansible-playbook has it; None: the process's own
+    local_cwd: str | None = None
 
     def heartbeat_interval(self) -> float:
         """H: how often the controller sends a heartbeat on the stdin of every command, run-lock holder and

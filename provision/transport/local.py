@@ -169,9 +169,10 @@ class _LocalFiles:
 class LocalConnection:
     """``ansible_connection: local``: the same commands, run on the controller."""
 
-    def __init__(self, name: str, run_lock: bool = False) -> None:
+    def __init__(self, name: str, run_lock: bool = False, cwd: str | None = None) -> None:
         self.name = name
         self.run_lock = run_lock
+        self.cwd = cwd  # where relative paths start (ConnectOptions.local_cwd); None: this process's cwd
         self._lock_path: str | None = None
         self.commands_run = 0
         self.agent_calls = 0
@@ -189,7 +190,9 @@ class LocalConnection:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 start_new_session=True,
-            )
+                cwd=self.cwd,
+                env={**os.environ, "PROVISION_AGENT_HERE": "1"},  # it stays in cwd, as the commands and writes
+            )  # do (over SSH an agent starts in the login's home)
         except OSError as exc:
             raise AgentUnavailable(str(exc)) from None
         # no reference back to self (a cycle): a connection nobody closed is finalized (its agent killed and
@@ -223,6 +226,7 @@ class LocalConnection:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            cwd=self.cwd,
         )
         self._running.add(proc)
         try:
@@ -240,7 +244,8 @@ class LocalConnection:
             self._lock_path = _local_lock(self.name)
 
     def expand_path(self, path: str) -> str:
-        return os.path.expanduser(path)
+        path = os.path.expanduser(path)
+        return path if self.cwd is None or os.path.isabs(path) else os.path.join(self.cwd, path)
 
     def put(self, data: bytes, path: str, mode: int | None = None) -> None:
         """Atomic write (:func:`~provision.transport.base.atomic_put` over :class:`_LocalFiles`). An OS error
