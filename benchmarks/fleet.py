@@ -121,7 +121,12 @@ def _wait4(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[subprocess.
                for n, f in (("out", proc.stdout), ("err", proc.stderr))]  # fmt: skip
     for reader in readers:
         reader.start()
-    _, status, usage = os.wait4(proc.pid, 0)
+    deadline = threading.Timer(3600, proc.kill)  # as subprocess.run(timeout=3600) bounded it
+    deadline.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        deadline.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
     for reader in readers:
         reader.join(3600)

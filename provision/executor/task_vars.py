@@ -77,7 +77,7 @@ class TaskVariables:
         # per host: its facts (the object) and their top-level ``ansible_*`` names, made once per gathering
         self._fact_vars: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._host_states: dict[int, tuple[list[str], list[tuple[str, HostState]]]] = {}  # see _states
-        self._active_hosts: dict[int, tuple[list[str], int, int, list[str]]] = {}  # see _active
+        self._active_hosts: dict[int, tuple[list[tuple[str, HostState]], int, list[str]]] = {}  # see _active
 
     def host_vars(self, host: str, task: Task | None = None, extra: Mapping[str, Any] | None = None) -> templating.Vars:
         inv = self.inventory
@@ -129,11 +129,11 @@ class TaskVariables:
         """The hosts of ``hosts`` that are still active, kept while no host's activity changed
         (:attr:`~provision.state.HostState.activity`, read before the list is made)."""
         seen = HostState.activity
+        states = self._states(hosts)  # the same list object while ``hosts`` is the same (see _states)
         found = self._active_hosts.get(id(hosts))
-        if found is None or found[0] is not hosts or found[1] != seen or found[2] != len(hosts):
-            active = [h for h, st in self._states(hosts) if st.active]
-            found = self._active_hosts[id(hosts)] = (hosts, seen, len(hosts), active)
-        return found[3]
+        if found is None or found[0] is not states or found[1] != seen:
+            found = self._active_hosts[id(hosts)] = (states, seen, [h for h, st in states if st.active])
+        return found[2]
 
     def _top_level_facts(self, host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         """The facts' ``ansible_*`` names, kept while the host's facts are the same object (facts are replaced,
