@@ -101,7 +101,25 @@ class _Input:
         return self._take(lambda buf: n if len(buf) >= n else None)
 
 
+_SITELESS = ("file_state.py", "info.py", "transfer.py")  # the stdlib and the host library only
+
+
+def _site(name):
+    """The agent starts without ``site`` (``python3 -S``: ~3 ms of every host's CPU in each fresh run): a script
+    that may need site-packages (``pip_state.py``: what is installed; any not known to need none) gets them as
+    plain ``python3`` would have them, site run once, before its first such script."""
+    if sys.flags.no_site and name not in _SITELESS and not _site_done:
+        _site_done.append(True)
+        import site
+
+        site.main()
+
+
+_site_done = []  # type: list[bool]
+
+
 def _run(code, name, args, stdin, timeout):
+    _site(name)
     saved = (sys.argv, sys.stdin, sys.stdout, sys.stderr, os.getcwd())
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
