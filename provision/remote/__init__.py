@@ -15,10 +15,15 @@ This ``__init__`` is controller-side only and imports nothing of provision.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import io
 import json
+import os
 import re
+import stat
+import sys
 import threading
 import tokenize
 import types
@@ -240,4 +245,98 @@ def _program(name: str) -> str:
     if used:
         cores = "".join(_core(core).read_text(encoding="utf-8") for core in CORES if core in used)
         text = cores + _CORE_IMPORT.sub("", text)
-    return minified(text)
+    return kept_minified(text)
+
+
+# A program's minified text is kept between runs in the controller user's cache (``$XDG_CACHE_HOME`` or
+# ``~/.cache``, ``provision/programs/``): minifying the agent and the bootstraps is ~40 ms of CPU at the start of
+# every run (tokenize is pure Python before 3.12), paid before the first host gets its agent.
+CACHE_DIR = ("provision", "programs")
+
+
+def kept_minified(text: str) -> str:
+    """:func:`minified` ``text``, from the cache when it holds it. An entry is named by a hash of the text, of
+    this file (the minifier) and of the Python version (tokenize's), and is used only from a folder that is this
+    user's own and not writable by others (opened without following a link, then checked, the entry read through
+    it the same way: a regular file of this user's, not writable by others); anything else minifies as if there
+    were no cache. Entries are written 0600 under a temporary name, then renamed into place; a failed write
+    only loses the cache; none is written under ``python -B`` (as Python's bytecode); past 64 entries the oldest
+    half go."""
+    key = hashlib.sha256(_minifier_id() + text.encode("utf-8")).hexdigest() + ".py"
+    folder = _cache_folder()
+    if folder is None:
+        return minified(text)
+    try:
+        try:
+            found = _read_private(key, folder)
+        except OSError:
+            found = None
+        if found is not None:
+            return found
+        made = minified(text)
+        if sys.dont_write_bytecode:  # Python's own switch for its caches (-B, PYTHONDONTWRITEBYTECODE)
+            return made
+        _bound(folder)
+        temp = f".{key}.{os.urandom(6).hex()}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(made.encode("utf-8"))
+            os.replace(temp, key, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=folder)
+        return made
+    finally:
+        os.close(folder)
+
+
+def _bound(folder: int, keep: int = 64) -> None:
+    """Each version of provision brings its own entries: past ``keep`` the oldest half go."""
+    names = os.listdir(folder)
+    if len(names) < keep:
+        return
+    aged = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            aged.append((os.stat(name, dir_fd=folder, follow_symlinks=False).st_mtime, name))
+    for _, name in sorted(aged)[: len(aged) - keep // 2]:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=folder)
+
+
+@functools.cache
+def _minifier_id() -> bytes:
+    return Path(__file__).read_bytes() + b"\0" + sys.version.encode() + b"\0"
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _cache_folder() -> int | None:
+    """The cache folder, open (a descriptor; the caller closes it), or None where it cannot be made or is not
+    this user's own."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser().joinpath(*CACHE_DIR)
+    try:
+        if not sys.dont_write_bytecode:
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not _private(os.fstat(fd)):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_private(name: str, folder: int) -> str | None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or not _private(st):
+            return None
+        try:
+            return fh.read().decode("utf-8")
+        except UnicodeDecodeError:
+            return None

@@ -377,3 +377,78 @@ def test_the_kept_code_stays_bounded(tmp_path: Path) -> None:
     left = {p.name for p in folder.iterdir()}
     assert len(left) <= 256 and _agent_entry(tmp_path).name in left
     assert f"{0:048x}.code" not in left and f"{299:048x}.code" in left  # the oldest went, the newest stayed
+
+
+def test_a_program_minified_once_is_kept_privately_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Minifying the agent and the bootstraps cost ~40 ms of CPU at the start of every run: the controller keeps
+    what it made (0700 folder, 0600 entries) and the next run reads it instead of minifying again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # (a shell's PYTHONDONTWRITEBYTECODE)
+    text = (remote.REMOTE_DIR / "agent.py").read_text()
+    made = remote.kept_minified(text)
+    assert made == remote.minified(text)
+    folder = tmp_path / "provision/programs"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    [entry] = folder.iterdir()
+    assert entry.stat().st_mode & 0o777 == 0o600 and entry.read_text() == made
+    monkeypatch.setattr(remote, "minified", lambda text: pytest.fail("minified again"))
+    assert remote.kept_minified(text) == made
+    with pytest.raises(pytest.fail.Exception):  # another text is another entry
+        remote.kept_minified(text + "x = 1\n")
+
+
+@pytest.mark.parametrize("how", ["entry writable by others", "entry is a link", "open folder", "folder is a link",
+                                 "no folder can be made"])  # fmt: skip
+def test_a_kept_program_another_user_could_have_written_is_never_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """What travels to every host is never read from an entry or a folder that is not this user's alone, nor
+    through a link: the program is minified again instead."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    text = (remote.PROGRAMS_DIR / "agent_boot.py").read_text()
+    made = remote.kept_minified(text)
+    folder = tmp_path / "cache/provision/programs"
+    [entry] = folder.iterdir()
+    planted = "import os; os.system('touch /tmp/planted')\n"
+    if how == "entry writable by others":
+        entry.write_text(planted)
+        entry.chmod(0o666)
+    elif how == "entry is a link":
+        (tmp_path / "planted").write_text(planted)
+        (tmp_path / "planted").chmod(0o600)
+        entry.unlink()
+        entry.symlink_to(tmp_path / "planted")
+    elif how == "open folder":
+        entry.write_text(planted)
+        folder.chmod(0o777)
+    elif how == "folder is a link":
+        entry.write_text(planted)
+        folder.rename(tmp_path / "elsewhere")
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
+        (tmp_path / "a-file").write_text("")
+    assert remote.kept_minified(text) == made
+    if how == "entry is a link":
+        assert (tmp_path / "planted").read_text() == planted  # replaced, never written through
+
+
+def test_the_kept_programs_stay_bounded_and_none_is_written_under_python_b(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert remote.kept_minified("x = 1\n") == "x=1\n" and not (tmp_path / "provision").exists()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    folder = tmp_path / "provision/programs"
+    folder.mkdir(parents=True, mode=0o700)
+    for i in range(70):
+        old = folder / f"{i:064x}.py"
+        old.write_text("old\n")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    remote.kept_minified("y = 2\n")
+    left = {p.name for p in folder.iterdir()}
+    assert len(left) <= 33 and f"{0:064x}.py" not in left and f"{69:064x}.py" in left
