@@ -132,9 +132,19 @@ def test_a_resident_killed_under_a_run_takes_its_command_and_the_next_run_gets_a
     (tmp_path / "who.yml").write_text(WHO.format(tag="r"))
     # an earlier test's resident of this user may still be on its way out (its keeper was stopped: its channel
     # closes, then it exits): this test's resident is the one that is new
+    # and the run's own agent, a fork of the resident (the same command line), may still be ending when the
+    # command line has returned: the resident is the one new process left
     before = set(pids_of(user, RESIDENT_MARK))
     assert _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120").returncode == 0
-    (old,) = set(pids_of(user, RESIDENT_MARK)) - before
+    new: set[int] = set()
+
+    def one_new() -> bool:
+        new.clear()
+        new.update(set(pids_of(user, RESIDENT_MARK)) - before)
+        return len(new) == 1
+
+    assert wait_for(one_new, 10) is not None, f"new residents: {new}"
+    (old,) = new
     (tmp_path / "sleep.yml").write_text(SLEEP)
     lab.run_as(1, ["rm", "-f", "persist-sleep.pid"])
     proc = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", str(inv), "--persist",
