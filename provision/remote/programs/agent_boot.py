@@ -1,4 +1,4 @@
-"""Starts the python agent (``python3 -c BOOTSTRAP H [SOURCE REQUEST]``): its source from argv (zlib, base64:
+"""Starts the python agent (``python3 -S -c BOOTSTRAP H [SOURCE REQUEST]``): its source from argv (zlib, base64:
 it travels with the first request in the exec line, see ``PythonAgent.command``), else read from stdin,
 length-prefixed and unbuffered (nothing of the first request may be swallowed by a buffer); then runs it.
 
