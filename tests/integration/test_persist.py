@@ -130,10 +130,9 @@ def test_a_resident_killed_under_a_run_takes_its_command_and_the_next_run_gets_a
     user = lab.hosts[1].user
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[1])
     (tmp_path / "who.yml").write_text(WHO.format(tag="r"))
-    # an earlier test's resident of this user may still be on its way out (its keeper was stopped: its channel
-    # closes, then it exits): this test's resident is the one that is new
-    # and the run's own agent, a fork of the resident (the same command line), may still be ending when the
-    # command line has returned: the resident is the one new process left
+    # this test's resident is the one new process left after its first run: an earlier test's resident of this
+    # user may still be on its way out (its keeper was stopped: its channel closes, then it exits), and the run's
+    # own agent, a fork of the resident (the same command line), may still be ending when the command returned
     before = set(pids_of(user, RESIDENT_MARK))
     assert _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120").returncode == 0
     new: set[int] = set()
