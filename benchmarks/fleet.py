@@ -19,12 +19,15 @@ shell, a plain shell, a Python ``if``, ``_if=`` on the handler-like operation): 
 
 Ansible runs with forks 50, pipelining and ControlPersist (its fastest documented setup).
 
-Two floors run beside the tools (``--tools ... floor floor-python``): the least any paramiko-based tool can do
-on this machine. ``floor`` opens one SSH connection per host (one thread each, host keys checked against the
-same known_hosts), runs ``true`` and closes; ``floor-python`` runs ``python3 -c pass`` instead (what a tool that
-runs any Python on each host pays at least). Each is its own command line, as the tools are: its Python start and
-imports count. ``pyinfra / floor`` is the most any SSH tool could be faster than pyinfra on this machine, where
-every lab host's sshd runs on the same cores as the tool.
+Three floors run beside the tools (``--tools ... floor floor-shell floor-python``): the least any
+paramiko-based tool can do on this machine. ``floor`` opens one SSH connection per host (one thread each, host
+keys checked against the same known_hosts), runs ``true`` and closes; ``floor-shell`` runs one shell line that
+reads what the converged play reads (``stat`` of its six paths, ``sha256sum`` of its two files, the ``test``
+of the shell task: what a tool whose converged run starts no Python on a host pays at least; its files are made
+once, in ``fleet-floor``); ``floor-python`` runs ``python3 -c pass`` (what a tool that runs any Python on each
+host pays at least). Each is its own command line, as the tools are: its Python start and imports count.
+``pyinfra / floor`` is the most any SSH tool could be faster than pyinfra on this machine, where every lab
+host's sshd runs on the same cores as the tool.
 """
 
 from __future__ import annotations
@@ -222,14 +225,20 @@ class Tools:
         wall, _ = _run("pyinfra", argv, self.env, self.work)
         return wall, -1  # pyinfra's shell operations always run: it has no "changed" to compare
 
-    def floor(self, command: str = "true") -> tuple[float, int]:
+    def floor(self, tool: str = "floor", command: str = "true") -> tuple[float, int]:
         hosts = [[p["ssh_hostname"], p["ssh_port"], p["ssh_user"]] for _, p in self.pyinfra_hosts]
         argv = [sys.executable, "-c", FLOOR, json.dumps(hosts), str(self.lab.client_key), str(self.known), command]
-        wall, proc = _run("floor" if command == "true" else "floor-python", argv, self.env, self.work)
+        wall, proc = _run(tool, argv, self.env, self.work)
         if proc.stdout.split() != [str(len(hosts))]:
             raise SystemExit(f"floor: {proc.stdout[-300:]}")
         return wall, 0
 
+
+# floor-shell: the converged play's reads as one shell line (its files made once by FLOOR_SHELL_SETUP)
+FLOOR_SHELL_SETUP = ("mkdir -p fleet-floor/etc fleet-floor/extra && printf 'port = 30000\\n' > fleet-floor/etc/app.conf"
+                     " && echo welcome > fleet-floor/motd && touch fleet-floor/marker")  # fmt: skip
+FLOOR_SHELL = ("cd fleet-floor && stat -c '%n %f %u %g %s %Y' . etc etc/app.conf motd marker extra"
+               " && sha256sum etc/app.conf motd && test -d etc")  # fmt: skip
 
 # the least a paramiko tool does: known_hosts read once; one thread per host opens a transport, checks the host's
 # key, authenticates, runs COMMAND in one channel, closes
@@ -288,9 +297,12 @@ def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict
         t = Tools(lab, work, proxy)
         runs = {"provision": t.provision, "provision-persisted": partial(t.provision, persist=True),
                 "pyinfra": t.pyinfra, "ansible": t.ansible, "floor": t.floor,
-                "floor-python": partial(t.floor, "python3 -c pass")}  # fmt: skip
+                "floor-shell": partial(t.floor, "floor-shell", FLOOR_SHELL),
+                "floor-python": partial(t.floor, "floor-python", "python3 -c pass")}  # fmt: skip
         try:
             for tool in tools:
+                if tool == "floor-shell":
+                    t.floor("floor-shell", FLOOR_SHELL_SETUP)
                 runs[tool]()  # converge (and, persisted, leave the connections kept)
             for rtt in rtts:
                 proxy.set_rtt(rtt)
@@ -303,7 +315,7 @@ def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict
                     for tool in tools:
                         res = runs[tool]()
                         walls[tool].append(res[0])
-                        if tool not in ("pyinfra", "floor", "floor-python") and res[1] != 0:
+                        if tool in ("provision", "provision-persisted", "ansible") and res[1] != 0:
                             raise SystemExit(f"{tool}: a converged re-run reported {res[1]} changes")
                         if tool == "provision":
                             rss.append(int(res[2]))  # type: ignore[misc]
@@ -343,8 +355,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--rtt", type=float, nargs="+", default=[0.0], help="round-trip times to add (ms)")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "floor", "floor-python",
-                                                       "pyinfra", "ansible"])  # fmt: skip
+    parser.add_argument("--tools", nargs="+", default=["provision", "provision-persisted", "floor", "floor-shell",
+                                                       "floor-python", "pyinfra", "ansible"])  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--profile", type=Path, help="write each provision run's cProfile stats into this dir")
     parser.add_argument(
@@ -367,7 +379,12 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     print(f"no-op re-run of a converged 9-task play, median of {args.repeat} (seconds); cores: {os.cpu_count()}")
-    names = {"provision": "prov", "provision-persisted": "prov-kept", "floor-python": "floor-py"}
+    names = {
+        "provision": "prov",
+        "provision-persisted": "prov-kept",
+        "floor-python": "floor-py",
+        "floor-shell": "floor-sh",
+    }
     print(f"{'hosts':>5} {'RTT':>4} " + " ".join(f"{names.get(t, t):>9}" for t in args.tools)
           + "  ratios (x provision fresh / kept)   prov CPU ms/host/task  load")  # fmt: skip
     for r in results:
@@ -381,8 +398,8 @@ def main() -> None:
         print(f"{r['hosts']:>5} {r['rtt_ms']:>4g} " + " ".join(f"{med[t]:>9.2f}" for t in args.tools)
               + f"  {ratios:<36} {per:>8}  {r['load']:.1f}")  # fmt: skip
         if "pyinfra" in med:
-            floors = "  ".join(f"pyinfra / {f} {med['pyinfra'] / med[f]:.1f}x" for f in ("floor", "floor-python")
-                               if f in med)  # fmt: skip
+            floors = "  ".join(f"pyinfra / {f} {med['pyinfra'] / med[f]:.1f}x"
+                               for f in ("floor", "floor-shell", "floor-python") if f in med)  # fmt: skip
             if floors:
                 print(f"{'':>11}the most a tool could gain over pyinfra here: {floors}")
     for n in args.hosts:
