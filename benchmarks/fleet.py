@@ -22,12 +22,13 @@ Ansible runs with forks 50, pipelining and ControlPersist (its fastest documente
 Three floors run beside the tools (``--tools ... floor floor-shell floor-python``): the least any
 paramiko-based tool can do on this machine. ``floor`` opens one SSH connection per host (one thread each, host
 keys checked against the same known_hosts), runs ``true`` and closes; ``floor-shell`` runs one shell line that
-reads what the converged play reads (``stat`` of its six paths, ``sha256sum`` of its two files, the ``test``
-of the shell task: what a tool whose converged run starts no Python on a host pays at least; its files are made
-once, in ``fleet-floor``); ``floor-python`` runs ``python3 -c pass`` (what a tool that runs any Python on each
-host pays at least). Each is its own command line, as the tools are: its Python start and imports count.
-``pyinfra / floor`` is the most any SSH tool could be faster than pyinfra on this machine, where every lab
-host's sshd runs on the same cores as the tool.
+reads what the converged play reads, as ``file_state.py`` reads it (the umask, ``stat`` of its six paths with
+owner names and times to the ns, ``sha256sum`` of its two files, the shell task's ``test``): what a tool whose
+converged run starts no Python on a host pays at least (its files are made once, in ``fleet-floor``);
+``floor-python`` runs ``python3 -c pass`` (what a tool that runs any Python on each host pays at least). Each is
+its own command line, as the tools are: its Python start and imports count. ``pyinfra / floor`` is the most any
+SSH tool could be faster than pyinfra on this machine, where every lab host's sshd runs on the same cores as the
+tool.
 """
 
 from __future__ import annotations
@@ -237,7 +238,8 @@ class Tools:
 # floor-shell: the converged play's reads as one shell line (its files made once by FLOOR_SHELL_SETUP)
 FLOOR_SHELL_SETUP = ("mkdir -p fleet-floor/etc fleet-floor/extra && printf 'port = 30000\\n' > fleet-floor/etc/app.conf"
                      " && echo welcome > fleet-floor/motd && touch fleet-floor/marker")  # fmt: skip
-FLOOR_SHELL = ("cd fleet-floor && stat -c '%n %f %u %g %s %Y' . etc etc/app.conf motd marker extra"
+# (as file_state.py's stat reads them: type and mode, owner and group names, size, times to the ns, the umask)
+FLOOR_SHELL = ("cd fleet-floor && umask && stat -c '%n %f %U %G %s %.9Y %.9X' . etc etc/app.conf motd marker extra"
                " && sha256sum etc/app.conf motd && test -d etc")  # fmt: skip
 
 # the least a paramiko tool does: known_hosts read once; one thread per host opens a transport, checks the host's
