@@ -318,7 +318,7 @@ def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict
                     for tool in tools:
                         res = runs[tool]()
                         walls[tool].append(res[0])
-                        if tool in ("provision", "provision-persisted", "ansible") and res[1] != 0:
+                        if res[1] > 0:  # (pyinfra has no count: -1; a floor changes nothing: 0)
                             raise SystemExit(f"{tool}: a converged re-run reported {res[1]} changes")
                         if tool == "provision":
                             rss.append(int(res[2]))  # type: ignore[misc]
