@@ -17,7 +17,8 @@ with ``creates``, a shell with ``changed_when: false``, a skipped task, a tagged
 ``creates``/``changed_when``/``when``/handlers; its deploy does the same work with its own idioms (a ``test -e ||``
 shell, a plain shell, a Python ``if``, ``_if=`` on the handler-like operation): see ``PYINFRA_DEPLOY``.
 
-Ansible runs with forks 50, pipelining and ControlPersist (its fastest documented setup).
+Every tool runs with as many forks as hosts (provision ``-f``, pyinfra ``--parallel``, Ansible's ``forks``);
+Ansible with pipelining and ControlPersist (its fastest documented setup).
 
 Three floors run beside the tools (``--tools ... floor floor-shell floor-python``): the least any
 paramiko-based tool can do on this machine. ``floor`` opens one SSH connection per host (one thread each, host
