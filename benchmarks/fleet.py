@@ -20,17 +20,16 @@ shell, a plain shell, a Python ``if``, ``_if=`` on the handler-like operation): 
 Every tool runs with as many forks as hosts (provision ``-f``, pyinfra ``--parallel``, Ansible's ``forks``);
 Ansible with pipelining and ControlPersist (its fastest documented setup).
 
-Three floors run beside the tools (``--tools ... floor floor-shell floor-python``): the least any
-paramiko-based tool can do on this machine. ``floor`` opens one SSH connection per host (one thread each, host
-keys checked against the same known_hosts), runs ``true`` and closes; ``floor-shell`` runs one shell line that
-reads what the converged play reads, as ``file_state.py`` reads it (the umask, ``stat`` of its six paths with
-owner names and times to the ns, ``sha256sum`` of its two files, the shell task's ``test``): what a tool whose
-converged run starts no Python on a host pays at least (its files are made once, in ``fleet-floor``; no run
-lock is taken and no pending handlers are read, which such a run would add);
-``floor-python`` runs ``python3 -c pass`` (what a tool that runs any Python on each host pays at least). Each is
-its own command line, as the tools are: its Python start and imports count. ``pyinfra / floor`` is the most any
-SSH tool could be faster than pyinfra on this machine, where every lab host's sshd runs on the same cores as the
-tool.
+Three floors run beside the tools (``--tools ... floor floor-shell floor-python``): the least any paramiko-based
+tool can do on this machine. ``floor`` opens one SSH connection per host (one thread each, host keys checked
+against the same known_hosts), runs ``true`` and closes; ``floor-shell`` runs one shell line that reads what the
+converged play reads, as ``file_state.py`` reads it (the umask, ``stat`` of its six paths with owner names and
+times to the ns, ``sha256sum`` of its two files, the shell task's ``test``): what a tool whose converged run starts
+no Python on a host pays at least (its files are made once, in ``fleet-floor``; no run lock is taken and no pending
+handlers are read, which such a run would add); ``floor-python`` runs ``python3 -c pass`` (what a tool that runs
+any Python on each host pays at least). Each is its own command line, as the tools are: its Python start and
+imports count. ``pyinfra / floor`` is the most any SSH tool could be faster than pyinfra on this machine, where
+every lab host's sshd runs on the same cores as the tool.
 """
 
 from __future__ import annotations
