@@ -2,9 +2,9 @@
 
 ``nixl_python()`` returns the venv's python. The venv is made from ``/usr/bin/python3`` (the Python a host
 has, not the test runner's) under ``$PROVISION_CACHE/nixl-venv`` (default ``<repo>/.cache``, git-ignored)
-with::
+with uv and the lab's shared uv cache (the one the SGLang stack installs from: the same wheels)::
 
-    pip install --no-deps nixl-cu13==1.5.1 nixl==1.5.1 numpy
+    uv pip install --no-deps nixl-cu13==1.5.1 nixl==1.5.1 numpy
 
 ``--no-deps`` on purpose: both wheels declare ``torch`` (and the ``nixl`` meta package declares
 ``nixl-cu12`` too), but ``import nixl``, the plugin list and DRAM↔DRAM transfers need neither — torch is
@@ -22,7 +22,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from uv import find_uv_bin
+
+from tests.support.stack import shared_dir
+
+REPO = Path(__file__).resolve().parents[2]
 BASE_PYTHON = "/usr/bin/python3"
 PACKAGES = ("nixl-cu13==1.5.1", "nixl==1.5.1", "numpy")
 MARKER = ".provision-nixl-venv"
@@ -48,15 +52,17 @@ def nixl_python() -> str:
         if python.exists() and marker.exists() and marker.read_text() == spec:
             return str(python)
         shutil.rmtree(venv, ignore_errors=True)
-        _run([BASE_PYTHON, "-m", "venv", str(venv)])
-        _run([str(python), "-m", "pip", "install", "-q", "--no-deps", *PACKAGES])
+        uv = find_uv_bin()
+        env = {**os.environ, "UV_CACHE_DIR": str(shared_dir("uv"))}
+        _run([uv, "venv", "-q", "--python", BASE_PYTHON, str(venv)], env)
+        _run([uv, "pip", "install", "-q", "--no-deps", "--python", str(python), *PACKAGES], env)
         _run([str(python), "-c", "import nixl._api"])
         marker.write_text(spec)
     return str(python)
 
 
-def _run(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+def _run(argv: list[str], env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"building the NIXL test venv failed (rc={proc.returncode}): {' '.join(argv)}\n{tail}")

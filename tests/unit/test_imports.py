@@ -8,6 +8,7 @@ Every ``import`` counts, at module level and inside functions; only imports unde
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "provision"
@@ -31,12 +32,15 @@ def _under(name: str, prefixes: tuple[str, ...] | str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def _modules() -> dict[str, tuple[Path, bool]]:
+@functools.cache  # the sources do not change during a session; the tests only read the trees (~1.2 s to parse)
+def _modules() -> dict[str, tuple[Path, bool, ast.Module]]:
+    """Each module of provision/: its file, whether it is a package's ``__init__``, its parsed source."""
     out = {}
     for path in PACKAGE.rglob("*.py"):
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
-        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        out[".".join(parts[:-1] if is_package else parts)] = (path, is_package, tree)
     return out
 
 
@@ -52,6 +56,7 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
     return skip
 
 
+@functools.cache  # each test reads the graph, none changes it
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
 
@@ -61,8 +66,7 @@ def import_graph() -> dict[str, set[str]]:
         return name or None
 
     graph: dict[str, set[str]] = {}
-    for name, (path, is_package) in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for name, (_, is_package, tree) in modules.items():
         skip = _type_checking_only(tree)
         package = name if is_package else name.rpartition(".")[0]
         targets: set[str | None] = set()
@@ -227,8 +231,7 @@ def test_every_module_file_is_in_the_catalog() -> None:
     from provision.modules.base import REGISTRY
 
     registering = set()
-    for name, (path, _) in _modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for name, (_, _, tree) in _modules().items():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and any(
                 isinstance(d, ast.Name) and d.id == "register" for d in node.decorator_list
