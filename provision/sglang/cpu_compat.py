@@ -15,8 +15,9 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
 2. Server flags (:func:`cpu_server_flags`): ``--device cpu --attention-backend torch_native
    --disable-cuda-graph --skip-server-warmup --disable-radix-cache --max-total-tokens N``.
    ``--mem-fraction-static`` does not bound the CPU KV pool; without ``--max-total-tokens`` a server
-   allocated ~2 GB. (Known cost, not fixed here: an idle CPU server's scheduler keeps about one core
-   busy, with or without ``--sleep-on-idle``; on 2 cores an idle pair slows everything else.)
+   allocated ~2 GB. ``--sleep-on-idle``: without it an idle CPU server's scheduler busy-polls a whole core;
+   with it an idle pair's two schedulers took 2.1% and 1.9% of a core (60 s of an idle ``site.yml`` pair,
+   2026-12-06).
 3. Decode flag (:data:`CPU_DECODE_FLAGS`): ``--disaggregation-decode-retraction-backup cpu_tensor``: the
    default backup pins host memory through CUDA.
 4. ``remote/cpu_compat/common_ops.py``: an EMPTY module named ``common_ops``. The sglang-kernel wheel ships CUDA builds
