@@ -61,3 +61,9 @@ def test_the_guard_sees_each_form_of_import(tmp_path: Path) -> None:
         f"from {compat}.harness import Case\n"
     )
     assert [hit.split(":")[0] for hit in imported_test_modules(planted)] == ["1", "2", "3", "4", "6"]
+
+
+def test_the_walk_skips_caches_not_test_folders() -> None:
+    skipped = [".cache/nixl-venv/lib/python3.11/site-packages/numpy/core.py", "unit/__pycache__/test_x.py"]
+    kept = ["unit/test_x.py", "compat/cases/custom_plugins/library/own.py", "support/stack.py"]
+    assert [_cached(TESTS / p) for p in skipped + kept] == [True, True, False, False, False]
