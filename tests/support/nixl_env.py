@@ -24,9 +24,8 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
-from tests.support.stack import shared_dir
+from tests.support.stack import REPO, shared_dir
 
-REPO = Path(__file__).resolve().parents[2]
 BASE_PYTHON = "/usr/bin/python3"
 PACKAGES = ("nixl-cu13==1.5.1", "nixl==1.5.1", "numpy")
 MARKER = ".provision-nixl-venv"
