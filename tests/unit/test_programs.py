@@ -262,6 +262,53 @@ def test_the_spawn_core_kills_the_whole_session_at_the_deadline(
         conn.close()
 
 
+import spawn  # noqa: E402  (the host-side spawn core, as the pump above)
+
+# sh prints its session id (field 6 of /proc/$$/stat), its ignored signals (SigIgn, hex), what came on its stdin
+# (a byte count: data larger than a pipe's buffer went through a feeding thread), then exits 3
+REPORT = b"set -- $(cat /proc/$$/stat); echo sid=$6; grep SigIgn /proc/$$/status; echo in=$(wc -c); exit 3\n"
+
+
+@pytest.mark.parametrize("way", ["posix_spawn", "fork"])
+@pytest.mark.parametrize("size", [0, 200_000])
+def test_a_child_is_sh_in_a_new_session_with_its_pipes_and_default_signals(
+    way: str, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways of starting a command (``posix_spawn`` where the host's Python has it, else fork and exec) give
+    the same child: its own session, the script on fd 3, the data on its stdin (also more than a pipe holds), its
+    stdout and stderr, SIGPIPE/SIGXFSZ/SIGTERM/SIGALRM at their defaults (this Python ignores SIGPIPE), its exit
+    code."""
+    if way == "fork":
+        monkeypatch.setattr(spawn, "_SPAWN", [])
+    else:
+        assert spawn._SPAWN, "this Python has posix_spawn with setsid"
+    script = REPORT + b"#" + b"x" * (2 * spawn.PIPE_BUF) + b"\n" if size else REPORT  # a long script too
+    outr, outw = os.pipe()
+    errr, errw = os.pipe()
+    child = spawn.Child(script, b"d" * size, outw, errw)
+    out, err = pump([outr, errr])
+    assert child.wait(60) and child.rc() == 3, err
+    lines = dict(line.split("=", 1) if "=" in line else line.split(":\t") for line in out.decode().splitlines())
+    assert int(lines["sid"]) == child.pid  # a session of its own: what it starts can be killed with it
+    ignored = int(lines["SigIgn"], 16)
+    assert not any(ignored & (1 << (sig - 1)) for sig in spawn.DEFAULT_SIGNALS), hex(ignored)
+    assert int(lines["in"]) == size
+    for fd in (outr, errr, child.done):
+        os.close(fd)
+
+
+def test_a_child_whose_owner_stopped_waiting_leaves_no_error_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's ``exec`` closes ``done`` once it saw the status; the reaping thread's late write then finds no
+    reader: nothing is printed (it was an ignored BrokenPipeError on the host's stderr)."""
+    raised: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", raised.append)
+    child = spawn.Child(b"sleep 0.2; exit 4\n", b"")
+    os.close(child.done)  # before the child exits
+    assert _until(lambda: child.status is not None)
+    time.sleep(0.5)  # the reaping thread's write, after the status
+    assert child.rc() == 4 and raised == []
+
+
 def test_the_exec_text_is_the_fixed_runner_without_user_values() -> None:
     inv = Command.of("echo", "s3cr3t").render(5, b"data", 1.0)
     assert commands.quote(RUNNER) in inv.text and "s3cr3t" not in inv.text and b"s3cr3t" in inv.stdin
