@@ -4,7 +4,8 @@ KILL), and watch the controller's stream (its end, or 3 H seconds without a hear
 Used by the runner (``runner.py``), the python agent's ``exec`` (``../agent.py``) and async jobs
 (``async_job.py``): the controller puts this text in front of each (``provision.remote.program``). Builtins
 only (``os``, ``select``, ``time``, ``_thread``, ``_signal``: no ``subprocess``, ``threading`` or ``signal``,
-which would double the interpreter's start time), Python 3.6+.
+which would double the interpreter's start time), Python 3.6+. A command starts with ``posix_spawn`` where the
+host's Python has it (3.8+), else with fork and exec (:func:`_spawn`).
 """
 
 import _signal
