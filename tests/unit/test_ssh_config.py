@@ -12,6 +12,8 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from provision.transport import session
 from provision.transport.base import ConnectOptions
@@ -89,3 +91,52 @@ def test_parsed_once_and_again_when_the_file_changes(tmp_path: Path, monkeypatch
     os.utime(path, ns=(0, 1))  # a different mtime even within the clock's resolution
     assert _lookup(path, "h1")["port"] == "2222"
     assert len(parses) == 2
+
+
+def test_a_lookup_tries_only_the_blocks_that_may_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One Host block per host (1,000 here): a lookup tries the host's own block and the blocks with wildcards,
+    negations or Match criteria, not the other hosts' (paramiko tried all of them: 2,003 per pass)."""
+    path = tmp_path / "ssh_config"
+    _write(path, 1000, "\nHost *.example\n  User wild\nMatch originalhost h5*\n  User five\nHost *\n  User ops\n")
+    session.config(ConnectOptions(ssh_config=str(path)))  # parsed (and indexed) before counting
+    tried: list[object] = []
+    real = session._SSHConfig._pattern_matches
+    monkeypatch.setattr(session._SSHConfig, "_pattern_matches", lambda s, p, t: tried.append(p) or real(s, p, t))
+    assert _lookup(path, "h555") == {"hostname": "10.0.2.55", "port": "2555", "user": "five"}
+    blocks = [p for p in tried if isinstance(p, list)]  # a block's Host patterns (a Match criterion's are text)
+    assert len(blocks) == 2 * 5, blocks  # two passes over: the global section, h555, *.example, Match, Host *
+
+
+def test_canonicalization_turns_the_index_off(tmp_path: Path) -> None:
+    """A name may change mid-lookup (CanonicalizeHostname): every block is tried, as paramiko does."""
+    path = tmp_path / "ssh_config"
+    _write(path, 5, "\nHost h2\n  CanonicalizeHostname no\n")
+    config = session.config(ConnectOptions(ssh_config=str(path))).base_ssh_config
+    assert isinstance(config, session._SSHConfig) and config._index is None
+    plain = paramiko.SSHConfig.from_path(str(path))
+    assert all(_lookup(path, h) == dict(plain.lookup(h)) for h in ("h1", "h2", "x"))
+
+
+NAMES = ("h0", "h1", "h2", "web1", "db.example", "x")
+PATTERNS = st.sampled_from([*NAMES, "h*", "*.example", "!h1", "web?", "[hx]0", "*", "h1,h2", "!*.example"])
+OPTIONS = st.sampled_from(["User a", "User b", "Port 2201", "Port 2202", "IdentityFile ~/.ssh/k1",
+                           "IdentityFile ~/.ssh/k2", "HostName 10.9.9.9", "ProxyJump j1"])  # fmt: skip
+MATCHES = st.sampled_from(["all", "host h*", "host !h1,*", "originalhost db.example", "user nobody-else", "final"])
+BLOCK = st.one_of(
+    st.builds(lambda ps, os_: "Host " + " ".join(ps) + "".join(f"\n  {o}" for o in os_),
+              st.lists(PATTERNS, min_size=1, max_size=3), st.lists(OPTIONS, max_size=3)),
+    st.builds(lambda m, os_: f"Match {m}" + "".join(f"\n  {o}" for o in os_), MATCHES, st.lists(OPTIONS, max_size=2)),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(globals_=st.lists(OPTIONS, max_size=2), blocks=st.lists(BLOCK, max_size=8))
+def test_indexed_lookups_are_paramiko_s(tmp_path: Path, globals_: list[str], blocks: list[str]) -> None:
+    """Differential: any mix of global options, literal, wildcard, negated and listed Host patterns and Match
+    blocks gives every name the same answer as paramiko's own lookup (the first value wins, IdentityFiles add
+    up)."""
+    path = tmp_path / f"ssh_config.{len(list(tmp_path.iterdir()))}"
+    path.write_text("".join(o + "\n" for o in globals_) + "\n".join(blocks) + "\n")
+    plain = paramiko.SSHConfig.from_path(str(path))
+    for host in (*NAMES, "other"):
+        assert _lookup(path, host) == dict(plain.lookup(host)), (host, path.read_text())
