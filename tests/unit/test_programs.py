@@ -266,6 +266,7 @@ import spawn  # noqa: E402  (the host-side spawn core, as the pump above)
 
 # sh prints its session id (field 6 of /proc/$$/stat), its ignored signals (SigIgn, hex), what came on its stdin
 # (a byte count: data larger than a pipe's buffer went through a feeding thread), then exits 3
+HOST_PYTHON_FOR_CHILD = "/usr/bin/python3"  # a host's interpreter, as the runner starts it (-I -S)
 REPORT = b"set -- $(cat /proc/$$/stat); echo sid=$6; grep SigIgn /proc/$$/status; echo in=$(wc -c); exit 3\n"
 
 
@@ -295,6 +296,23 @@ def test_a_child_is_sh_in_a_new_session_with_its_pipes_and_default_signals(
     assert int(lines["in"]) == size
     for fd in (outr, errr, child.done):
         os.close(fd)
+
+
+@pytest.mark.parametrize("way", ["posix_spawn", "fork"])
+def test_a_child_gets_its_script_when_the_pipe_already_is_fd_3(way: str) -> None:
+    """In a fresh interpreter (the runner's) fd 3 is free, so the script's pipe IS fd 3: moved onto itself it
+    would keep close-on-exec (posix_spawn before glibc 2.29): it is copied first, and the shell still reads it."""
+    program = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); import spawn\n"
+        "if sys.argv[2] == 'fork': spawn._SPAWN[:] = []\n"
+        "o, i = os.pipe(); os.dup2(o, 10); os.dup2(i, 11); os.close(o); os.close(i)\n"
+        "r, w = os.pipe(); os.close(r); os.close(w); assert r == 3, r  # the Child's first pipe: 3\n"
+        "c = spawn.Child(b'echo read-it; exit 5\\n', b'', 11)\n"
+        "c.wait(60); print(c.rc(), os.read(10, 100).decode().strip(), spawn._SPAWN)\n"
+    )
+    argv = [HOST_PYTHON_FOR_CHILD, "-I", "-S", "-c", program, str(remote.PROGRAMS_DIR), way]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, close_fds=True)
+    assert done.stdout.split() == ["5", "read-it", "[True]" if way == "posix_spawn" else "[]"], done.stderr
 
 
 def test_a_child_whose_owner_stopped_waiting_leaves_no_error_behind(monkeypatch: pytest.MonkeyPatch) -> None:
