@@ -266,7 +266,7 @@ import spawn  # noqa: E402  (the host-side spawn core, as the pump above)
 
 # sh prints its session id (field 6 of /proc/$$/stat), its ignored signals (SigIgn, hex), what came on its stdin
 # (a byte count: data larger than a pipe's buffer went through a feeding thread), then exits 3
-HOST_PYTHON_FOR_CHILD = "/usr/bin/python3"  # a host's interpreter, as the runner starts it (-I -S)
+HOST_PYTHON = "/usr/bin/python3"  # a host's interpreter (the runner starts it -I -S; the agent -S)
 REPORT = b"set -- $(cat /proc/$$/stat); echo sid=$6; grep SigIgn /proc/$$/status; echo in=$(wc -c); exit 3\n"
 
 
@@ -310,7 +310,7 @@ def test_a_child_gets_its_script_when_the_pipe_already_is_fd_3(way: str) -> None
         "c = spawn.Child(b'echo read-it; exit 5\\n', b'', 11)\n"
         "c.wait(60); print(c.rc(), os.read(10, 100).decode().strip(), spawn._SPAWN)\n"
     )
-    argv = [HOST_PYTHON_FOR_CHILD, "-I", "-S", "-c", program, str(remote.PROGRAMS_DIR), way]
+    argv = [HOST_PYTHON, "-I", "-S", "-c", program, str(remote.PROGRAMS_DIR), way]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, close_fds=True)
     assert done.stdout.split() == ["5", "read-it", "[True]" if way == "posix_spawn" else "[]"], done.stderr
 
@@ -333,7 +333,6 @@ def test_the_exec_text_is_the_fixed_runner_without_user_values() -> None:
 
 
 # ---- the code a fresh agent keeps on the host (programs/agent_boot.py: _code) ---------------------------------
-HOST_PYTHON = "/usr/bin/python3"
 
 
 def _agent_run(home: Path, **env: str) -> tuple[int, dict[str, object] | None]:
