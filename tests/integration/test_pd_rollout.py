@@ -102,8 +102,7 @@ class Deployment:
         output is shown whole, an assertion's message is cut short (a request that hung 120 s in a canary's
         rollback, once, 2026-12-06, could not be traced from the 60 lines the message kept)."""
         if client.failures:
-            for host, name in (("lab0", "lab0-router"), ("lab0", "lab0-prefill"), ("lab1", "lab1-prefill"),
-                               ("lab2", "lab2-decode"), ("lab3", "lab3-decode")):  # fmt: skip
+            for host, name in [("lab0", "lab0-router"), *((h, f"{h}-{role}") for h, role in SERVERS.items())]:
                 log = self.lab.run_as(self.index(host), ["tail", "-n", "400", f".provision/pd/logs/{name}.log"])
                 print(f"\n--- {name}.log (last 400 lines)\n{log.stdout}")
         assert client.failures == [], client.failures[:10]
