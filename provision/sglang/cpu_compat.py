@@ -30,6 +30,11 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    request with ``no available backends for mem type 'VRAM_SEG'``). ``sitecustomize`` applies it at
    interpreter start in EVERY process of the server (SGLang's scheduler runs in spawned children, which
    inherit ``PYTHONPATH`` but not a parent's monkey patches), then runs the ``sitecustomize`` it shadows.
+   The same module gives NIXL's progress thread a 1 ms pause (it otherwise spins a whole core per server).
+6. Forked children, in the same module: SGLang sets the ``spawn`` start method for its scheduler and
+   detokenizer (CUDA does not survive a fork), and each spawned child imports SGLang again: a CPU decode
+   server took 41 CPU-s (33 s on 2 cores) to ``/health``. With no CUDA on the host, ``spawn`` becomes
+   ``fork`` and the children inherit the launcher's imports: 14 CPU-s (15 s), every start and restart.
 
 The shipped files go to one directory on the host (``pd_compat_dir``); the launch env puts it first on
 ``PYTHONPATH`` and sets ``PROVISION_CPU_COMPAT=1`` (:func:`cpu_env`).

@@ -2,7 +2,8 @@
 
 Each test fails loudly when a new SGLang, sglang-kernel or NIXL makes a piece unnecessary (drop it) or
 broken (fix it): the pins, the empty ``common_ops`` fallback, the VRAM→DRAM relabel in the NIXL agent (in
-spawned children too), the CPU engine switch and the CPU flags.
+spawned children too), the CPU engine switch and the CPU flags, the progress thread's pause, the forked children
+(that a server's children really are forked, and serve, is checked in ``test_pd_e2e.py``).
 """
 
 from __future__ import annotations
@@ -156,3 +157,22 @@ def test_the_progress_thread_pause_is_still_needed_and_works(lab: Any, sglang_st
     assert "NIXL progress thread pauses 1000 us" in out.stderr
     cpu = json.loads(out.stdout.strip().splitlines()[-1])["cpu"]
     assert cpu < 0.2, f"an idle NIXL agent still uses {cpu:.0%} of a core with the pause"  # busy: a whole core
+
+
+FORK = """
+import json, multiprocessing as mp
+mp.set_start_method("spawn", force=True)  # what SGLang's engine does before it starts the scheduler
+print(json.dumps({"method": mp.get_start_method()}))
+"""
+
+
+def test_forked_children_are_still_needed_and_work(lab: Any, sglang_stack: SglangStack) -> None:
+    engine = source_of(lab, sglang_stack, "sglang.srt.entrypoints.engine")
+    assert 'mp.set_start_method("spawn", force=True)' in engine, (
+        f"SGLang's engine no longer sets the spawn start method the way the fork expects: {RECHECK}"
+    )
+    bare = py(lab, sglang_stack, FORK, compat=False)
+    assert json.loads(bare.stdout.strip().splitlines()[-1]) == {"method": "spawn"}, bare.stderr[-2000:]
+    forked = py(lab, sglang_stack, FORK, compat=True)
+    assert json.loads(forked.stdout.strip().splitlines()[-1]) == {"method": "fork"}, forked.stderr[-2000:]
+    assert "the server's children are forked, not spawned" in forked.stderr

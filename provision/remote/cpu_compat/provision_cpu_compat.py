@@ -1,4 +1,5 @@
-"""Shipped by provision for CPU mode: relabel NIXL "VRAM" memory as "DRAM" (pinned: sglang 0.5.23, nixl 1.5.1).
+"""Shipped by provision for CPU mode: NIXL's "VRAM" relabelled "DRAM", a pause for NIXL's progress thread, and
+a server's children forked (pinned: sglang 0.5.23, nixl 1.5.1).
 
 SGLang's NIXL connector (``sglang/srt/disaggregation/nixl/conn.py``) labels every KV buffer "VRAM". On a CPU
 host those buffers are host memory and UCX refuses to register host memory as VRAM (``NIXL_ERR_BACKEND``).
@@ -14,6 +15,15 @@ beside them waiting for CPU). :func:`patch_bindings` wraps the bindings' ``nixlA
 becomes :data:`PROGRESS_DELAY_US` (the thread then uses about 2 % of a core while idle). GPU servers keep
 NIXL's busy progress thread.
 
+And it forks a server's children instead of spawning them: SGLang sets the ``spawn`` start method (a CUDA
+context does not survive a fork), so its scheduler and detokenizer each start a new interpreter and import
+SGLang again: 15 and 12 of a CPU decode server's 41 CPU-s to ``/health`` on a 2-core machine. No CUDA is
+initialised on a CPU host, so :func:`fork_children` makes ``multiprocessing.set_start_method("spawn")`` choose
+``fork``: the children inherit the launcher's imports (the same server: 14 CPU-s, half the wall time). The
+launcher runs no other Python thread then; its only other threads are numpy's and scipy's OpenBLAS workers,
+which OpenBLAS stops before a fork and starts again after it. A child started with an explicit
+``get_context("spawn")`` is still spawned, and ``PROVISION_CPU_SPAWN=1`` keeps SGLang's ``spawn``.
+
 Only for testing and trying provision without GPUs: never set ``PROVISION_CPU_COMPAT=1`` on a GPU server.
 """
 
@@ -26,6 +36,8 @@ import sys
 MODULES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
 METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")
 MARK = "_provision_dram_relabel"
+FORKED = "provision cpu compat: the server's children are forked, not spawned"
+SPAWN_ENV = "PROVISION_CPU_SPAWN"  # "1": keep SGLang's spawn (benchmarks/cpu_server_start.py compares the two)
 PROGRESS_DELAY_US = 1000
 
 
@@ -114,8 +126,30 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+def fork_children(mp):
+    """Make ``mp.set_start_method("spawn", ...)`` set ``fork`` (once; says so on stderr when it does)."""
+    original = mp.set_start_method
+    if getattr(original, MARK, False):
+        return False
+
+    def set_start_method(method, force=False):
+        if method == "spawn":
+            sys.stderr.write(FORKED + "\n")
+            method = "fork"
+        return original(method, force=force)
+
+    setattr(set_start_method, MARK, True)
+    mp.set_start_method = set_start_method
+    return True
+
+
 def install():
-    """Patch now if NIXL is already imported, and on import otherwise."""
+    """Patch now if NIXL is already imported, and on import otherwise; fork the server's children."""
+    import multiprocessing
+    import os
+
+    if os.environ.get(SPAWN_ENV) != "1":
+        fork_children(multiprocessing)
     for name in MODULES:
         if name in sys.modules:
             _patch_module(sys.modules[name])
