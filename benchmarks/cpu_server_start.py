@@ -1,0 +1,162 @@
+"""A CPU-mode SGLang server's start, to ``/health``: its children forked (CPU mode's default) or spawned (SGLang's).
+
+    python benchmarks/cpu_server_start.py [--venv ~/.provision/venv] [--model ~/.provision/models/tiny-llama]
+                                          [--role decode] [--runs 3]
+
+SGLang starts its scheduler and detokenizer with the ``spawn`` start method, and each spawned child imports
+SGLang again; CPU mode's shipped ``provision_cpu_compat.py`` makes that ``fork`` (``PROVISION_CPU_SPAWN=1``
+keeps ``spawn``: the anchor). Each run starts one server the way a launch script does (the CPU flags and env
+of :mod:`provision.sglang.cpu_compat`, the shipped files first on ``PYTHONPATH``), waits for ``/health``, reads
+the CPU of every process of the server from ``/proc`` (its own and its reaped children's), and kills it. The
+modes alternate; each line is the median of ``--runs`` (wall s to ``/health``, CPU s of the whole server, then
+by process). Needs the SGLang venv and the tiny model that CPU mode's ``pd up`` leaves on a host (the README's
+``provision run site.yml -i inventory/local.yml`` makes both); the model is made when missing. CPU-mode numbers
+are plumbing: they say what a start costs this machine, not what a GPU server does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from provision.remote import __file__ as remote_init  # noqa: E402
+from provision.sglang import cpu_compat  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from ``/proc``."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += parents.get(p, [])
+    return found
+
+
+def cpu_of(pid: int) -> tuple[str, float] | None:
+    """A process's name and CPU seconds (its own and its reaped children's)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    line = " ".join(argv)
+    name = "launcher" if "sglang.launch_server" in line else "resource tracker" if "resource_tracker" in line else ""
+    return name or Path(argv[0]).name, sum(int(f) for f in fields[11:15]) / TICK
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def start_once(venv: Path, model: Path, role: str, spawn: bool, log: Path, timeout: float) -> dict[str, object]:
+    port = free_port()
+    argv = [str(venv / "bin" / "python"), "-m", "sglang.launch_server", "--model-path", str(model),
+            "--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl", "--host", "127.0.0.1",
+            "--port", str(port), "--nccl-port", str(free_port())]  # fmt: skip
+    if role == "prefill":
+        argv += ["--disaggregation-bootstrap-port", str(free_port())]
+    argv += [w for flag in cpu_compat.cpu_server_flags() for w in flag]
+    if role == "decode":
+        argv += [w for flag in cpu_compat.CPU_DECODE_FLAGS for w in flag]
+    env = {**os.environ, **cpu_compat.cpu_env(str(cpu_compat.SHIPPED_DIR))}
+    env.pop("PROVISION_CPU_SPAWN", None)
+    if spawn:
+        env["PROVISION_CPU_SPAWN"] = "1"
+    started = time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while not healthy(port):
+            if proc.poll() is not None:
+                raise SystemExit(f"the server exited ({proc.returncode}) before /health: see {log}")
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"no /health after {timeout:.0f}s: see {log}")
+            time.sleep(0.25)
+        wall = time.monotonic() - started
+        procs = [c for c in (cpu_of(p) for p in tree(proc.pid)) if c is not None]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    forked = "children are forked, not spawned" in log.read_text(errors="replace")
+    return {"wall": wall, "cpu": sum(c for _, c in procs), "procs": procs, "forked": forked}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--venv", type=Path, default=Path.home() / ".provision" / "venv")
+    ap.add_argument("--model", type=Path, default=Path.home() / ".provision" / "models" / "tiny-llama")
+    ap.add_argument("--role", choices=("decode", "prefill"), default="decode")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--json", action="store_true", help="one JSON document instead of the lines")
+    args = ap.parse_args()
+    if not (args.venv / "bin" / "python").exists():
+        raise SystemExit(f"no SGLang venv at {args.venv}: run the README's `provision run site.yml` first, or --venv")
+    if not (args.model / "config.json").exists():
+        maker = Path(remote_init).parent / "make_tiny_model.py"
+        subprocess.run([str(args.venv / "bin" / "python"), str(maker), "make"], check=True, timeout=600,
+                       input=json.dumps({"dest": str(args.model)}), text=True, capture_output=True)  # fmt: skip
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / "provision-cpu-server-start.log"
+    runs: dict[str, list[dict[str, object]]] = {"spawned (SGLang)": [], "forked (CPU mode)": []}
+    for _ in range(args.runs):
+        for mode, rows in runs.items():
+            row = start_once(args.venv, args.model, args.role, mode.startswith("spawned"), log, args.timeout)
+            if row["forked"] == mode.startswith("spawned"):
+                raise SystemExit(f"{mode}: the server's log says otherwise: see {log}")
+            rows.append(row)
+    summary = {}
+    for mode, rows in runs.items():
+        by_name: dict[str, list[float]] = {}
+        for row in rows:
+            for name, cpu in row["procs"]:  # type: ignore[attr-defined]
+                by_name.setdefault(name, []).append(cpu)
+        summary[mode] = {
+            "wall_s": round(statistics.median(float(r["wall"]) for r in rows), 1),  # type: ignore[arg-type]
+            "cpu_s": round(statistics.median(float(r["cpu"]) for r in rows), 1),  # type: ignore[arg-type]
+            "by_process": {n: round(statistics.median(v), 1) for n, v in by_name.items()},
+        }
+    if args.json:
+        print(json.dumps({"role": args.role, "runs": args.runs, "modes": summary}, indent=1))
+        return
+    print(f"a CPU-mode {args.role} server to /health, medians of {args.runs} (alternating), {os.cpu_count()} cores")
+    for mode, s in summary.items():
+        procs = ", ".join(f"{n} {c}" for n, c in s["by_process"].items())  # type: ignore[attr-defined]
+        print(f"  {mode:18} wall {s['wall_s']:5.1f} s   CPU {s['cpu_s']:5.1f} s   ({procs})")
+
+
+if __name__ == "__main__":
+    main()
