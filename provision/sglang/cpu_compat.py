@@ -33,8 +33,9 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    The same module gives NIXL's progress thread a 1 ms pause (it otherwise spins a whole core per server).
 6. Forked children, in the same module: SGLang sets the ``spawn`` start method for its scheduler and
    detokenizer (CUDA does not survive a fork), and each spawned child imports SGLang again: a CPU decode
-   server took 41 CPU-s (33 s on 2 cores) to ``/health``. With no CUDA on the host, ``spawn`` becomes
-   ``fork`` and the children inherit the launcher's imports: 14 CPU-s (15 s), every start and restart.
+   server took 37.5 CPU-s (27.3 s on 2 cores) to ``/health``. With no CUDA on the host, ``spawn`` becomes
+   ``fork`` and the children inherit the launcher's imports: 16.8 CPU-s (17.6 s), every start and restart
+   (``benchmarks/cpu_server_start.py``).
 
 The shipped files go to one directory on the host (``pd_compat_dir``); the launch env puts it first on
 ``PYTHONPATH`` and sets ``PROVISION_CPU_COMPAT=1`` (:func:`cpu_env`).

@@ -17,9 +17,9 @@ NIXL's busy progress thread.
 
 And it forks a server's children instead of spawning them: SGLang sets the ``spawn`` start method (a CUDA
 context does not survive a fork), so its scheduler and detokenizer each start a new interpreter and import
-SGLang again: 15 and 12 of a CPU decode server's 41 CPU-s to ``/health`` on a 2-core machine. No CUDA is
+SGLang again: 14 and 11 of a CPU decode server's 37.5 CPU-s to ``/health`` on a 2-core machine. No CUDA is
 initialised on a CPU host, so :func:`fork_children` makes ``multiprocessing.set_start_method("spawn")`` choose
-``fork``: the children inherit the launcher's imports (the same server: 14 CPU-s, half the wall time). The
+``fork``: the children inherit the launcher's imports (the same server: 16.8 CPU-s, 17.6 s instead of 27.3). The
 launcher runs no other Python thread then; its only other threads are numpy's and scipy's OpenBLAS workers,
 which OpenBLAS stops before a fork and starts again after it. A child started with an explicit
 ``get_context("spawn")`` is still spawned, and ``PROVISION_CPU_SPAWN=1`` keeps SGLang's ``spawn``.
