@@ -149,6 +149,9 @@ def test_each_run_is_a_fork_of_the_resident_with_its_own_run_lock(resident: tupl
 def test_the_end_of_a_run_ends_its_command_and_not_the_resident(resident: tuple, home: Path) -> None:
     proc, res = resident
     run = Run(res)
+    rc, out, _ = run.shell("echo $PPID")
+    assert rc == 0
+    agent = int(out)
     pid_file = home / "sleep.pid"
 
     def sleep() -> None:
@@ -161,6 +164,9 @@ def test_the_end_of_a_run_ends_its_command_and_not_the_resident(resident: tuple,
     assert alive(sleeper)
     run.end()
     assert wait_for(lambda: not alive(sleeper), 10) is not None, "the command outlived its run"
+    # the run's agent holds the run lock until it exits, a moment after it ended its command (a run started in
+    # that moment is told the host is busy)
+    assert wait_for(lambda: not alive(agent), 10) is not None, "the run's agent outlived its run"
     assert proc.poll() is None and res.alive()
     assert Run(res).lock == "locked"
 
