@@ -7,11 +7,12 @@ SGLang starts its scheduler and detokenizer with the ``spawn`` start method, and
 SGLang again; CPU mode's shipped ``provision_cpu_compat.py`` makes that ``fork`` (``PROVISION_CPU_SPAWN=1``
 keeps ``spawn``: the anchor). Each run starts one server the way a launch script does (the CPU flags and env
 of :mod:`provision.sglang.cpu_compat`, the shipped files first on ``PYTHONPATH``), waits for ``/health``, reads
-the CPU of every process of the server from ``/proc`` (its own and its reaped children's), and kills it. The
-modes alternate; each line is the median of ``--runs`` (wall s to ``/health``, CPU s of the whole server, then
-by process). Needs the SGLang venv and the tiny model that CPU mode's ``pd up`` leaves on a host (the README's
-``provision run site.yml -i inventory/local.yml`` makes both); the model is made when missing. CPU-mode numbers
-are plumbing: they say what a start costs this machine, not what a GPU server does.
+the CPU of every process of the server from ``/proc`` (its own and its reaped children's) and their memory
+(PSS: shared pages counted once), and kills it. The modes alternate; each line is the median of ``--runs``
+(wall s to ``/health``, CPU s and PSS of the whole server, then CPU s by process). Needs the SGLang venv and
+the tiny model that CPU mode's ``pd up`` leaves on a host (the README's ``provision run site.yml -i
+inventory/local.yml`` makes both); the model is made when missing. CPU-mode numbers are plumbing: they say what
+a start costs this machine, not what a GPU server does.
 """
 
 from __future__ import annotations
@@ -74,6 +75,17 @@ def cpu_of(pid: int) -> tuple[str, float] | None:
     return name or Path(argv[0]).name, sum(int(f) for f in fields[11:15]) / TICK
 
 
+def pss_mib(pid: int) -> float:
+    """A process's proportional share of memory (shared pages divided among their users), MiB; 0 when gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def healthy(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
@@ -107,12 +119,14 @@ def start_once(venv: Path, model: Path, role: str, spawn: bool, log: Path, timeo
                 raise SystemExit(f"no /health after {timeout:.0f}s: see {log}")
             time.sleep(0.25)
         wall = time.monotonic() - started
-        procs = [c for c in (cpu_of(p) for p in tree(proc.pid)) if c is not None]
+        pids = tree(proc.pid)
+        procs = [c for c in (cpu_of(p) for p in pids) if c is not None]
+        pss = sum(pss_mib(p) for p in pids)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     forked = "children are forked, not spawned" in log.read_text(errors="replace")
-    return {"wall": wall, "cpu": sum(c for _, c in procs), "procs": procs, "forked": forked}
+    return {"wall": wall, "cpu": sum(c for _, c in procs), "pss": pss, "procs": procs, "forked": forked}
 
 
 def main() -> None:
@@ -147,6 +161,7 @@ def main() -> None:
         summary[mode] = {
             "wall_s": round(statistics.median(float(r["wall"]) for r in rows), 1),  # type: ignore[arg-type]
             "cpu_s": round(statistics.median(float(r["cpu"]) for r in rows), 1),  # type: ignore[arg-type]
+            "pss_mib": round(statistics.median(float(r["pss"]) for r in rows)),  # type: ignore[arg-type]
             "by_process": {n: round(statistics.median(v), 1) for n, v in by_name.items()},
         }
     if args.json:
@@ -155,7 +170,7 @@ def main() -> None:
     print(f"a CPU-mode {args.role} server to /health, medians of {args.runs} (alternating), {os.cpu_count()} cores")
     for mode, s in summary.items():
         procs = ", ".join(f"{n} {c}" for n, c in s["by_process"].items())  # type: ignore[attr-defined]
-        print(f"  {mode:18} wall {s['wall_s']:5.1f} s   CPU {s['cpu_s']:5.1f} s   ({procs})")
+        print(f"  {mode:18} wall {s['wall_s']:5.1f} s   CPU {s['cpu_s']:5.1f} s   PSS {s['pss_mib']:5} MiB   ({procs})")
 
 
 if __name__ == "__main__":

@@ -33,38 +33,38 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from provision.api import inventory_pd_vars  # noqa: E402
+from provision import api  # noqa: E402
+from provision.api import Event, TaskFinished, TaskResult, TaskStarted, inventory_pd_vars  # noqa: E402
 from provision.cli.common import parse_extra_vars  # noqa: E402
-from provision.data import defaults, playbook_path  # noqa: E402
-from provision.executor import Executor, RunOptions  # noqa: E402
-from provision.inventory import Inventory  # noqa: E402
 from provision.pd import build  # noqa: E402
 from provision.pd.spec import health_url  # noqa: E402
-from provision.playbook import load_playbook  # noqa: E402
-from provision.report import Reporter  # noqa: E402
-from provision.results import TaskResult  # noqa: E402
 
 VENV = "~/sglang-stack/venv"
 sysconfig.get_config_vars()  # initialise once: CPython 3.11 races when the install threads do it first
 
 
-class Timeline(Reporter):
-    """Records when each task started and when each host's result came in (monotonic seconds)."""
+class Timeline:
+    """Records when each task started and when each host's result came in (monotonic seconds): a listener of
+    the run's events (:mod:`provision.events`)."""
 
     def __init__(self, verbose: bool) -> None:
-        super().__init__(stream=sys.stderr if verbose else open("/dev/null", "w"))  # noqa: SIM115
+        self.verbose = verbose
         self.starts: dict[str, float] = {}
         self.ends: dict[str, float] = {}
         self.results: dict[str, TaskResult] = {}
 
-    def task_start(self, name: str, *, handler: bool = False) -> None:
-        self.starts.setdefault(name, time.monotonic())
-        super().task_start(name, handler=handler)
-
-    def task_result(self, result: TaskResult) -> None:
-        self.ends[result.task] = time.monotonic()
-        self.results[f"{result.task}@{result.host}"] = result
-        super().task_result(result)
+    def __call__(self, event: Event) -> None:
+        now = time.monotonic()
+        if isinstance(event, TaskStarted):
+            self.starts.setdefault(event.name.split(" : ", 1)[-1], now)  # "role : task", as the results name it
+            if self.verbose:
+                print(f"TASK [{event.name}]", file=sys.stderr)
+        elif isinstance(event, TaskFinished):
+            result = event.result
+            self.ends[result.task] = now
+            self.results[f"{result.task}@{result.host}"] = result
+            if self.verbose:
+                print(f"  {result.status.value}: [{result.host}] {result.msg[:200]}", file=sys.stderr)
 
 
 class Probe:
@@ -92,22 +92,17 @@ class Probe:
             time.sleep(self.interval)
 
 
-def run_playbook(name: str, inventory: Inventory, extra: dict[str, Any], verbose: bool) -> tuple[Timeline, float, int]:
+def run_playbook(name: str, inventory: Path, extra: dict[str, Any], verbose: bool) -> tuple[Timeline, float, int]:
+    """A shipped playbook (or a file), as ``provision run`` runs it (the Python API): its timeline, start, exit."""
     timeline = Timeline(verbose)
-    path = playbook_path(name) if not Path(name).is_file() else Path(name)
-    options = RunOptions(extra_vars=extra, forks=20, defaults=defaults())  # the shipped defaults, as the CLI does
-    executor = Executor(inventory, options, timeline, str(path.parent))
     started = time.monotonic()
-    try:
-        summary = executor.run(load_playbook(path))
-    finally:
-        executor.close()
-    return timeline, started, summary.exit_code()
+    result = api.run_playbook(name, inventory, extra_vars=extra, forks=20, on_event=timeline)
+    return timeline, started, result.exit_code
 
 
 def lab_inventory(work: Path) -> tuple[Any, Path]:
-    from tests.integration.test_install import shared_dir
     from tests.support.lab import Lab
+    from tests.support.stack import shared_dir
 
     lab = Lab(2, work / "lab").start()
     common = {
@@ -126,21 +121,24 @@ def lab_inventory(work: Path) -> tuple[Any, Path]:
 
 
 def measure(inventory_path: Path, extra: dict[str, Any], install: bool, verbose: bool) -> dict[str, Any]:
-    inventory = Inventory.load([str(inventory_path)], extra)
     out: dict[str, Any] = {}
     if install:
-        timeline, started, code = run_playbook(str(ROOT / "playbooks" / "install.yml"), inventory, extra, verbose)
+        timeline, started, code = run_playbook("install.yml", inventory_path, extra, verbose)
         changed = any(r.changed for r in timeline.results.values())
         out["install"] = {"seconds": round(time.monotonic() - started, 2), "present": not changed, "rc": code}
-    run_playbook("pd-down.yml", inventory, extra, verbose)
-    deployment = build(inventory_pd_vars(inventory, extra))
+    run_playbook("pd-down.yml", inventory_path, extra, verbose)
+    deployment = build(inventory_pd_vars(api.load(inventory_path, extra_vars=extra).inventory, extra))
     servers = [health_url(p) for p in deployment.servers]
     routers = [health_url(p) for p in deployment.routers]
     probe = Probe(servers + routers)
     probe.start()
-    timeline, t0, code = run_playbook("pd-up.yml", inventory, {**extra, "pd_run_id": uuid.uuid4().hex[:12]}, verbose)
+    timeline, t0, code = run_playbook(
+        "pd-up.yml", inventory_path, {**extra, "pd_run_id": uuid.uuid4().hex[:12]}, verbose
+    )
     probe.stop.set()
     s, e = timeline.starts, timeline.ends
+    if code != 0 or "A real generation through the router" not in e:
+        raise SystemExit(f"pd-up.yml failed (exit {code}); the tasks that ended: {sorted(e)}")
     verify = next((r for k, r in timeline.results.items() if k.startswith("A real generation")), None)
     phases = {
         "prepare": e["SGLang accepts the server command line"] - t0,
@@ -181,7 +179,7 @@ def main() -> int:
             lab, inventory = lab_inventory(work)
         report = measure(inventory, extra, not args.no_install, args.verbose)
         if not args.keep:
-            run_playbook("pd-down.yml", Inventory.load([str(inventory)], extra), extra, args.verbose)
+            run_playbook("pd-down.yml", inventory, extra, args.verbose)
     finally:
         if lab is not None and not args.keep:
             lab.stop()
