@@ -29,9 +29,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.test_install import CACHE_ROOT, shared_dir, stack_inventory  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402
 from tests.support.lab import Lab  # noqa: E402
+from tests.support.stack import CACHE_ROOT, shared_dir, stack_inventory  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 VENV_TASK = "Venv with the pinned stack"

@@ -24,9 +24,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.test_install import CACHE_ROOT, stack_inventory  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402
 from tests.support.lab import Lab  # noqa: E402
+from tests.support.stack import CACHE_ROOT, stack_inventory  # noqa: E402
 
 WHEELS = CACHE_ROOT / "wheels-nixl-1.5.1"  # tests/integration/test_install.py's wheel_dir fixture fills it
 
