@@ -28,8 +28,8 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    memory as VRAM (``NIXL_ERR_BACKEND``). The patch relabels "VRAM" as "DRAM" in the NIXL agent's
    ``get_reg_descs``, ``get_xfer_descs`` AND ``prep_xfer_dlist`` (patching only the first two hangs the
    request with ``no available backends for mem type 'VRAM_SEG'``). ``sitecustomize`` applies it at
-   interpreter start in EVERY process of the server (SGLang's scheduler runs in spawned children, which
-   inherit ``PYTHONPATH`` but not a parent's monkey patches), then runs the ``sitecustomize`` it shadows.
+   interpreter start in EVERY process of the server (SGLang's scheduler runs in children; spawned ones
+   inherit ``PYTHONPATH`` but not a parent's monkey patches: see 6), then runs the ``sitecustomize`` it shadows.
    The same module gives NIXL's progress thread a 1 ms pause (it otherwise spins a whole core per server).
 6. Forked children, in the same module: SGLang sets the ``spawn`` start method for its scheduler and
    detokenizer (CUDA does not survive a fork), and each spawned child imports SGLang again: a CPU decode
