@@ -21,12 +21,10 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,15 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from provision.remote import __file__ as remote_init  # noqa: E402
 from provision.sglang import cpu_compat  # noqa: E402
+from tests.support.waiting import free_port, http_status  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def tree(pid: int) -> list[int]:
@@ -86,14 +78,6 @@ def pss_mib(pid: int) -> float:
     return 0.0
 
 
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
 def start_once(venv: Path, model: Path, role: str, spawn: bool, log: Path, timeout: float) -> dict[str, object]:
     port = free_port()
     argv = [str(venv / "bin" / "python"), "-m", "sglang.launch_server", "--model-path", str(model),
@@ -112,7 +96,7 @@ def start_once(venv: Path, model: Path, role: str, spawn: bool, log: Path, timeo
     with log.open("w") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        while not healthy(port):
+        while http_status(f"http://127.0.0.1:{port}/health") != 200:
             if proc.poll() is not None:
                 raise SystemExit(f"the server exited ({proc.returncode}) before /health: see {log}")
             if time.monotonic() - started > timeout:
