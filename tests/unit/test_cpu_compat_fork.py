@@ -1,9 +1,8 @@
 """CPU mode's forked children (``remote/cpu_compat/provision_cpu_compat.py``, :func:`fork_children`): with the
 shipped files on ``PYTHONPATH`` and ``PROVISION_CPU_COMPAT=1``, ``set_start_method("spawn")`` (SGLang's) sets
 ``fork``, says so once, and the children still run; without ``PROVISION_CPU_COMPAT``, or with
-``PROVISION_CPU_SPAWN=1``, nothing changes. The
-installed SGLang's side (it still asks for ``spawn``; a server's children are forked) is in
-``tests/integration/test_pd_compat.py``."""
+``PROVISION_CPU_SPAWN=1``, nothing changes. The installed SGLang's side (it still asks for ``spawn``; a server's
+children are forked) is in ``tests/integration/test_pd_compat.py``."""
 
 from __future__ import annotations
 
