@@ -85,14 +85,21 @@ def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:
 def sigkill_mid_command(lab: Lab, i: int, proc: subprocess.Popen[Any], pidfile: str) -> float | None:
     """SIGKILL the run ``proc`` once host i's command wrote ``pidfile``: the seconds until that command and its
     ``sleep 300`` were gone, None if they outlived 10 s."""
+    sleeps: list[int] = []
+
+    def sleeping() -> bool:  # the shell wrote its pid before it started the sleep: wait for that too
+        sleeps[:] = pids_of(lab.hosts[i].user, "sleep 300")
+        return bool(sleeps)
+
     try:
         pid = read_pid(lab, i, pidfile, 30)
-        sleeps = pids_of(lab.hosts[i].user, "sleep 300")
-        assert sleeps
+        assert wait_for(sleeping, 15) is not None, "the command's sleep 300 never started"
         proc.kill()
         proc.communicate(timeout=15)
     finally:
-        proc.kill()
+        if proc.returncode is None:  # a failed assertion: reap the run here, not in a later test's warnings
+            proc.kill()
+            proc.communicate(timeout=15)
     return wait_for(lambda: not alive(pid) and not any(alive(p) for p in sleeps), 10)
 
 
