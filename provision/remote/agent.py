@@ -229,6 +229,11 @@ def _exec(script, data, timeout):
 
 
 _lock_fds = []  # type: list[int]  # the run lock, held until the agent exits
+# A held run lock is tried again for LOCK_GRACE seconds before the run is told the host is busy: the agent of a
+# run that just ended holds it until it exits, which takes up to 2 s more when a command of that run ignores TERM
+# (:func:`_kill_children`); a run started right after another ended waits for it instead of failing.
+# programs/run_lock.py waits the same.
+LOCK_GRACE = 5.0
 
 
 def _lock(name, holder):
@@ -240,9 +245,15 @@ def _lock(name, holder):
     except OSError:
         pass
     fd = os.open(os.path.join(d, "run-%s.lock" % name), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    end = time.time() + LOCK_GRACE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.time() < end:
+                time.sleep(0.05)
+                continue
         line = os.pread(fd, 4096, 0).split(b"\n")[0]
         os.close(fd)
         return b"busy " + line
