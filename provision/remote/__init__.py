@@ -121,10 +121,11 @@ def source(name: str) -> bytes:
 # The programs provision itself runs on hosts: the runner and its selector, async jobs, the run lock, the two
 # bootstraps (``programs/``) and the python agent (``agent.py``). They travel in command lines (what the host's
 # ``ps`` shows: no user value ever) or, the agent, zlib'd in one; so they go minified (:func:`minified`), and
-# each that imports a core (:data:`CORES`: ``from spawn import ...``, ``from pump import ...``) has their text put
-# in front of it, in that order.
+# each that imports a core (:data:`CORES`: ``from spawn import ...``, ``from pump import ...``, the run lock's take
+# ``from lockwait import ...``) has their text put in front of it, in that order.
 PROGRAMS_DIR = REMOTE_DIR / "programs"
-CORES = ("codec", "pump", "spawn", "frames")  # the programs' own libraries, in the order they are put in front
+# the programs' own libraries, in the order they are put in front
+CORES = ("codec", "pump", "spawn", "frames", "lockwait")
 _CORE_IMPORT = re.compile(r"^from (%s) import [^\n]*\n" % "|".join(CORES), re.M)
 
 

@@ -49,6 +49,7 @@ import time
 
 from codec import dumps, loads
 from frames import frames
+from lockwait import take_lock
 from pump import pump
 from spawn import Child, watch
 
@@ -229,31 +230,16 @@ def _exec(script, data, timeout):
 
 
 _lock_fds = []  # type: list[int]  # the run lock, held until the agent exits
-# A held run lock is tried again for LOCK_GRACE seconds before the run is told the host is busy: the agent of a
-# run that just ended holds it until it exits, which takes up to 2 s more when a command of that run ignores TERM
-# (:func:`_kill_children`); a run started right after another ended waits for it instead of failing.
-# programs/run_lock.py waits the same.
-LOCK_GRACE = 5.0
 
 
 def _lock(name, holder):
-    import fcntl
-
     d = os.path.expanduser("~/.provision")
     try:
         os.makedirs(d, 0o700)
     except OSError:
         pass
     fd = os.open(os.path.join(d, "run-%s.lock" % name), os.O_RDWR | os.O_CREAT, 0o600)
-    end = time.time() + LOCK_GRACE
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError:
-            if time.time() < end:
-                time.sleep(0.05)
-                continue
+    if not take_lock(fd):  # still held after the grace (programs/lockwait.py)
         line = os.pread(fd, 4096, 0).split(b"\n")[0]
         os.close(fd)
         return b"busy " + line

@@ -1,9 +1,9 @@
 """The run lock's grace, without a network: a run that asks for a host's run lock while the agent of a run that
 just ended still holds it (it takes that run's commands with it first: up to 2 s more for one that ignores
-TERM) waits for it, up to ``LOCK_GRACE`` seconds, instead of being told the host is busy; a lock held for
-longer is still refused, naming its holder. Both takers: the host's python agent (``op: lock``) and the
-stand-alone locker (``RUN_LOCKER``) of a host whose agent could not start. Against a real sshd:
-tests/integration/test_trust_transport.py (a run right after an interrupted one)."""
+TERM) waits for it, up to ``LOCK_GRACE`` seconds (``remote/programs/lockwait.py``), instead of being told the
+host is busy; a lock held for longer is still refused, naming its holder. Both takers: the host's python agent
+(``op: lock``) and the stand-alone locker (``RUN_LOCKER``) of a host whose agent could not start. Against a
+real sshd: tests/integration/test_trust_transport.py (a run right after an interrupted one)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from provision import remote
 from provision.transport.agent import PythonAgent
 from provision.transport.base import RUN_LOCKER
 from provision.transport.local import _PipeStream
 from tests.unit.test_heartbeat import finish
 
 NAME = "grace-host"
-GRACE = 5.0  # provision/remote/agent.py LOCK_GRACE, programs/run_lock.py's
+GRACE = remote.host_library("lockwait").LOCK_GRACE  # the take both use: provision/remote/programs/lockwait.py
 
 
 def holder(home: Path) -> subprocess.Popen[bytes]:

@@ -1,17 +1,17 @@
 """The run lock on a channel of its own (``python3 -c RUN_LOCKER NAME H``), for a host whose python agent could
 not start: holds ``~/.provision/run-NAME.lock`` (flock) for as long as the run is connected.
 
-Reads the holder's description (one line) from stdin, answers ``locked`` or, when the lock stays held for 5 s (a
-run that just ended may still be taking its commands with it), ``busy <the holder's line>``; then it
-waits for its stdin to end (the run closed the connection or died: sshd closes it) or, when H > 0, for 3 H
+Reads the holder's description (one line) from stdin, answers ``locked`` or, when the lock stays held for the grace
+(``lockwait.py``: a run that just ended may still be taking its commands with it), ``busy <the holder's line>``;
+then it waits for its stdin to end (the run closed the connection or died: sshd closes it) or, when H > 0, for 3 H
 seconds without a heartbeat (a frozen controller, a silently dropped link), and exits: the lock is free.
 """
 
-import fcntl
 import os
 import select
 import sys
-import time
+
+from lockwait import take_lock
 
 
 def main():
@@ -28,15 +28,7 @@ def main():
         if not chunk:
             sys.exit(0)
         holder += chunk
-    end = time.time() + 5.0  # the agent's LOCK_GRACE: a run that just ended may still be taking its commands
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError:
-            if time.time() < end:
-                time.sleep(0.05)
-                continue
+    if not take_lock(fd):  # still held after the grace (lockwait.py)
         os.write(1, b"busy " + os.pread(fd, 4096, 0).split(b"\n")[0] + b"\n")
         sys.exit(1)
     os.ftruncate(fd, 0)
