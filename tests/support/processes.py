@@ -4,7 +4,9 @@ multi-host group (NOT SGLang) that the group-watch tests supervise."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pwd
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from provision import remote
+from provision.transport.base import RUN_LOCKER
 from tests.support.lab import Lab
 
 HELPER = remote.path("process_ctl.py")
@@ -38,6 +41,31 @@ def alive(pid: int | None) -> bool:
     except (OSError, TypeError):
         return False
     return state not in ("Z", "X")
+
+
+def finish(proc: subprocess.Popen[bytes]) -> None:
+    """Kill (if still there), reap, close our pipe ends."""
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+def start_locker(home: Path, name: str, heartbeat: float, holder: bytes) -> subprocess.Popen[bytes]:
+    """The stand-alone run locker (``RUN_LOCKER``) asking for the run lock ``name`` under ``HOME=home``, as a
+    channel would start it: ``holder`` (its one line) sent; its answer is the next line of its stdout."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN_LOCKER, name, f"{heartbeat:g}"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "HOME": str(home)},
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(holder + b"\n")
+    proc.stdin.flush()
+    return proc
 
 
 def wait_for(cond: Callable[[], bool], limit: float, step: float = 0.05) -> float | None:

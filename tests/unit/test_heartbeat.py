@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,8 @@ import pytest
 from provision.commands import HEARTBEAT, Command
 from provision.transport import ConnectOptions
 from provision.transport.agent import PythonAgent
-from provision.transport.base import RUN_LOCKER
 from provision.transport.local import _PipeStream
+from tests.support.processes import finish, start_locker
 
 H = 0.3
 
@@ -41,16 +41,6 @@ def wait_for(cond: Callable[[], bool], limit: float) -> float | None:
             return time.monotonic() - started
         time.sleep(0.02)
     return None
-
-
-def finish(proc: subprocess.Popen[bytes]) -> None:
-    """Kill (if still there), reap, close our pipe ends."""
-    proc.kill()
-    proc.wait()
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with suppress(OSError):
-                pipe.close()
 
 
 @contextmanager
@@ -149,23 +139,14 @@ def test_a_controller_silent_before_the_script_is_sent_leaves_no_runner() -> Non
         finish(proc)
 
 
-def start_locker(tmp_path: Path, heartbeat: float) -> subprocess.Popen[bytes]:
-    name = f"hb-{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RUN_LOCKER, name, f"{heartbeat:g}"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "HOME": str(tmp_path)},
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(b"test holder\n")
-    proc.stdin.flush()
-    assert proc.stdout.readline() == b"locked\n"
+def locked(tmp_path: Path, heartbeat: float) -> subprocess.Popen[bytes]:
+    proc = start_locker(tmp_path, f"hb-{os.getpid()}-{time.monotonic_ns()}", heartbeat, b"test holder")
+    assert proc.stdout is not None and proc.stdout.readline() == b"locked\n"
     return proc
 
 
 def test_the_run_lock_holder_lets_go_when_the_controller_goes_silent(tmp_path: Path) -> None:
-    proc = start_locker(tmp_path, H)
+    proc = locked(tmp_path, H)
     try:
         with beating(proc, H):
             time.sleep(5 * H)
@@ -178,7 +159,7 @@ def test_the_run_lock_holder_lets_go_when_the_controller_goes_silent(tmp_path: P
 
 
 def test_the_run_lock_holder_without_heartbeat_interval_waits_for_eof(tmp_path: Path) -> None:
-    proc = start_locker(tmp_path, 0)
+    proc = locked(tmp_path, 0)
     try:
         time.sleep(5 * H)
         assert proc.poll() is None

@@ -19,9 +19,8 @@ import pytest
 
 from provision import remote
 from provision.transport.agent import PythonAgent
-from provision.transport.base import RUN_LOCKER
 from provision.transport.local import _PipeStream
-from tests.unit.test_heartbeat import finish
+from tests.support.processes import finish, start_locker
 
 NAME = "grace-host"
 GRACE = remote.host_library("lockwait").LOCK_GRACE  # the take both use: provision/remote/programs/lockwait.py
@@ -29,29 +28,14 @@ GRACE = remote.host_library("lockwait").LOCK_GRACE  # the take both use: provisi
 
 def holder(home: Path) -> subprocess.Popen[bytes]:
     """The run lock of NAME held (by the stand-alone locker) until its stdin is closed."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RUN_LOCKER, NAME, "0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "HOME": str(home)},
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(b"the run that ends\n")
-    proc.stdin.flush()
-    assert proc.stdout.readline() == b"locked\n"
+    proc = start_locker(home, NAME, 0, b"the run that ends")
+    assert proc.stdout is not None and proc.stdout.readline() == b"locked\n"
     return proc
 
 
 def by_locker(home: Path) -> tuple[str, Callable[[], None]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RUN_LOCKER, NAME, "0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**os.environ, "HOME": str(home)},
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(b"the next run\n")
-    proc.stdin.flush()
+    proc = start_locker(home, NAME, 0, b"the next run")
+    assert proc.stdout is not None
     return proc.stdout.readline().decode().strip(), lambda: finish(proc)
 
 
@@ -70,12 +54,21 @@ def by_agent(home: Path) -> tuple[str, Callable[[], None]]:
 TAKERS = {"agent": by_agent, "locker": by_locker}
 
 
+# the ended run's agent lets go 1.5 s after the next run asked: taken; or it never does: refused after the grace
+CASES = {"let-go-within-the-grace": (1.5, "locked"), "held-past-the-grace": (None, "busy the run that ends")}
+
+
 @pytest.mark.parametrize("taker", TAKERS)
-def test_a_lock_let_go_within_the_grace_is_taken(tmp_path: Path, taker: str) -> None:
+@pytest.mark.parametrize("case", CASES)
+def test_a_held_lock_is_waited_for_for_the_grace_then_refused_naming_its_holder(
+    tmp_path: Path, taker: str, case: str
+) -> None:
+    lets_go, expected = CASES[case]
     held = holder(tmp_path)
     assert held.stdin is not None
-    timer = threading.Timer(1.5, held.stdin.close)  # the ended run's agent exits 1.5 s after the next run asked
-    timer.start()
+    timer = threading.Timer(lets_go or 0.0, held.stdin.close)
+    if lets_go is not None:
+        timer.start()
     started = time.monotonic()
     try:
         answer, end = TAKERS[taker](tmp_path)
@@ -84,19 +77,5 @@ def test_a_lock_let_go_within_the_grace_is_taken(tmp_path: Path, taker: str) -> 
     finally:
         timer.cancel()
         finish(held)
-    assert answer == "locked", answer
-    assert waited >= 1.0  # it did wait for the holder
-
-
-@pytest.mark.parametrize("taker", TAKERS)
-def test_a_lock_held_past_the_grace_is_refused_naming_its_holder(tmp_path: Path, taker: str) -> None:
-    held = holder(tmp_path)
-    started = time.monotonic()
-    try:
-        answer, end = TAKERS[taker](tmp_path)
-        waited = time.monotonic() - started
-        end()
-    finally:
-        finish(held)
-    assert answer == "busy the run that ends", answer
-    assert waited >= GRACE - 0.5
+    assert answer == expected, answer
+    assert waited >= (1.0 if lets_go is not None else GRACE - 0.5)  # it did wait
