@@ -168,7 +168,7 @@ class Keeper:
         except Exception:
             resident.close()
             return False
-        if not resident.first_answer(rid, resident.conn.opts.channel_timeout + (30.0 if fresh else 0.0)):
+        if not resident.first_answer(rid, resident.conn.opts.channel_timeout + (30.0 if fresh else 0.0), beat):
             resident.drop(rid)
             resident.close()
             if not fresh:

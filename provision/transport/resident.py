@@ -19,9 +19,11 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from typing import Any
 
 from .. import remote
+from ..commands import HEARTBEAT
 
 CHUNK_MAX = 1 << 20  # bytes of a frame's data (a resident sends at most 64 KiB)
 SEND_WAIT = 60.0  # seconds a run's socket may refuse its answers
@@ -78,11 +80,22 @@ class Resident:
         self._send(b"o %d %g %g\n" % (rid, idle, beat) + b"d %d %d\n" % (rid, len(first)) + first)
         return rid
 
-    def first_answer(self, rid: int, timeout: float) -> bool:
+    def first_answer(self, rid: int, timeout: float, beat: float = 0.0) -> bool:
         """Whether the run's agent answered its first request within ``timeout`` (else the link is stale, or
-        the resident is gone: the caller drops the run and goes another way)."""
+        the resident is gone: the caller drops the run and goes another way). Meanwhile the agent gets a
+        heartbeat every ``beat`` seconds (> 0), as the run would send it: the first request takes the run lock,
+        and a held lock is waited for (its grace, longer than 3 beats of silence may be)."""
         run = self._runs[rid]
-        return run.answered.wait(timeout) and not self.dead.is_set()
+        end = time.monotonic() + timeout
+        while not self.dead.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if run.answered.wait(min(left, beat) if beat > 0 else left):
+                return not self.dead.is_set()
+            with contextlib.suppress(Exception):
+                self._send(b"d %d %d\n" % (rid, len(HEARTBEAT)) + HEARTBEAT)
+        return False
 
     def hand_over(self, rid: int, said: bytes) -> None:
         """Send the run ``said`` (the keeper's "ok"), then what its agent answered so far; from then on its

@@ -128,20 +128,30 @@ class SSHConnection(AgentSide):
         agent = PythonAgent(self.name, stream, self._agent_answered, preloaded=True)
         agent.has_scripts(stream.scripts)
         agent.phases = self.phases
+        self._watch_stop = stop = threading.Event()
+        self._beats.set(agent, agent.beat)  # a held lock is waited for (its grace): beating meanwhile
+        self._beating(None, stop)
+
+        def give_up() -> None:
+            stop.set()
+            self._beats.set(agent, None)
+            agent.close()
+
         try:
             answer, home = agent.lock(*self._lock_args(), sent=True)
         except (AgentUnavailable, OutputTooLarge):
-            agent.close()
-            raise AgentUnavailable("no agent on the kept connection") from None
+            answer, home = "", ""  # no agent
+        except BaseException:
+            give_up()
+            raise
         if answer != "locked":
-            agent.close()
+            give_up()
             if answer.startswith("busy"):
                 raise busy(self.name, answer)
-            raise AgentUnavailable("the agent did not take the run lock")
+            why = "the agent did not take the run lock" if answer else "no agent on the kept connection"
+            raise AgentUnavailable(why)
         self._lock_held_by(interpreter, agent, home)
         self._kept = True
-        self._watch_stop = threading.Event()
-        self._beating(None, self._watch_stop)
         self.phases.add("kept:bootstrap+lock+home", started)
 
     def _open_direct(self, run_lock: bool) -> None:

@@ -74,15 +74,19 @@ class AgentSide:
         transport = conn.client.get_transport()
         assert transport is not None
         interpreter = self._interpreter()
+        agent = None
         try:
             agent = self._start_agent(transport, interpreter, self._lock_request())
+            self._beats.set(agent, agent.beat)  # a held lock is waited for (its grace): beating meanwhile
             answer, home = agent.lock(*self._lock_args(), sent=True)
         except (AgentUnavailable, OutputTooLarge):  # no agent: no python3 yet, or not an agent at all
+            self._beats.set(agent, None)
             self._take_run_lock_alone(transport, interpreter)
             return
         if answer == "locked":
             self._lock_held_by(interpreter, agent, home)
             return
+        self._beats.set(agent, None)
         agent.close()
         if answer.startswith("busy"):
             raise busy(self.name, answer)
@@ -107,12 +111,13 @@ class AgentSide:
         if dead is not None:
             self._beats.set(dead, None)
         agent = self._start_agent(self._transport(), interpreter)
+        self._beats.set(agent, agent.beat)  # before the lock, which may be waited for
         if interpreter == self._lock_agent:
             answer, _ = agent.lock(lock_name(self.name), lock_holder())
             if answer != "locked":
+                self._beats.set(agent, None)
                 agent.close()
                 raise busy(self.name, answer)
-        self._beats.set(agent, agent.beat)
         return agent
 
     def _lock_args(self) -> tuple[str, str, tuple[str, ...], int]:

@@ -486,6 +486,29 @@ def test_heartbeats_keep_a_long_command_the_lock_and_the_agent_alive(lab: Lab, l
         conn.close()
 
 
+def test_heartbeats_keep_an_agent_that_waits_for_the_run_lock_alive(lab: Lab, lab_env: None) -> None:
+    """H = 1 s, and the run lock held 4 s more by a run that ends then (the lock's grace is 5 s): the agent that
+    waits for it is beaten meanwhile, lives, and holds the lock itself (unbeaten, it ended after 3 s of silence
+    and the stand-alone locker took the lock in its stead)."""
+    user = lab.hosts[0].user
+    first, second = ssh(lab, run_lock=True), ssh(lab, connect_timeout=1.0, run_lock=True)
+    timer = threading.Timer(4.0, first.close)
+    try:
+        assert first.run(Command.of("true"), timeout=30).rc == 0  # it holds host 0's run lock
+        timer.start()
+        started = time.monotonic()
+        result = second.run(Command.of("true"), timeout=60)
+        waited = time.monotonic() - started
+        assert result.rc == 0 and waited >= 3.5, (result, waited)
+        assert pids_of(user, "provision-agent") and not pids_of(user, LOCKER_MARK)  # the agent holds the lock
+        agent = second.python_agent("python3")
+        assert agent.call("file_state.py", ["stat"], b'{"paths": ["/"]}', 30).rc == 0
+    finally:
+        timer.cancel()
+        first.close()
+        second.close()
+
+
 def test_local_commands_and_agents_expect_no_heartbeat(tmp_path: Path) -> None:
     conn = LocalConnection("local")
     try:
