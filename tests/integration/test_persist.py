@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from provision.transport.persist import SOCKET
 from tests.support.lab import Lab
-from tests.support.processes import alive, pids_of, read_pid, sigkill_mid_command, wait_for
+from tests.support.processes import alive, openers, pids_of, read_pid, sigkill_mid_command, wait_for
 from tests.support.rtt_proxy import RttProxy
 
 pytestmark = pytest.mark.lab
@@ -274,3 +275,38 @@ def test_a_sigkilled_run_kills_its_remote_command_not_the_kept_connection(lab: L
     assert _status(env, tmp_path)["residents"] == 1  # the run's agent was the resident's fork: it lives on too
     again = _cli(env, tmp_path, "run", "who.yml", "-i", str(inv), "--persist", "120")
     assert again.returncode == 0, again.stdout + again.stderr  # the run lock died with the killed run
+
+
+def test_a_kept_run_that_waits_for_the_run_lock_keeps_its_kept_agent(lab: Lab, tmp_path: Path,
+                                                                    runtime: dict[str, str]) -> None:  # fmt: skip
+    """H = 1 s (``--connect-timeout 1``): a kept run that waits 3.5 s for the run lock of a run that ends then
+    (within the lock's grace, 5 s) is beaten meanwhile: its agent lives and takes the lock (unbeaten, it ended
+    after 3 s of silence and the run connected on its own, with a warning)."""
+    env = {**runtime, **lab.ssh_env()}
+    inv = lab.write_inventory(tmp_path / "inv.yml", names=[2])
+    (tmp_path / "sleep.yml").write_text(SLEEP)
+    (tmp_path / "who.yml").write_text(WHO.format(tag="w"))
+    lab.run_as(2, ["rm", "-f", "persist-sleep.pid"])
+    lock = f".provision/run-{lab.hosts[2].name}.lock"
+    first = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", str(inv)], env=env,
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    second = None
+    try:
+        read_pid(lab, 2, "persist-sleep.pid", 30)  # the first run holds the lock
+        second = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", str(inv), "--persist",
+                                   "120", "--connect-timeout", "1"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
+        waiting = wait_for(lambda: len(openers(lab.hosts[2].user, lock)) >= 2, 30)
+        assert waiting is not None, "the kept run never asked for the lock"
+        time.sleep(3.5)  # > 3 H of silence, < the grace
+        first.kill()  # its agent takes its command with it, then lets go of the lock
+        first.communicate(timeout=30)
+        out, err = second.communicate(timeout=60)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    assert second.returncode == 0, out + err
+    assert "--persist: no keeper" not in err, err  # the kept agent took the lock itself
+    assert _status(env, tmp_path)["kept"] == 1

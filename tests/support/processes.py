@@ -96,6 +96,22 @@ def pids_of(user: str, needle: str) -> list[int]:
     return out
 
 
+def openers(user: str, suffix: str) -> list[int]:
+    """Live processes of ``user`` with a file whose path ends with ``suffix`` open (a run lock's holder and the
+    runs that wait for it)."""
+    uid = pwd.getpwnam(user).pw_uid
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or entry.stat().st_uid != uid or not alive(int(entry.name)):
+                continue
+            if any(os.readlink(fd).endswith(suffix) for fd in (entry / "fd").iterdir()):
+                out.append(int(entry.name))
+        except OSError:
+            continue
+    return out
+
+
 def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:
     """The pid host i wrote to ``path`` (read as its user), waiting up to ``limit`` seconds for it."""
     got: list[int] = []
