@@ -78,38 +78,34 @@ def wait_for(cond: Callable[[], bool], limit: float, step: float = 0.05) -> floa
     return None
 
 
-def pids_of(user: str, needle: str) -> list[int]:
-    """Live processes of ``user`` whose command line contains ``needle``."""
+def _matching(user: str, test: Callable[[Path], bool]) -> list[int]:
+    """Live processes of ``user`` whose ``/proc/PID`` passes ``test`` (one gone meanwhile does not)."""
     uid = pwd.getpwnam(user).pw_uid
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if entry.stat().st_uid != uid:
+            if entry.stat().st_uid != uid or not test(entry):
                 continue
-            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if needle in args and alive(int(entry.name)):
+        if alive(int(entry.name)):
             out.append(int(entry.name))
     return out
+
+
+def pids_of(user: str, needle: str) -> list[int]:
+    """Live processes of ``user`` whose command line contains ``needle``."""
+    return _matching(
+        user, lambda proc: needle in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    )
 
 
 def openers(user: str, suffix: str) -> list[int]:
     """Live processes of ``user`` with a file whose path ends with ``suffix`` open (a run lock's holder and the
     runs that wait for it)."""
-    uid = pwd.getpwnam(user).pw_uid
-    out = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if not entry.name.isdigit() or entry.stat().st_uid != uid or not alive(int(entry.name)):
-                continue
-            if any(os.readlink(fd).endswith(suffix) for fd in (entry / "fd").iterdir()):
-                out.append(int(entry.name))
-        except OSError:
-            continue
-    return out
+    return _matching(user, lambda proc: any(os.readlink(fd).endswith(suffix) for fd in (proc / "fd").iterdir()))
 
 
 def read_pid(lab: Lab, i: int, path: str, limit: float = 15.0) -> int:

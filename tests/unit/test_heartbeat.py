@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,26 +21,9 @@ from provision.commands import HEARTBEAT, Command
 from provision.transport import ConnectOptions
 from provision.transport.agent import PythonAgent
 from provision.transport.local import _PipeStream
-from tests.support.processes import finish, start_locker
+from tests.support.processes import alive, finish, start_locker, wait_for
 
 H = 0.3
-
-
-def gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] in "ZX"
-
-
-def wait_for(cond: Callable[[], bool], limit: float) -> float | None:
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
-        if cond():
-            return time.monotonic() - started
-        time.sleep(0.02)
-    return None
 
 
 @contextmanager
@@ -95,12 +78,12 @@ def test_a_silent_controller_gets_the_command_and_its_group_killed(tmp_path: Pat
     pidfile = tmp_path / "pid"
     proc = start_runner(Command.shell(f"sleep 300 & echo $! > {pidfile}; wait"), H)
     try:
-        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 10) is not None
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 10, 0.02) is not None
         started = time.monotonic()
         pid = int(pidfile.read_text())
         assert proc.wait(10) == 129  # as for EOF; nothing closed stdin: the heartbeats just never came
         took = time.monotonic() - started
-        assert wait_for(lambda: gone(pid), 5) is not None
+        assert wait_for(lambda: not alive(pid), 5, 0.02) is not None
         assert took < 3 * H + 2, took
     finally:
         finish(proc)
@@ -214,10 +197,10 @@ def test_the_agent_takes_a_running_script_with_it_when_the_controller_goes_silen
     proc.stdin.write(b"%d\n" % len(request) + request)
     proc.stdin.flush()
     try:
-        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().isdigit(), 10) is not None
+        assert wait_for(lambda: pidfile.exists() and pidfile.read_text().isdigit(), 10, 0.02) is not None
         child = int(pidfile.read_text())
         assert proc.wait(3 * H + 5) == 0
-        assert wait_for(lambda: gone(child), 5) is not None
+        assert wait_for(lambda: not alive(child), 5, 0.02) is not None
     finally:
         agent.close()
 

@@ -165,7 +165,7 @@ def test_the_end_of_a_run_ends_its_command_and_not_the_resident(resident: tuple,
     run.end()
     assert wait_for(lambda: not alive(sleeper), 10) is not None, "the command outlived its run"
     # the run's agent holds the run lock until it exits, a moment after it ended its command (a run started in
-    # that moment is told the host is busy)
+    # that moment waits for it: the lock's grace, remote/programs/lockwait.py)
     assert wait_for(lambda: not alive(agent), 10) is not None, "the run's agent outlived its run"
     assert proc.poll() is None and res.alive()
     assert Run(res).lock == "locked"
