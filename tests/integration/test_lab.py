@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pwd
@@ -11,6 +12,8 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -315,6 +318,46 @@ def test_stop_removes_everything(tmp_path: Path) -> None:
     assert _gone(users, pids)
     assert not (tmp_path / "lab").exists()
     assert _processes_of(uid) == []
+
+
+def _passwd_lock_holders() -> list[int]:
+    """The pids holding the shadow tools' lock (``lckpwdf``: a POSIX lock on /etc/.pwd.lock), from /proc/locks."""
+    try:
+        inode = Path("/etc/.pwd.lock").stat().st_ino
+    except FileNotFoundError:
+        return []
+    holders = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" not in fields and len(fields) > 5 and fields[5].rsplit(":", 1)[-1] == str(inode):
+            holders.append(int(fields[4]))
+    return holders
+
+
+def test_stop_removes_a_big_home_without_holding_the_passwd_lock(tmp_path: Path) -> None:
+    """``userdel -r`` removes the home with the passwd lock held: a home of a venv's size outlasted the 15 s every
+    other useradd/usermod on the machine waits for it (a parallel test failed "cannot lock /etc/passwd")."""
+    lab = Lab(1, tmp_path / "lab")
+    lab.start()
+    home, user = lab.host(0).home, lab.host(0).user
+    for d in range(200):
+        (home / f"d{d}").mkdir()
+        for f in range(200):
+            (home / f"d{d}" / f"f{f}").touch()
+    full = len(list(home.iterdir()))
+    stopping = threading.Thread(target=lab.stop)
+    stopping.start()
+    seen = []  # (pid, entries left in the home) whenever a process about our user holds the lock
+    while stopping.is_alive():
+        for pid in _passwd_lock_holders():
+            with contextlib.suppress(OSError):
+                if user in (Path(f"/proc/{pid}") / "cmdline").read_bytes().decode(errors="replace"):
+                    left = len(list(home.iterdir())) if home.exists() else 0
+                    seen.append((pid, left))
+        time.sleep(0.005)
+    stopping.join()
+    assert not home.exists()
+    assert [s for s in seen if 0 < s[1] < full] == []  # never half removed while it holds the lock
 
 
 def _processes_of(uid: int) -> list[str]:

@@ -250,7 +250,11 @@ def _remove_user(user: str) -> None:
     if entry.pw_uid < 1000:  # never a system account, whatever a lab.json says
         return
     _kill(_pids_of_uid(entry.pw_uid))
-    subprocess.run(["userdel", "-r", "-f", user], capture_output=True, check=False)
+    # not ``userdel -r``: userdel holds the passwd lock while it removes the home, and a lab home with a venv in it
+    # outlasts the 15 s every other useradd/usermod on this machine waits for that lock ("cannot lock /etc/passwd")
+    subprocess.run(["userdel", "-f", user], capture_output=True, check=False)
+    if Path(entry.pw_dir) == Path("/home") / user:  # the lab's own layout, never another home a lab.json names
+        shutil.rmtree(entry.pw_dir, ignore_errors=True)
 
 
 # ---- the lab -------------------------------------------------------------------------------------
