@@ -1,15 +1,20 @@
-"""A CPU-mode SGLang server's start, to ``/health``: its children forked (CPU mode's default) or spawned (SGLang's).
+"""A CPU-mode SGLang server's start, to ``/health``, and what its requests cost, with and without one of CPU mode's
+pieces.
 
     python benchmarks/cpu_server_start.py [--venv ~/.provision/venv] [--model ~/.provision/models/tiny-llama]
-                                          [--role decode] [--runs 3]
+                                          [--role decode] [--runs 3] [--compare fork|threads] [--requests N]
 
-SGLang starts its scheduler and detokenizer with the ``spawn`` start method, and each spawned child imports
-SGLang again; CPU mode's shipped ``provision_cpu_compat.py`` makes that ``fork`` (``PROVISION_CPU_SPAWN=1``
-keeps ``spawn``: the anchor). Each run starts one server the way a launch script does (the CPU flags and env
+``--compare fork`` (the default): SGLang starts its scheduler and detokenizer with the ``spawn`` start method,
+and each spawned child imports SGLang again; CPU mode's shipped ``provision_cpu_compat.py`` makes that ``fork``
+(``PROVISION_CPU_SPAWN=1`` keeps ``spawn``: the anchor). ``--compare threads``: CPU mode sets
+``OMP_NUM_THREADS=1``; the anchor leaves torch at its default, an intra-op thread per core (``--requests``
+defaults to 30 there). Each run starts one server the way a launch script does (the CPU flags and env
 of :mod:`provision.sglang.cpu_compat`, the shipped files first on ``PYTHONPATH``), waits for ``/health``, reads
 the CPU of every process of the server from ``/proc`` (its own and its reaped children's) and their memory
-(PSS: shared pages counted once), and kills it. The modes alternate; each line is the median of ``--runs``
-(wall s to ``/health``, CPU s and PSS of the whole server, then CPU s by process). Needs the SGLang venv and
+(PSS: shared pages counted once), then sends ``--requests`` generations one after another (16 tokens each: the
+wall and the server's CPU for all of them), and kills it. The modes alternate; each line is the median of
+``--runs`` (wall s to ``/health``, CPU s and PSS of the whole server, the requests' wall and CPU s, then CPU s
+to ``/health`` by process). Needs the SGLang venv and
 the tiny model that CPU mode's ``pd up`` leaves on a host (the README's ``provision run site.yml -i
 inventory/local.yml`` makes both); the model is made when missing. CPU-mode numbers are plumbing: they say what
 a start costs this machine, not what a GPU server does.
@@ -25,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,20 +84,43 @@ def pss_mib(pid: int) -> float:
     return 0.0
 
 
-def start_once(venv: Path, model: Path, role: str, spawn: bool, log: Path, timeout: float) -> dict[str, object]:
+def server_cpu(pid: int) -> float:
+    """CPU seconds of a server: every live process of its tree, each with its reaped children."""
+    return sum(c for _, c in filter(None, (cpu_of(p) for p in tree(pid))))
+
+
+def generate(port: int, requests: int) -> None:
+    """``requests`` generations one after another (a plain server: PD roles need a peer), 16 tokens each."""
+    for i in range(requests):
+        body = {"text": f"Hello world {i}", "sampling_params": {"max_new_tokens": 16, "temperature": 0,
+                                                                "ignore_eos": True}}  # fmt: skip
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/generate", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            answer.read()
+
+
+def start_once(
+    venv: Path, model: Path, role: str, env_mode: dict[str, str | None], log: Path, timeout: float, requests: int
+) -> dict[str, object]:
+    """One server started (``env_mode``: variables set over CPU mode's env, None removes one), measured, killed."""
     port = free_port()
     argv = [str(venv / "bin" / "python"), "-m", "sglang.launch_server", "--model-path", str(model),
-            "--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl", "--host", "127.0.0.1",
-            "--port", str(port), "--nccl-port", str(free_port())]  # fmt: skip
-    if role == "prefill":
-        argv += ["--disaggregation-bootstrap-port", str(free_port())]
+            "--host", "127.0.0.1", "--port", str(port), "--nccl-port", str(free_port())]  # fmt: skip
+    if requests == 0:  # a PD role's start; generations need a plain server (a PD server waits for its peer)
+        argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
+        if role == "prefill":
+            argv += ["--disaggregation-bootstrap-port", str(free_port())]
+        if role == "decode":
+            argv += [w for flag in cpu_compat.CPU_DECODE_FLAGS for w in flag]
     argv += [w for flag in cpu_compat.cpu_server_flags() for w in flag]
-    if role == "decode":
-        argv += [w for flag in cpu_compat.CPU_DECODE_FLAGS for w in flag]
     env = {**os.environ, **cpu_compat.cpu_env(str(cpu_compat.SHIPPED_DIR))}
     env.pop("PROVISION_CPU_SPAWN", None)
-    if spawn:
-        env["PROVISION_CPU_SPAWN"] = "1"
+    for name, value in env_mode.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     started = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -106,11 +135,22 @@ def start_once(venv: Path, model: Path, role: str, spawn: bool, log: Path, timeo
         pids = tree(proc.pid)
         procs = [c for c in (cpu_of(p) for p in pids) if c is not None]
         pss = sum(pss_mib(p) for p in pids)
+        before, begun = server_cpu(proc.pid), time.monotonic()
+        generate(port, requests)
+        request_wall, request_cpu = time.monotonic() - begun, server_cpu(proc.pid) - before
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     forked = "children are forked, not spawned" in log.read_text(errors="replace")
-    return {"wall": wall, "cpu": sum(c for _, c in procs), "pss": pss, "procs": procs, "forked": forked}
+    return {"wall": wall, "cpu": sum(c for _, c in procs), "pss": pss, "procs": procs, "forked": forked,
+            "request_wall": request_wall, "request_cpu": request_cpu}  # fmt: skip
+
+
+# each comparison: (the anchor, CPU mode's way), as variables over CPU mode's env (None: unset)
+MODES: dict[str, dict[str, dict[str, str | None]]] = {
+    "fork": {"spawned (SGLang)": {"PROVISION_CPU_SPAWN": "1"}, "forked (CPU mode)": {}},
+    "threads": {"a thread per core (torch)": {"OMP_NUM_THREADS": None}, "one thread (CPU mode)": {}},
+}
 
 
 def main() -> None:
@@ -120,8 +160,12 @@ def main() -> None:
     ap.add_argument("--role", choices=("decode", "prefill"), default="decode")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--compare", choices=sorted(MODES), default="fork", help="which piece of CPU mode, on and off")
+    ap.add_argument("--requests", type=int, default=None, help="generations after /health (threads: 30, fork: 0)")
     ap.add_argument("--json", action="store_true", help="one JSON document instead of the lines")
     args = ap.parse_args()
+    requests = args.requests if args.requests is not None else (30 if args.compare == "threads" else 0)
+    role = args.role if requests == 0 else "plain (no PD role: its generations need no peer)"
     if not (args.venv / "bin" / "python").exists():
         raise SystemExit(f"no SGLang venv at {args.venv}: run the README's `provision run site.yml` first, or --venv")
     if not (args.model / "config.json").exists():
@@ -129,10 +173,11 @@ def main() -> None:
         subprocess.run([str(args.venv / "bin" / "python"), str(maker), "make"], check=True, timeout=600,
                        input=json.dumps({"dest": str(args.model)}), text=True, capture_output=True)  # fmt: skip
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "provision-cpu-server-start.log"
-    runs: dict[str, list[dict[str, object]]] = {"spawned (SGLang)": [], "forked (CPU mode)": []}
+    modes = MODES[args.compare]
+    runs: dict[str, list[dict[str, object]]] = {mode: [] for mode in modes}
     for _ in range(args.runs):
         for mode, rows in runs.items():
-            row = start_once(args.venv, args.model, args.role, mode.startswith("spawned"), log, args.timeout)
+            row = start_once(args.venv, args.model, args.role, modes[mode], log, args.timeout, requests)
             if row["forked"] == mode.startswith("spawned"):
                 raise SystemExit(f"{mode}: the server's log says otherwise: see {log}")
             rows.append(row)
@@ -146,15 +191,20 @@ def main() -> None:
             "wall_s": round(statistics.median(float(r["wall"]) for r in rows), 1),  # type: ignore[arg-type]
             "cpu_s": round(statistics.median(float(r["cpu"]) for r in rows), 1),  # type: ignore[arg-type]
             "pss_mib": round(statistics.median(float(r["pss"]) for r in rows)),  # type: ignore[arg-type]
+            "requests_wall_s": round(statistics.median(float(r["request_wall"]) for r in rows), 2),  # type: ignore[arg-type]
+            "requests_cpu_s": round(statistics.median(float(r["request_cpu"]) for r in rows), 2),  # type: ignore[arg-type]
             "by_process": {n: round(statistics.median(v), 1) for n, v in by_name.items()},
         }
     if args.json:
-        print(json.dumps({"role": args.role, "runs": args.runs, "modes": summary}, indent=1))
+        print(json.dumps({"role": role, "runs": args.runs, "requests": requests, "modes": summary}, indent=1))
         return
-    print(f"a CPU-mode {args.role} server to /health, medians of {args.runs} (alternating), {os.cpu_count()} cores")
+    then = f", then {requests} generations of 16 tokens" if requests else ""
+    print(f"a CPU-mode {role} server to /health{then}; medians of {args.runs} (alternating), {os.cpu_count()} cores")
     for mode, s in summary.items():
         procs = ", ".join(f"{n} {c}" for n, c in s["by_process"].items())  # type: ignore[attr-defined]
-        print(f"  {mode:18} wall {s['wall_s']:5.1f} s   CPU {s['cpu_s']:5.1f} s   PSS {s['pss_mib']:5} MiB   ({procs})")
+        done = f"requests: wall {s['requests_wall_s']:5.2f} s, CPU {s['requests_cpu_s']:5.2f} s   " if requests else ""
+        start = f"wall {s['wall_s']:5.1f} s   CPU {s['cpu_s']:5.1f} s   PSS {s['pss_mib']:5} MiB"
+        print(f"  {mode:26} {start}   {done}({procs})")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,12 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    ``fork`` and the children inherit the launcher's imports: 16.8 CPU-s (17.6 s), every start and restart
    (``benchmarks/cpu_server_start.py``).
 
+7. ``OMP_NUM_THREADS=1`` (in :data:`CPU_ENV`): torch's intra-op threads, one per server process instead of one per
+   core. The tiny model's operations are too small to share: with a thread per core a server took the same wall
+   for its generations and twice the CPU (on 2 cores: 30 generations of 16 tokens, 3.35 CPU-s against 1.6-2.0;
+   its start 16-18 CPU-s against 13.4-13.9: ``benchmarks/cpu_server_start.py --compare threads``), and each
+   server's threads were as many as the machine's cores, whatever else ran on them. ``pd_env`` may set it.
+
 The shipped files go to one directory on the host (``pd_compat_dir``); the launch env puts it first on
 ``PYTHONPATH`` and sets ``PROVISION_CPU_COMPAT=1`` (:func:`cpu_env`).
 """
@@ -53,7 +59,7 @@ SHIPPED_DIR = REMOTE_DIR / "cpu_compat"
 SHIPPED = ("common_ops.py", "provision_cpu_compat.py", "sitecustomize.py")
 PATCHED_METHODS = ("get_reg_descs", "get_xfer_descs", "prep_xfer_dlist")  # of nixl._api.nixl_agent
 
-CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "PROVISION_CPU_COMPAT": "1"}
+CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "PROVISION_CPU_COMPAT": "1", "OMP_NUM_THREADS": "1"}
 DEFAULT_MAX_TOTAL_TOKENS = 16384
 CPU_DECODE_FLAGS = (("--disaggregation-decode-retraction-backup", "cpu_tensor"),)
 # A CPU server answers /health slowly while it decodes and while another server starts on the same cores (seen:

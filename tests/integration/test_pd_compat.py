@@ -9,6 +9,8 @@ spawned children too), the CPU engine switch and the CPU flags, the progress thr
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from typing import Any
 
@@ -176,3 +178,23 @@ def test_forked_children_are_still_needed_and_work(lab: Any, sglang_stack: Sglan
     forked = py(lab, sglang_stack, FORK, compat=True)
     assert json.loads(forked.stdout.strip().splitlines()[-1]) == {"method": "fork"}, forked.stderr[-2000:]
     assert "the server's children are forked, not spawned" in forked.stderr
+
+
+THREADS = "import json, torch; print(json.dumps({'threads': torch.get_num_threads()}))"
+
+
+def test_one_torch_thread_is_still_needed_and_works(lab: Any, sglang_stack: SglangStack) -> None:
+    runner = source_of(lab, sglang_stack, "sglang.srt.model_executor.model_runner")
+    assert re.search(r'if self\.device != "cpu":\s*torch\.set_num_threads\(1\)', runner), (
+        f"SGLang's model runner no longer leaves a CPU server's torch threads alone: {RECHECK}"
+    )
+    bootstrap = source_of(lab, sglang_stack, "sglang.srt.distributed.bootstrap")
+    assert "if _is_cpu_amx_available or _is_cpu_arm64:" in bootstrap, (
+        f"SGLang binds a CPU server's OpenMP threads under other conditions now: {RECHECK}"
+    )
+    bare = py(lab, sglang_stack, THREADS, compat=False)
+    threads = json.loads(bare.stdout.strip().splitlines()[-1])["threads"]
+    assert threads > 1 or os.cpu_count() == 1, f"torch starts on {threads} thread(s) by itself: the piece may go"
+    one = lab.run_as(sglang_stack.host, ["env", *(f"{k}={v}" for k, v in cpu_compat.CPU_ENV.items()),
+                                         f"{sglang_stack.venv}/bin/python", "-c", THREADS], timeout=300)  # fmt: skip
+    assert json.loads(one.stdout.strip().splitlines()[-1]) == {"threads": 1}, one.stderr[-2000:]

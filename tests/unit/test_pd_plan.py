@@ -64,6 +64,7 @@ def test_cpu_mode_flags_env_and_model() -> None:
     assert effective(pre.args, "--model-path") == "/home/a/.provision/models/tiny-llama"
     assert pre.command[0] == "/home/a/venv/bin/python"  # a quoted ~ would not expand: made absolute
     assert plan.env["SGLANG_USE_CPU_ENGINE"] == "1" and plan.env["PROVISION_CPU_COMPAT"] == "1"
+    assert plan.env["OMP_NUM_THREADS"] == "1"  # one intra-op thread a server: the tiny model shares nothing well
     assert plan.env["PYTHONPATH"] == "/home/a/.provision/pd/cpu_compat"
     assert plan.env["SGLANG_HOST_IP"] == "10.0.0.1"
     assert d.hosts["d1"].model_path == "/home/b/.provision/models/tiny-llama"
@@ -76,6 +77,9 @@ def test_env_from_ucx_vars_and_pd_env() -> None:
     assert env["SGLANG_DISAGGREGATION_NIXL_BACKEND"] == "UCX" and env["NCCL_DEBUG"] == "INFO"
     with pytest.raises(PlanError, match="invalid environment variable name"):
         build(two_hosts(pd_env={"BAD NAME": "x"}))
+    assert "OMP_NUM_THREADS" not in env  # GPU servers keep torch's own default
+    cpu = build(two_hosts(sglang_device="cpu", pd_env={"OMP_NUM_THREADS": 4}))
+    assert cpu.hosts["p1"].env["OMP_NUM_THREADS"] == "4"  # pd_env wins over CPU mode's one thread
 
 
 def test_extra_args_and_custom_commands() -> None:
