@@ -164,6 +164,9 @@ def test_up_generates_through_the_router(deployment: Deployment) -> None:
     # a PD request without the prefill's KV cache, so it went from one host to the other
     assert "Prefill batch" in prefill and '"POST /generate HTTP/1.1" 200' in decode
     assert verified["output_ids"]
+    for role in ("prefill", "decode"):  # CPU mode's launch env reached the server itself: one intra-op thread
+        environ = Path(f"/proc/{deployment.pids()[role]}/environ").read_bytes().split(b"\0")
+        assert b"OMP_NUM_THREADS=1" in environ and b"SGLANG_USE_CPU_ENGINE=1" in environ, role
     hosts = deployment.lab.hosts
     assert f"--host {hosts[0].address}" in " ".join(user_processes(deployment.lab, 0))
     assert f"--host {hosts[1].address}" in " ".join(user_processes(deployment.lab, 1))
@@ -310,6 +313,7 @@ def serving_again(client: Client, killed: float, timeout: float = 420) -> tuple[
 
 
 RECOVERY: dict[str, tuple[float, int, float]] = {}  # role -> (recovery s, failed requests, restart delay s)
+KILL_CLIENT_TIMEOUT = 30  # each request's, s: a 64-token generation takes ~0.5 s here, a few s on a loaded machine
 
 
 @pytest.mark.parametrize("role", ["decode", "prefill", "router"])
@@ -317,7 +321,10 @@ def test_a_killed_process_comes_back_by_itself_under_load(deployment: Deployment
     """kill -9 under a client's load; no provision command is run until it serves again through the router."""
     host = {"decode": 1, "prefill": 0, "router": 0}[role]
     before = deployment.pids()
-    with Client(f"http://{deployment.lab.hosts[0].address}:8000") as client:
+    # a client's own timeout, as a real one has: a request in flight when a server dies hangs on its surviving
+    # peer (the prefill waits SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, 300 s, for a decode that never comes; the
+    # router waits for both): with 120 s both threads were held 120 s, and "serving again" read 121 s
+    with Client(f"http://{deployment.lab.hosts[0].address}:8000", timeout=KILL_CLIENT_TIMEOUT) as client:
         time.sleep(3)
         assert client.served > 0, client.failures[-3:]
         killed = time.monotonic()

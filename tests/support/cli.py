@@ -92,10 +92,11 @@ class Collect:
 class Client:
     """Requests through a PD router, back to back on ``threads`` threads (thread 0 short ones, the others long
     ones), each checked for a completion; every outcome kept with its times (``events``: start, end, error or
-    None), to count what failed around a fault and when serving came back."""
+    None), to count what failed around a fault and when serving came back. ``timeout``: each request's, seconds."""
 
     url: str
     threads_n: int = 2
+    timeout: float = 120
     served: int = 0
     failures: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
@@ -111,7 +112,7 @@ class Client:
         started = time.monotonic()
         error: str | None
         try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 doc = json.loads(resp.read())
             got = (doc.get("meta_info") or {}).get("completion_tokens") or len(doc.get("output_ids") or [])
             error = None if resp.status == 200 and got else f"no completion: {str(doc)[:300]}"
