@@ -38,10 +38,11 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    (``benchmarks/cpu_server_start.py``).
 
 7. ``OMP_NUM_THREADS=1`` (in :data:`CPU_ENV`): torch's intra-op threads, one per server process instead of one per
-   core. The tiny model's operations are too small to share: with a thread per core a server took the same wall
-   for its generations and twice the CPU (on 2 cores: 30 generations of 16 tokens, 3.35 CPU-s against 1.6-2.0;
-   its start 16-18 CPU-s against 13.4-13.9: ``benchmarks/cpu_server_start.py --compare threads``), and each
-   server's threads were as many as the machine's cores, whatever else ran on them. ``pd_env`` may set it.
+   core. SGLang sets one thread for GPU servers only (``ModelRunner.load_model``). The tiny model's operations are
+   too small to share: with a thread per core a server took about the same wall for its generations and twice the
+   CPU (on 2 cores: 30 generations of 16 tokens, 3.81 CPU-s against 1.78; its start 16.1 CPU-s against 14.2:
+   ``benchmarks/cpu_server_start.py --compare threads``, medians of 3), and each server's threads were as many as
+   the machine's cores, whatever else ran on them. ``pd_env`` may set it.
 
 The shipped files go to one directory on the host (``pd_compat_dir``); the launch env puts it first on
 ``PYTHONPATH`` and sets ``PROVISION_CPU_COMPAT=1`` (:func:`cpu_env`).
