@@ -164,8 +164,9 @@ def test_up_generates_through_the_router(deployment: Deployment) -> None:
     # a PD request without the prefill's KV cache, so it went from one host to the other
     assert "Prefill batch" in prefill and '"POST /generate HTTP/1.1" 200' in decode
     assert verified["output_ids"]
+    pids = deployment.pids()
     for role in ("prefill", "decode"):  # CPU mode's launch env reached the server itself: one intra-op thread
-        environ = Path(f"/proc/{deployment.pids()[role]}/environ").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{pids[role]}/environ").read_bytes().split(b"\0")
         assert b"OMP_NUM_THREADS=1" in environ and b"SGLANG_USE_CPU_ENGINE=1" in environ, role
     hosts = deployment.lab.hosts
     assert f"--host {hosts[0].address}" in " ".join(user_processes(deployment.lab, 0))
