@@ -2,22 +2,23 @@
 pieces.
 
     python benchmarks/cpu_server_start.py [--venv ~/.provision/venv] [--model ~/.provision/models/tiny-llama]
-                                          [--role decode] [--runs 3] [--compare fork|threads] [--requests N]
+                                          [--role decode] [--runs 3] [--compare fork|threads|registry] [--requests N]
 
-``--compare fork`` (the default): SGLang starts its scheduler and detokenizer with the ``spawn`` start method,
-and each spawned child imports SGLang again; CPU mode's shipped ``provision_cpu_compat.py`` makes that ``fork``
+``--compare fork`` (the default): SGLang starts its scheduler and detokenizer with the ``spawn`` start method, and
+each spawned child imports SGLang again; CPU mode's shipped ``provision_cpu_compat.py`` makes that ``fork``
 (``PROVISION_CPU_SPAWN=1`` keeps ``spawn``: the anchor). ``--compare threads``: CPU mode sets
-``OMP_NUM_THREADS=1``; the anchor leaves torch at its default, an intra-op thread per core (``--requests``
-defaults to 30 there). Each run starts one server the way a launch script does (the CPU flags and env
-of :mod:`provision.sglang.cpu_compat`, the shipped files first on ``PYTHONPATH``), waits for ``/health``, reads
-the CPU of every process of the server from ``/proc`` (its own and its reaped children's) and their memory
-(PSS: shared pages counted once), then sends ``--requests`` generations one after another (16 tokens each: the
-wall and the server's CPU for all of them), and kills it. The modes alternate; each line is the median of
-``--runs`` (wall s to ``/health``, CPU s and PSS of the whole server, the requests' wall and CPU s, then CPU s
-to ``/health`` by process). Needs the SGLang venv and
-the tiny model that CPU mode's ``pd up`` leaves on a host (the README's ``provision run site.yml -i
-inventory/local.yml`` makes both); the model is made when missing. CPU-mode numbers are plumbing: they say what
-a start costs this machine, not what a GPU server does.
+``OMP_NUM_THREADS=1``; the anchor leaves torch at its default, an intra-op thread per core (``--requests`` defaults
+to 30 there). ``--compare registry``: in CPU mode SGLang's model registry imports only the model's own module; the
+anchor sets ``SGLANG_DISABLED_MODEL_ARCHS`` empty (every module, as SGLang has it). Each run starts one server the
+way a launch script does (the CPU flags and env of :mod:`provision.sglang.cpu_compat`, the shipped files first on
+``PYTHONPATH``), waits for ``/health``, reads the CPU of every process of the server from ``/proc`` (its own and
+its reaped children's) and their memory (PSS: shared pages counted once), then sends ``--requests`` generations one
+after another (16 tokens each: the wall and the server's CPU for all of them), and kills it. The modes alternate;
+each line is the median of ``--runs`` (wall s to ``/health``, CPU s and PSS of the whole server, the requests' wall
+and CPU s, then CPU s to ``/health`` by process). Needs the SGLang venv and the tiny model that CPU mode's
+``pd up`` leaves on a host (the README's ``provision run site.yml -i inventory/local.yml`` makes both); the model
+is made when missing. CPU-mode numbers are plumbing: they say what a start costs this machine, not what a GPU
+server does.
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def start_once(
 MODES: dict[str, dict[str, dict[str, str | None]]] = {
     "fork": {"spawned (SGLang)": {"PROVISION_CPU_SPAWN": "1"}, "forked (CPU mode)": {}},
     "threads": {"a thread per core (torch)": {"OMP_NUM_THREADS": None}, "one thread (CPU mode)": {}},
+    "registry": {"every model module (SGLang)": {"SGLANG_DISABLED_MODEL_ARCHS": ""}, "the model's own (CPU mode)": {}},
 }
 
 

@@ -43,6 +43,13 @@ The pieces (the only CPU-specific knowledge in provision; :mod:`provision.pd.spe
    CPU (on 2 cores: 30 generations of 16 tokens, 3.81 CPU-s against 1.78; its start 16.1 CPU-s against 14.2:
    ``benchmarks/cpu_server_start.py --compare threads``, medians of 3), and each server's threads were as many as
    the machine's cores, whatever else ran on them. ``pd_env`` may set it.
+8. One model module for SGLang's registry, in the same shipped module: the scheduler imports every module of
+   ``sglang/srt/models`` (255) to find the model's class, 3.3 of its 5.1 CPU-s to ``/health`` once the children
+   are forked (6). In a server's launcher the shipped module sets SGLang's own ``SGLANG_DISABLED_MODEL_ARCHS`` to
+   every model module whose ``EntryClass`` names none of the model's ``config.json`` architectures; the forked
+   scheduler inherits it. A decode server's start to ``/health``: 16.7 CPU-s / 17.6 s against 14.5 / 15.6, the
+   scheduler 4.5 against 1.8 CPU-s (``benchmarks/cpu_server_start.py --compare registry``, medians of 3). Nothing
+   is set over a value ``pd_env`` gives (empty: every module), nor when no module names the model.
 
 The shipped files go to one directory on the host (``pd_compat_dir``); the launch env puts it first on
 ``PYTHONPATH`` and sets ``PROVISION_CPU_COMPAT=1`` (:func:`cpu_env`).

@@ -3,7 +3,8 @@
 Each test fails loudly when a new SGLang, sglang-kernel or NIXL makes a piece unnecessary (drop it) or
 broken (fix it): the pins, the empty ``common_ops`` fallback, the VRAM→DRAM relabel in the NIXL agent (in
 spawned children too), the CPU engine switch and the CPU flags, the progress thread's pause, the forked children
-(that a server's children really are forked, and serve, is checked in ``test_pd_e2e.py``).
+(that a server's children really are forked, and serve, is checked in ``test_pd_e2e.py``), one torch thread, and
+one model module for SGLang's registry (its line in both servers' logs: ``test_pd_e2e.py`` too).
 """
 
 from __future__ import annotations
@@ -198,3 +199,38 @@ def test_one_torch_thread_is_still_needed_and_works(lab: Any, sglang_stack: Sgla
     one = lab.run_as(sglang_stack.host, ["env", *(f"{k}={v}" for k, v in cpu_compat.CPU_ENV.items()),
                                          f"{sglang_stack.venv}/bin/python", "-c", THREADS], timeout=300)  # fmt: skip
     assert json.loads(one.stdout.strip().splitlines()[-1]) == {"threads": 1}, one.stderr[-2000:]
+
+
+REGISTRY = """
+import json, os, sys, tempfile
+model = tempfile.mkdtemp()
+with open(os.path.join(model, "config.json"), "w") as fh:
+    json.dump({"architectures": ["LlamaForCausalLM"]}, fh)  # the tiny model's, as make_tiny_model writes it
+kept = None
+if ONLY:  # what the sitecustomize does in a server's launcher
+    import provision_cpu_compat
+    kept = provision_cpu_compat.only_model_modules(
+        [sys.executable, "-m", "sglang.launch_server", "--model-path", model], os.environ)
+from sglang.srt.models.registry import ModelRegistry
+cls, arch = ModelRegistry.resolve_model_cls(["LlamaForCausalLM"])
+print(json.dumps({"kept": kept, "models": len(ModelRegistry.models), "resolved": [cls.__name__, arch],
+                  "modules": sorted(m for m in sys.modules if m.startswith("sglang.srt.models."))}))
+"""
+
+
+def test_one_model_module_is_still_needed_and_works(lab: Any, sglang_stack: SglangStack) -> None:
+    """SGLang's registry imports every model module (the scheduler's largest cost to /health: 3.3 of 5.1 CPU-s);
+    with the piece it imports the model's own and still resolves the model's class."""
+    bare = py(lab, sglang_stack, "ONLY = False" + REGISTRY, compat=True)  # the empty common_ops: models import
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    every = json.loads(bare.stdout.strip().splitlines()[-1])
+    assert every["models"] > 100 and len(every["modules"]) > 100, (
+        f"SGLang's registry no longer imports every model module ({len(every['modules'])}): the piece may go"
+    )
+    one = py(lab, sglang_stack, "ONLY = True" + REGISTRY, compat=True)
+    assert one.returncode == 0, one.stderr[-3000:]
+    only = json.loads(one.stdout.strip().splitlines()[-1])
+    assert only["kept"] == ["llama"] and only["resolved"] == ["LlamaForCausalLM", "LlamaForCausalLM"], only
+    assert only["models"] < 10 and "sglang.srt.models.llama" in only["modules"], only
+    assert len(only["modules"]) < 10, f"SGLANG_DISABLED_MODEL_ARCHS no longer keeps modules out: {RECHECK}"
+    assert "SGLang's model registry imports only llama (of " in one.stderr

@@ -160,6 +160,7 @@ def test_up_generates_through_the_router(deployment: Deployment) -> None:
         assert EVIDENCE in log
         assert "provision cpu compat: NIXL mem type VRAM relabelled DRAM" in log
         assert "provision cpu compat: the server's children are forked, not spawned" in log
+        assert "provision cpu compat: SGLang's model registry imports only llama (of " in log
     # the prefill ran the prompt and the decode answered the router: the decode cannot produce a token of
     # a PD request without the prefill's KV cache, so it went from one host to the other
     assert "Prefill batch" in prefill and '"POST /generate HTTP/1.1" 200' in decode

@@ -24,13 +24,24 @@ launcher runs no other Python thread then; its only other threads are numpy's an
 which OpenBLAS stops before a fork and starts again after it. A child started with an explicit
 ``get_context("spawn")`` is still spawned, and ``PROVISION_CPU_SPAWN=1`` keeps SGLang's ``spawn``.
 
+And its model registry imports only the model's own module: SGLang's scheduler imports every module of
+``sglang/srt/models`` (255 in 0.5.23) to find the one class it runs, 3.3 of a CPU scheduler's 5.1 CPU-s to
+``/health``. In a server's launcher (``python -m sglang.launch_server --model-path DIR``), :func:`only_model_modules`
+reads ``DIR/config.json``'s architectures and sets SGLang's own ``SGLANG_DISABLED_MODEL_ARCHS`` to every model module
+whose ``EntryClass`` names none of them; the scheduler, a fork of the launcher, inherits it. Nothing is set when the
+variable is already set (``pd_env``; empty: every module) or when no module names the first architecture.
+
 Only for testing and trying provision without GPUs: never set ``PROVISION_CPU_COMPAT=1`` on a GPU server.
 """
 
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import inspect
+import json
+import os
+import re
 import sys
 
 MODULES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
@@ -39,6 +50,8 @@ MARK = "_provision_dram_relabel"
 FORKED = "provision cpu compat: the server's children are forked, not spawned"
 SPAWN_ENV = "PROVISION_CPU_SPAWN"  # "1": keep SGLang's spawn (benchmarks/cpu_server_start.py compares the two)
 PROGRESS_DELAY_US = 1000
+MODELS_ENV = "SGLANG_DISABLED_MODEL_ARCHS"  # SGLang's own: model modules its registry does not import
+ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\([^)]*\)|[^\n]*)", re.M)
 
 
 def relabel(mem_type):
@@ -143,13 +156,66 @@ def fork_children(mp):
     return True
 
 
+def launch_model_path(argv):
+    """The ``--model-path`` of a ``python -m sglang.launch_server`` command line (``sys.orig_argv``), else None."""
+    if "-m" not in argv or argv[argv.index("-m") + 1 :][:1] != ["sglang.launch_server"]:
+        return None
+    for i, word in enumerate(argv):
+        if word == "--model-path" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--model-path="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def entry_classes(models_dir):
+    """Each module of SGLang's model registry (``sglang/srt/models/NAME.py``) -> the names its ``EntryClass`` lists."""
+    found = {}
+    for name in sorted(os.listdir(models_dir)):
+        if name.endswith(".py") and name != "__init__.py":
+            with open(os.path.join(models_dir, name), encoding="utf-8", errors="replace") as fh:
+                match = ENTRY.search(fh.read())
+            found[name[:-3]] = set(re.findall(r"[A-Za-z_]\w*", match.group(1))) if match else set()
+    return found
+
+
+def only_model_modules(argv, environ):
+    """In a server's launcher: ``SGLANG_DISABLED_MODEL_ARCHS`` in ``environ`` = every model module whose
+    ``EntryClass`` names none of the model's architectures (``config.json``); the kept modules, or None when
+    nothing was set (not a launcher, the variable already set, no local config, no module for the model)."""
+    path = launch_model_path(argv)
+    if path is None or MODELS_ENV in environ:
+        return None
+    try:
+        with open(os.path.join(os.path.expanduser(path), "config.json"), encoding="utf-8") as fh:
+            archs = json.load(fh).get("architectures") or []
+        spec = importlib.util.find_spec("sglang")  # found, not imported
+        if spec is None or not spec.origin:
+            return None
+        modules = entry_classes(os.path.join(os.path.dirname(spec.origin), "srt", "models"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        return None
+    keep = sorted(name for name, classes in modules.items() if classes & set(archs))
+    if not any(archs[0] in modules[name] for name in keep):
+        return None
+    environ[MODELS_ENV] = ",".join(name for name in modules if name not in keep)
+    sys.stderr.write(
+        "provision cpu compat: SGLang's model registry imports only %s (of %d model modules)\n"
+        % (", ".join(keep), len(modules))
+    )
+    return keep
+
+
 def install():
-    """Patch now if NIXL is already imported, and on import otherwise; fork the server's children."""
+    """Patch now if NIXL is already imported, and on import otherwise; fork the server's children; in a server's
+    launcher, only the model's own module for SGLang's registry."""
     import multiprocessing
-    import os
 
     if os.environ.get(SPAWN_ENV) != "1":
         fork_children(multiprocessing)
+    only_model_modules(getattr(sys, "orig_argv", sys.argv), os.environ)
     for name in MODULES:
         if name in sys.modules:
             _patch_module(sys.modules[name])
