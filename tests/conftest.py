@@ -36,9 +36,12 @@ def _fresh_masker() -> Iterator[None]:
 
 # markers and xdist groups (scripts/test runs the suite with pytest-xdist, ``--dist loadgroup``)
 
-# Files whose tests start real SGLang servers (~10 GB a CPU pair) or use the session's SGLang venv, and the
-# files that write PD units into the machine's /etc/systemd/system (the unit names are the PD's process names,
-# the same in every lab): ONE xdist group, so that one worker runs them one at a time, never two at once.
+# Files whose tests start real SGLang servers (~10 GB a CPU pair) or use the session's SGLang venv (one of them,
+# test_pd_systemd_sglang.py, writes PD units into the machine's /etc/systemd/system named after the lab's hosts,
+# the same in every lab): ONE xdist group, so that one worker runs them one at a time, never two at once. The other
+# files with systemd units run in groups of their own, beside it: test_pd_systemd.py's and test_pd_systemd_group.py's
+# unit names hold a token of their run, test_lab.py's one unit only test_lab.py writes, and a lab's systemd host
+# starts only its own user's units.
 SGLANG_FILES = frozenset(
     {"test_wheel.py", "test_sglang_install.py", "test_pd_compat.py", "test_pd_e2e.py", "test_pd_rollout.py",
      "test_pd_systemd_sglang.py", "test_pd_export_slurm.py"}
@@ -49,7 +52,6 @@ SGLANG_FILES = frozenset(
 # chain, CI's longest, is shorter by them (test_pd_compat: ~5 of its ~50 minutes).
 SGLANG_PROBE_FILES = frozenset({"test_pd_compat.py"})
 PROBE_GROUP = "sglang-probes"
-MACHINE_UNIT_FILES = frozenset({"test_pd_systemd.py", "test_lab.py"})
 # The compat harness runs its cases in chunks (tests/compat/harness.py chunk_of), each chunk on its own lab and
 # thread pool in the module fixture of the worker that runs its tests: one xdist group per chunk. Chunk 0 holds
 # the sudo cases (they change the machine: packages, accounts, units); the unit tests that install packages
@@ -89,7 +91,7 @@ def xdist_group_of(nodeid: str) -> str:
     name = path.rpartition("/")[2]
     if name in SGLANG_PROBE_FILES:
         return PROBE_GROUP
-    if name in SGLANG_FILES or (name in MACHINE_UNIT_FILES and "/integration/" in f"/{path}"):
+    if name in SGLANG_FILES:
         return MACHINE_GROUP
     if path.endswith("compat/test_compat.py"):
         case = nodeid.partition("[")[2].rstrip("]")
