@@ -33,6 +33,7 @@ from tests.support.stack import (  # the session's SGLang venv (fixture sglang_s
     SglangStack,
     install_sglang_stack,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.lab
 
@@ -401,10 +402,8 @@ def test_down_leaves_nothing_running(deployment: Deployment) -> None:
         return [line for i in (0, 1) for line in lab.run_as(i, ["ps", "-u", lab.hosts[i].user, "-o", "args="])
                 .stdout.splitlines() if "supervisor.py" in line]  # fmt: skip
 
-    deadline = time.monotonic() + 30
-    while supervisors() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert supervisors() == []  # the supervisors left, with nothing to watch: nothing is left to respawn a server
+    until("the supervisors to leave, with nothing to watch (nothing left to respawn a server)",
+          lambda: not supervisors(), timeout=30, interval=0.5)  # fmt: skip
     time.sleep(RESTART["pd_restart_max_delay"] + 4)  # and nothing did, longer than the longest restart delay here
     assert user_processes(lab, 0) == [] and user_processes(lab, 1) == []
     again = deployment.provision("pd", "down", "--json")

@@ -28,8 +28,8 @@ LAUNCHER = "import json, os, sys; print(json.dumps({'disabled': os.environ.get('
 
 
 def stand_in(root: Path) -> Path:
-    """A ``sglang`` package with a model registry's folder and a launcher; importing ``sglang`` itself fails
-    (the piece finds the package, it never imports it)."""
+    """A ``sglang`` package with a model registry's folder and a launcher; importing ``sglang.srt`` fails (the
+    piece finds the package's folder, it imports nothing of it)."""
     models = root / "sglang" / "srt" / "models"
     models.mkdir(parents=True)
     (root / "sglang" / "__init__.py").write_text("")
