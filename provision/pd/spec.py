@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..nixl.ucx import ucx_env
-from ..sglang.cpu_compat import CPU_DECODE_FLAGS, CPU_ROUTER_HEALTH_CHECK_TIMEOUT, cpu_env, cpu_server_flags
+from ..sglang.cpu_compat import (
+    CPU_DECODE_FLAGS,
+    CPU_ROUTER_HEALTH_CHECK_TIMEOUT,
+    CPU_TRANSFER_TIMEOUT,
+    cpu_env,
+    cpu_server_flags,
+)
 from . import instances, ports, vartypes
 from .addr import address_of, is_ip, machine_of, url_host
 from .flags import PlanError, effective, flag_lines, words
@@ -37,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "router_health_check_interval": 5,
     "router_health_check_timeout": None,  # the router's own (5 s); CPU_ROUTER_HEALTH_CHECK_TIMEOUT in CPU mode
     "router_health_failure_threshold": None,  # the router's own (3 failed checks in a row)
+    "pd_transfer_timeout": None,  # SGLang's own (300 s) on GPUs; CPU_TRANSFER_TIMEOUT in CPU mode (host_env)
     "router_policy": None,
     "tp": 1,
     "dp": 1,
@@ -337,6 +344,24 @@ def _bootstrap(proc: Proc) -> int:
         return int(proc.bootstrap_port or 8998)
 
 
+TRANSFER_TIMEOUT_ENV = ("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
+
+
+def transfer_timeout_env(host: str, v: Mapping[str, Any]) -> dict[str, str]:
+    """``pd_transfer_timeout``: how long a PD server waits for its peer's half of a request's KV transfer (the
+    prefill for the decode's metadata, the decode for the KV) before it fails the request, so that the router
+    retries it on another pair. SGLang waits 300 s for each: a request in flight when its decode dies (or whose
+    handshake is lost) hangs that long, longer than most clients wait. Unset on GPUs: SGLang's own; in CPU mode
+    ``CPU_TRANSFER_TIMEOUT``. ``pd_env`` still wins over it."""
+    if var(v, "pd_transfer_timeout") is not None:
+        seconds = int_var(v, "pd_transfer_timeout", host, 1, 86400)
+    elif var(v, "sglang_device") == "cpu":
+        seconds = CPU_TRANSFER_TIMEOUT
+    else:
+        return {}
+    return dict.fromkeys(TRANSFER_TIMEOUT_ENV, str(seconds))
+
+
 def host_env(host: str, v: Mapping[str, Any], address: str, compat_dir: str) -> dict[str, str]:
     env = {"SGLANG_DISAGGREGATION_NIXL_BACKEND": str(var(v, "pd_nixl_backend"))}
     env.update(ucx_env(v))
@@ -345,6 +370,7 @@ def host_env(host: str, v: Mapping[str, Any], address: str, compat_dir: str) -> 
         env["SGLANG_HOST_IP"] = str(host_ip)
     if var(v, "sglang_device") == "cpu":
         env.update(cpu_env(compat_dir))
+    env.update(transfer_timeout_env(host, v))
     extra = var(v, "pd_env")
     if not isinstance(extra, Mapping):
         raise PlanError(f"{host}: pd_env must be a mapping of variable names to values")

@@ -74,6 +74,10 @@ CPU_DECODE_FLAGS = (("--disaggregation-decode-retraction-backup", "cpu_tensor"),
 # over 5 s, the router's default, three times in a row on both decodes of a 2-core machine during a rollout, and
 # the router then had no decode worker): the router waits this long instead.
 CPU_ROUTER_HEALTH_CHECK_TIMEOUT = 30
+# pd_transfer_timeout in CPU mode (spec.transfer_timeout_env): a CPU request's whole prefill takes under a second
+# here, so a server that waits 15 s for its peer's half of a transfer has lost it (its decode was killed, say),
+# and fails it for the router to retry on another pair. SGLang's own 300 s outlasted the lab clients' 90-120 s.
+CPU_TRANSFER_TIMEOUT = 15
 
 
 def cpu_server_flags(max_total_tokens: int = DEFAULT_MAX_TOTAL_TOKENS) -> list[list[str]]:
@@ -105,6 +109,7 @@ __all__ = [
     "CPU_DECODE_FLAGS",
     "CPU_ENV",
     "CPU_ROUTER_HEALTH_CHECK_TIMEOUT",
+    "CPU_TRANSFER_TIMEOUT",
     "PATCHED_METHODS",
     "SGLANG_VERSION",
     "SHIPPED",

@@ -82,6 +82,25 @@ def test_env_from_ucx_vars_and_pd_env() -> None:
     assert cpu.hosts["p1"].env["OMP_NUM_THREADS"] == "4"  # pd_env wins over CPU mode's one thread
 
 
+def test_transfer_timeout_bounds_sglangs_kv_waits() -> None:
+    """``pd_transfer_timeout`` sets both of SGLang's KV-transfer waits; unset, GPU servers keep SGLang's own
+    (300 s) and CPU mode waits 15 s; ``pd_env`` wins; a bad value is one line naming the host and the var."""
+    names = ("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
+    gpu = build(two_hosts()).hosts["p1"].env
+    assert not any(n in gpu for n in names)
+    cpu = build(two_hosts(sglang_device="cpu")).hosts["d1"].env
+    assert [cpu[n] for n in names] == ["15", "15"]
+    set_ = build(two_hosts(pd_transfer_timeout="45")).hosts["p1"].env
+    assert [set_[n] for n in names] == ["45", "45"]
+    mixed = build(two_hosts(sglang_device="cpu", pd_transfer_timeout=60,
+                            pd_env={"SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "90"})).hosts["p1"].env  # fmt: skip
+    assert [mixed[n] for n in names] == ["60", "90"]
+    with pytest.raises(PlanError, match=r"p1: pd_transfer_timeout=0 is out of range"):
+        build(two_hosts(pd_transfer_timeout=0))
+    with pytest.raises(PlanError, match=r"pd_transfer_timeout"):
+        build(two_hosts(pd_transfer_timeout="soon"))
+
+
 def test_extra_args_and_custom_commands() -> None:
     hosts = two_hosts(sglang_extra_args="--page-size 16 --enable-metrics", router_extra_args=["--policy", "random"],
                       sglang_server_cmd="/usr/bin/env FOO=1 /opt/py -m sglang.launch_server")  # fmt: skip
