@@ -7,14 +7,13 @@ up → a rollout of a changed server flag and a changed ``pd_env`` (zero failed 
 restarted once with the new command line and env, every batch verified, the router untouched) → a rollout
 whose new launch command cannot start (the canary rolls back, the others keep their pids, zero client
 failures, exit 2) → a rollout with nothing to change touches nothing → ``pd scale --remove`` and ``--add``
-of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's venv link switched to a new env
-and its decode killed: the supervisor brings it back on its old env, ``pd up`` leaves it there, ``pd rollout``
-moves it (reason ``stack``, zero client failures) → a router-only change restarts only the router →
-``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a TTFT and the same token ids, in
-two rounds of two (no server in two pairs at once) →
-lab3's decode restarted on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its
-two pairs, exit 2, and ``pd up`` fails at its verify stage the same way. (``pd up`` itself ends with the 4
-pairs verified.)
+of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's venv link switched to a
+new env and its decode killed under the client (zero failures): the supervisor brings it back on its old env,
+``pd up`` leaves it there, ``pd rollout`` moves it (reason ``stack``, zero client failures) → a router-only
+change restarts only the router → ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a
+TTFT and the same token ids, in two rounds of two (no server in two pairs at once) → lab3's decode restarted
+on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its two pairs, exit 2, and ``pd up``
+fails at its verify stage the same way. (``pd up`` itself ends with the 4 pairs verified.)
 """
 
 from __future__ import annotations
@@ -273,7 +272,8 @@ def test_scale_a_decode_out_and_in_under_a_client(deployment: Deployment) -> Non
 
 def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(deployment: Deployment) -> None:
     """install.yml switches the venv link under running servers: lab2's link is pointed at a new env (a
-    hard-linked copy of its current one, so the servers still agree), then its decode is killed with SIGKILL.
+    hard-linked copy of its current one, so the servers still agree), then its decode is killed with SIGKILL
+    under a client: no request is lost (lab3's decode serves; see pd_transfer_timeout).
     The supervisor starts it again on the env it was started and verified with (PROVISION_PD_VENV and the
     site-packages it maps), ``pd up`` leaves it there; ``pd rollout`` then finds it on another stack than the
     link's and moves it, with no failed client request."""
@@ -287,15 +287,29 @@ def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(de
     switched = deployment.lab.run_as(2, ["sh", "-c", 'ln -sfn "$1" "$2.tmp" && mv -T "$2.tmp" "$2"', "-", new, link])
     assert switched.returncode == 0, switched.stderr
     before = deployment.pids()
-    killed = deployment.lab.run_as(2, ["kill", "-9", str(before["lab2-decode"])])
-    assert killed.returncode == 0, killed.stderr
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
-        row = rows["lab2-decode"]
-        if row["running"] and row["pid"] != before["lab2-decode"] and row["health"] == 200:
-            break
-        time.sleep(1)
+    with Client(router_url(deployment)) as client:  # lab3's decode serves meanwhile: no request may be lost
+        time.sleep(3)
+        killed_at = time.monotonic()
+        killed = deployment.lab.run_as(2, ["kill", "-9", str(before["lab2-decode"])])
+        assert killed.returncode == 0, killed.stderr
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
+            row = rows["lab2-decode"]
+            if row["running"] and row["pid"] != before["lab2-decode"] and row["health"] == 200:
+                break
+            time.sleep(1)
+        time.sleep(3)
+    slow = [(round(start - killed_at, 1), round(end - start, 1)) for start, end, error in client.events
+            if error is None and end - start > 5]  # fmt: skip
+    print(
+        f"\nkill -9 lab2-decode under a client: {client.served} served, {len(client.failures)} failed; "
+        f"served after more than 5 s (sent at s after the kill, seconds): {slow}"
+    )
+    # A request in flight on the killed decode, or sent to it before the router's health checks took it out,
+    # waits for its prefill's pd_transfer_timeout (CPU mode: 15 s), fails there, and the router retries it on
+    # lab3's decode. With SGLang's own 300 s such requests outlasted the client's 120 s (2 of them per kill).
+    deployment.no_request_lost(client)
     assert row["running"] and row["health"] == 200 and row["restarts"] == 1, row
     pid = row["pid"]
     assert f"PROVISION_PD_VENV={old}" in deployment.environ("lab2", pid).split("\0")
