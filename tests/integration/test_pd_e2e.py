@@ -325,8 +325,9 @@ def test_a_killed_process_comes_back_by_itself_under_load(deployment: Deployment
     host = {"decode": 1, "prefill": 0, "router": 0}[role]
     before = deployment.pids()
     # a client's own timeout, as a real one has: a request in flight when a prefill or decode dies gets no answer
-    # (the router waits for both halves; the surviving server waits for its dead peer: SGLang's bootstrap and
-    # waiting timeouts, 300 s): with 120 s both threads were held 120 s, and "serving again" read 121 s
+    # until the surviving server's wait for its dead peer ends (pd_transfer_timeout: 15 s in CPU mode, SGLang's
+    # 300 s before it; with one pair the router's retries have nowhere else to go): at 300 s and a 120 s client
+    # timeout both threads were held 120 s, and "serving again" read 121 s
     with Client(f"http://{deployment.lab.hosts[0].address}:8000", timeout=KILL_CLIENT_TIMEOUT) as client:
         time.sleep(3)
         assert client.served > 0, client.failures[-3:]
