@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.cli import Client, run_cli_in  # noqa: E402
 from tests.support.lab import Lab  # noqa: E402
 from tests.support.stack import VENV, install_sglang_stack  # noqa: E402
+from tests.support.waiting import until  # noqa: E402
 
 
 def status(work: Path, inventory: Path) -> dict[str, dict[str, Any]]:
@@ -47,12 +48,12 @@ def one_kill(lab: Lab, work: Path, inventory: Path, timeout: float) -> dict[str,
         lab.run_as(2, ["kill", "-9", str(pid)])
         time.sleep(25)
     slow = [(round(s - killed, 1), round(e - s, 1), err) for s, e, err in client.events if e - s > 3]
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:  # the supervisor's restart, before the next kill
+
+    def restarted() -> bool:
         row = status(work, inventory)["lab2-decode"]
-        if row["running"] and row["pid"] != pid and row["health"] == 200:
-            break
-        time.sleep(2)
+        return bool(row["running"] and row["pid"] != pid and row["health"] == 200)
+
+    until("lab2's decode restarted by its supervisor, before the next kill", restarted, timeout=400, interval=2)
     time.sleep(12)  # the router's health checks take it back
     return {"served": client.served, "failed": len(client.failures), "slow": slow}
 
