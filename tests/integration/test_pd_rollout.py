@@ -13,12 +13,15 @@ new env and its decode killed under the client (zero failures): the supervisor b
 change restarts only the router → ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a
 TTFT and the same token ids, in two rounds of two (no server in two pairs at once) → lab3's decode restarted
 on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its two pairs, exit 2, and ``pd up``
-fails at its verify stage the same way. (``pd up`` itself ends with the 4 pairs verified.)
+fails at its verify stage the same way. (``pd up`` itself ends with the 4 pairs verified, and with
+``pd_serial_start`` it started the four servers one at a time, each after the one before was up.)
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ NEW_ARGS = [*BASE_ARGS, "--max-running-requests", "48"]
 PAIRS = [f"lab{p}-prefill → lab{d}-decode" for p in (0, 1) for d in (2, 3)]
 OTHER_MODEL = "~/other-seed-model"  # the tiny model of another seed (same shapes and tokenizer, other weights)
 FAILING_CMD = ["/bin/sh", "-c", "echo 'boom: the new server cannot start' >&2; exit 3", "fake-sglang"]
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")  # SGLang's log lines: [2026-12-07 02:37:13] ...
 
 
 @dataclass
@@ -106,6 +110,16 @@ class Deployment:
                 print(f"\n--- {name}.log (last 400 lines)\n{log.stdout}")
         assert client.failures == [], client.failures[:10]
 
+    def started_and_up(self, host: str) -> tuple[str, str]:
+        """When the server's last start printed its ``server_args`` (after its imports) and when it said it was
+        up (``fired up and ready``), from its log's own time stamps."""
+        name = f"{host}-{SERVERS[host]}"
+        log = str(self.lab.run_as(self.index(host), ["cat", f".provision/pd/logs/{name}.log"]).stdout)
+        stamped = [(m.group(1), line) for line in log.splitlines() if (m := STAMP.match(line))]
+        start = max(i for i, (_, line) in enumerate(stamped) if "server_args=" in line)
+        up = next(stamp for stamp, line in stamped[start:] if "fired up and ready" in line)
+        return stamped[start][0], up
+
     def leftovers(self, host: str) -> str:
         listing = self.lab.run_as(self.index(host), ["sh", "-c", "ls .provision/pd/ | grep rollout-prev || true"])
         return str(listing.stdout)
@@ -122,7 +136,8 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
         groups={"prefill": ["lab0", "lab1"], "decode": ["lab2", "lab3"], "router": ["lab0"]},
     )
     deployed = Deployment(lab, inventory, workdir)
-    deployed.set_vars(sglang_extra_args=BASE_ARGS, pd_env={"PROVISION_ROLLOUT_MARK": "v1"})
+    # pd_serial_start: one server at a time, in inventory order (servers that share a GPU need it: docs/pd.md)
+    deployed.set_vars(sglang_extra_args=BASE_ARGS, pd_env={"PROVISION_ROLLOUT_MARK": "v1"}, pd_serial_start=True)
     with lab_ssh_config(lab):
         made = deployed.provision("task", "sglang_tiny_model", "-a", f"path={OTHER_MODEL} venv={VENV} seed=1",
                                   "-l", "lab3")  # fmt: skip
@@ -134,6 +149,11 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
             print(f"\npd up of 2 prefill + 2 decode + router: {time.monotonic() - started:.1f}s; its pairs (cold):")
             print("\n".join(line for line in (result.out + result.err).splitlines() if "→" in line or "pairs" in line))
             assert "4 of 4 prefill x decode pairs verified, the same token ids from each" in result.out + result.err
+            times = {host: deployed.started_and_up(host) for host in SERVERS}
+            print(f"server start / up: {times}")
+            order = list(SERVERS)  # the prefills, then the decodes, each in inventory order
+            for before, after in itertools.pairwise(order):
+                assert times[after][0] >= times[before][1], f"{after} started before {before} was up: {times}"
             yield deployed
         finally:
             deployed.provision("pd", "down")
