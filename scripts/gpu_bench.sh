@@ -14,7 +14,11 @@
 #   scripts/gpu_bench.sh ssh-grow OUT           # over SSH: pd up (converged), status, verify; a second decode
 #   scripts/gpu_bench.sh ssh-rollout OUT        # over SSH: pd rollout of the decodes under a client's load, down
 #   scripts/gpu_bench.sh kill-decode OUT        # kill -9 the decode under a client's load; back by itself; all pairs
-# PD_INV / COLO_INV pick other inventories (the multi-GPU runbooks: docs/gpu-validation/runbook-h200x{2,4}.md).
+#   scripts/gpu_bench.sh pd-sat OUT NAME        # pd bench at saturating concurrency (64, 256, 512; 1024 prompts)
+# PD_INV / COLO_INV pick other inventories (the multi-GPU runbooks: docs/gpu-validation/runbook-h200x{2,4}.md);
+# PD_EXTRA adds arguments to `pd up` (-e pd_transfer_timeout=30); KILL names the process kill-decode kills and
+# KILL_LABEL its result files (docs/gpu-validation/serial-start-h100x1.md); GPU_LOAD_THREADS/GPU_LOAD_TIMEOUT
+# set the client's threads and request timeout (scripts/gpu_rollout_load.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 step=$1
@@ -80,7 +84,8 @@ case $step in
     [ "$step" = colo-up ] && inv=$COLO name=${COLO_NAME:-colo}
     mkdir -p "$out"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader >"$out/$name-gpu-before.txt"
-    timed "$name-up" "$out" prov pd up -i "$inv"
+    # shellcheck disable=SC2086 # PD_EXTRA: words
+    timed "$name-up" "$out" prov pd up -i "$inv" ${PD_EXTRA:-}
     tail -25 "$out/$name-up.out" "$out/$name-up.err"
     timed "$name-status" "$out" prov pd status -i "$inv"
     cat "$out/$name-status.out"
@@ -108,14 +113,20 @@ case $step in
     timed "$name-status-down" "$out" prov pd status -i "$inv"
     ;;
   kill-decode)
-    out=$1
-    timed kill-decode "$out" "$PY" scripts/gpu_rollout_load.py "$out/kill-decode-load.json" \
-      "$PY" scripts/gpu_kill_wait.py "$PD" h200-decode-decode "$out/kill-decode.json"
-    cat "$out/kill-decode.json" "$out/kill-decode-load.json"
-    timed kill-verify "$out" prov pd verify -i "$PD" --all-pairs
-    cat "$out/kill-verify.out"
-    timed kill-status "$out" prov pd status -i "$PD"
-    cat "$out/kill-status.out"
+    out=$1 name=${KILL_LABEL:-kill-decode}
+    timed "$name" "$out" "$PY" scripts/gpu_rollout_load.py "$out/$name-load.json" \
+      "$PY" scripts/gpu_kill_wait.py "$PD" "${KILL:-h200-decode-decode}" "$out/$name.json"
+    cat "$out/$name.json" "$out/$name-load.json"
+    timed "$name-verify" "$out" prov pd verify -i "$PD" --all-pairs
+    cat "$out/$name-verify.out"
+    timed "$name-status" "$out" prov pd status -i "$PD"
+    cat "$out/$name-status.out"
+    ;;
+  pd-sat)
+    out=$1 name=$2
+    timed "$name" "$out" prov pd bench -i "$PD" --input-len 512 --output-len 128 --num-prompts 1024 \
+      --concurrency 64,256,512 --warmup 2 -o "$out/$name" --label "$name" --slo failures=0
+    cat "$out/$name.out"; tail -20 "$out/$name.err"
     ;;
   ssh-setup)
     carry=$1 out=$2 S=/tmp/sshd
