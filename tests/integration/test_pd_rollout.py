@@ -33,6 +33,7 @@ import yaml
 
 from tests.support.cli import Client, CliResult, lab_ssh_config, run_cli_in
 from tests.support.stack import VENV, SglangStack, install_sglang_stack
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.lab
 
@@ -312,13 +313,13 @@ def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(de
         killed_at = time.monotonic()
         killed = deployment.lab.run_as(2, ["kill", "-9", str(before["lab2-decode"])])
         assert killed.returncode == 0, killed.stderr
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
+
+        def restarted() -> dict[str, Any] | None:
             rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
             row = rows["lab2-decode"]
-            if row["running"] and row["pid"] != before["lab2-decode"] and row["health"] == 200:
-                break
-            time.sleep(1)
+            return row if row["running"] and row["pid"] != before["lab2-decode"] and row["health"] == 200 else None
+
+        row = until("lab2's decode restarted by its supervisor", restarted, timeout=400, interval=1)
         time.sleep(3)
     slow = [(round(start - killed_at, 1), round(end - start, 1)) for start, end, error in client.events
             if error is None and end - start > 5]  # fmt: skip
