@@ -352,6 +352,15 @@ class Rollout:
         """Every host the batch restarts: its servers', and the other ranks of its multi-host servers."""
         return [m.host for p in batch for m in members(self.d, p)]
 
+    def start_groups(self, batch: list[Proc], hosts: list[str]) -> list[list[str]]:
+        """The hosts that restart together, group after group: with ``pd_serial_start`` each server alone, after
+        the one before answers ``/health`` (servers that share a GPU: SGLang sizes a server's KV cache from the
+        memory free at its own start), in the batch's order; the others (and every rank of a multi-host server:
+        its leader is healthy only once all have joined) together, first."""
+        alone = [p.host for p in batch if p.serial_start and p.instance is None]
+        together = [h for h in hosts if h not in alone]
+        return ([together] if together else []) + [[h] for h in alone]
+
     def apply(self, batch: list[Proc], report: BatchReport, restore: bool = False) -> None:
         """Keep (or put back) the launch files, write the new ones, restart, wait for ``/health``. A multi-host
         server restarts whole: every rank stopped first (none rejoins a group whose other ranks still run), then
@@ -380,7 +389,9 @@ class Rollout:
             {"name": "health", "pd_wait": {"role": "server", "timeout": self.o.server_timeout,
                                            "interval": self.o.poll_interval}},
         ]  # fmt: skip
-        results = self.run(hosts, tasks)
+        results: dict[str, list[Step]] = {}
+        for group in self.start_groups(batch, hosts):  # every group, also after one failed: the rollback
+            results.update(self.run(group, tasks))  # restores the whole batch from the files each host kept
         for host in hosts:
             steps = _by_task(results.get(host, []))
             if "restart" in steps:

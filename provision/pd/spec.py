@@ -71,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "pd_instance": None,  # hosts with the same name are one server over several hosts (pd/instances.py)
     "pd_instance_one_machine": False,  # the ranks of one pd_instance may share a machine, on disjoint GPUs
     "pd_instance_grace": 30,  # a multi-host server's /health failing this long (s) restarts every rank of it
+    "pd_serial_start": False,  # servers start (and restart in a rollout's batch) one at a time: shared GPUs
     "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
@@ -120,6 +121,7 @@ class Proc:
     leader: Proc | None = field(default=None, repr=False, compare=False)  # rank 0 of its instance
     dist_init_port: int | None = None  # the leader's --dist-init-addr port
     instance_one_machine: bool = False  # pd_instance_one_machine: its ranks may share a machine (disjoint GPUs)
+    serial_start: bool = False  # pd_serial_start: (re)started only after the one before answers /health
 
     @property
     def args(self) -> list[str]:
@@ -302,7 +304,8 @@ def server_proc(host: str, role: str, v: Mapping[str, Any], home: str | None, mo
     flags += flag_lines(words(var(v, "sglang_extra_args"), f"{host}: sglang_extra_args"))
     command, venv = _command(v, "sglang_server_cmd", "sglang.launch_server", home, host)
     return Proc(host, role, f"{_safe(host)}-{role}", address, bind, port, command, flags, machine_of(host, v),
-                bootstrap_port=bootstrap, venv=venv, nccl_port=nccl)  # fmt: skip
+                bootstrap_port=bootstrap, venv=venv, nccl_port=nccl,
+                serial_start=vartypes.says_yes(var(v, "pd_serial_start")))  # fmt: skip
 
 
 def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list[Proc], decode: list[Proc]) -> Proc:

@@ -27,7 +27,7 @@ WORDS = ("sglang_extra_args", "router_extra_args", "sglang_server_cmd", "sglang_
 NAMES = ("ucx_tls", "ucx_net_devices")  # "a,b" or a list of names
 MAPPINGS = ("pd_env",)
 # true/false (or their words: yes/no, "true"/"false" from a template)
-BOOLEANS = ("pd_metrics", "pd_instance_one_machine")
+BOOLEANS = ("pd_metrics", "pd_instance_one_machine", "pd_serial_start")
 
 
 TRUE_WORDS = ("true", "yes", "on", "1")

@@ -203,6 +203,11 @@ def test_rollout_of_a_flag_and_pd_env_loses_no_request(deployment: Deployment) -
         for host in b["hosts"]:
             assert b["drain"][host]["drained"] is True
             assert b["verify"][host]["tokens"] >= 1
+    times = {host: deployment.started_and_up(host) for host in SERVERS}
+    print(f"server start / up after the rollout: {times}")
+    for b in batches:  # pd_serial_start: a batch's servers restart one after another, each once the one before is up
+        for first, then in itertools.pairwise(b["hosts"]):
+            assert times[then][0] >= times[first][1], f"{then} restarted before {first} was up: {times}"
     after = deployment.pids()
     for host, role in SERVERS.items():
         name = f"{host}-{role}"

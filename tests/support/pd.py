@@ -56,9 +56,11 @@ class Hosts:
         self.changed, self.fail, self.stacked, self.odd, self.down = changed, fail or {}, stacked, odd, down
         self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
         self.tasks: list[dict[str, Any]] = []  # the task dicts, as run
+        self.plays: list[tuple[list[str], list[str]]] = []  # each call's hosts and task names
 
     def __call__(self, names: list[str], tasks: list[dict[str, Any]]) -> dict[str, list[Step]]:
         out: dict[str, list[Step]] = {}
+        self.plays.append((list(names), [t["name"] for t in tasks]))
         for host in names:
             steps = out.setdefault(host, [])
             for task in tasks:

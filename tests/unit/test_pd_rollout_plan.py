@@ -82,6 +82,24 @@ def test_the_order_of_a_batch() -> None:
     assert "pinned" in run.actions() and "pairs" not in run.actions()
 
 
+def test_serial_start_restarts_a_batch_one_server_at_a_time() -> None:
+    """With ``pd_serial_start`` a batch's servers restart one after another, each waited for (servers that share a
+    GPU: SGLang sizes a server's KV cache from the memory free at its own start); without it, in one play."""
+
+    def restarts(serial: bool) -> list[list[str]]:
+        layout = hosts(2, 2)
+        for variables in layout.values():
+            variables["pd_serial_start"] = serial
+        run = Hosts(changed={"p0", "p1", "d0", "d1"})
+        result = rollout(layout, run, RolloutOptions(batch="2"))
+        assert result.ok, result.reason
+        assert [len(b.hosts) for b in result.batches] == [1, 2, 1]
+        return [names for names, tasks in run.plays if "restart" in tasks]
+
+    assert restarts(serial=False) == [["p0"], ["p1", "d0"], ["d1"]]
+    assert restarts(serial=True) == [["p0"], ["p1"], ["d0"], ["d1"]]
+
+
 def test_a_failing_pair_of_the_batch_rolls_it_back() -> None:
     run = Hosts(changed={"d1"}, down=frozenset({"d1"}))
     result = rollout(hosts(2, 2), run)
