@@ -183,6 +183,53 @@ def test_a_kept_link_that_stalled_is_replaced_not_reported_unreachable(lab: Lab,
         assert _status(env, tmp_path)["kept"] == 1
 
 
+def test_a_run_on_the_keepers_fallback_agent_waits_for_the_run_lock(lab: Lab, tmp_path: Path,
+                                                                    runtime: dict[str, str]) -> None:  # fmt: skip
+    """The keeper's way without a resident: the kept link stalled, so the resident's fork never answers; the
+    keeper makes a new connection and execs the run's agent on a channel of it, spliced to the run. That agent
+    waits 3.5 s (> 3 H, H = 1 s) for the run lock of a run that ends then: the run's heartbeats reach it through
+    the splice, so it lives, takes the lock, and the run needs no connection of its own."""
+    with RttProxy(lab) as proxy:
+        files = proxy.write_files(tmp_path / "proxied")
+        env = {**runtime, "PROVISION_SSH_CONFIG": str(files["ssh_config"])}
+        inv = str(files["inventory"])
+        (tmp_path / "who.yml").write_text(WHO.format(tag="f"))
+        (tmp_path / "sleep.yml").write_text(SLEEP)
+        kept = ("--persist", "120", "--connect-timeout", "1")  # the same options: the same kept connection
+        first = _cli(env, tmp_path, "run", "who.yml", "-i", inv, "-l", "lab1", *kept)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert _status(env, tmp_path)["residents"] == 1
+        assert proxy.stall("lab1") == 1  # the keeper's connection, its resident's channel on it
+        lab.run_as(1, ["rm", "-f", "persist-sleep.pid"])
+        lock = f".provision/run-{lab.hosts[1].name}.lock"
+        holder = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", inv, "-l", "lab1"],
+                                  env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        waiter = None
+        try:
+            read_pid(lab, 1, "persist-sleep.pid", 30)  # the holder has the lock (on a connection of its own)
+            proxy.reset()
+            waiter = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", inv, "-l", "lab1",
+                                       *kept], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)  # fmt: skip
+            # the resident's fork is asked first (no answer within the channel timeout, 10 s), then the fallback
+            asking = wait_for(lambda: len(openers(lab.hosts[1].user, lock)) >= 2, 60)
+            assert asking is not None, "the fallback agent never asked for the lock"
+            time.sleep(3.5)  # > 3 H of silence, < the lock's grace
+            holder.kill()  # its agent takes its command with it, then lets go of the lock
+            holder.communicate(timeout=30)
+            out, err = waiter.communicate(timeout=60)
+        finally:
+            for proc in (holder, waiter):
+                if proc is not None and proc.returncode is None:
+                    proc.kill()
+                    proc.communicate(timeout=30)
+        assert waiter.returncode == 0 and "changed=0" in out, out + err
+        assert "--persist: no keeper" not in err, err  # the keeper's fallback agent took the lock itself
+        assert proxy.connections()["lab1"] == 1  # the keeper's new connection; the run made none of its own
+        status = _status(env, tmp_path)
+        assert status["kept"] == 1 and status["residents"] == 0, status  # no resident served it
+
+
 def test_the_keeper_socket_is_private_to_the_user(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[0])
     (tmp_path / "who.yml").write_text(WHO.format(tag="p"))
