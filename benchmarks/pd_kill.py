@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.cli import Client, run_cli_in  # noqa: E402
 from tests.support.lab import Lab  # noqa: E402
+from tests.support.pd import serving_again  # noqa: E402
 from tests.support.stack import VENV, install_sglang_stack  # noqa: E402
 from tests.support.waiting import until  # noqa: E402
 
@@ -49,11 +50,12 @@ def one_kill(lab: Lab, work: Path, inventory: Path, timeout: float) -> dict[str,
         time.sleep(25)
     slow = [(round(s - killed, 1), round(e - s, 1), err) for s, e, err in client.events if e - s > 3]
 
-    def restarted() -> bool:
-        row = status(work, inventory)["lab2-decode"]
-        return bool(row["running"] and row["pid"] != pid and row["health"] == 200)
-
-    until("lab2's decode restarted by its supervisor, before the next kill", restarted, timeout=400, interval=2)
+    until(
+        "lab2's decode restarted by its supervisor, before the next kill",
+        lambda: serving_again(status(work, inventory)["lab2-decode"], pid),
+        timeout=400,
+        interval=2,
+    )
     time.sleep(12)  # the router's health checks take it back
     return {"served": client.served, "failed": len(client.failures), "slow": slow}
 

@@ -19,6 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.pd import serving_again
+
 
 def status(inventory: str) -> dict[str, dict[str, Any]]:
     out = subprocess.run([sys.executable, "-m", "provision", "pd", "status", "-i", inventory, "--json"],
@@ -34,10 +38,10 @@ def main() -> int:
     row: dict[str, Any] = {}
     while time.monotonic() - killed < 900:
         row = status(inventory).get(name, {})
-        if row.get("running") and row.get("pid") != old and row.get("health") == 200:
+        if serving_again(row, old):
             break
         time.sleep(1)
-    ok = bool(row.get("running") and row.get("pid") != old and row.get("health") == 200)
+    ok = serving_again(row, old)
     doc = {"name": name, "old_pid": old, "new_pid": row.get("pid"), "healthy": ok,
            "seconds_to_healthy": round(time.monotonic() - killed, 1), "restarts": row.get("restarts")}  # fmt: skip
     result.write_text(json.dumps(doc, indent=2) + "\n")

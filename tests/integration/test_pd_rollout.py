@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from tests.support.cli import Client, CliResult, lab_ssh_config, run_cli_in
+from tests.support.pd import serving_again
 from tests.support.stack import VENV, SglangStack, install_sglang_stack
 from tests.support.waiting import until
 
@@ -322,7 +323,7 @@ def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(de
         def restarted() -> dict[str, Any] | None:
             rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
             row = rows["lab2-decode"]
-            return row if row["running"] and row["pid"] != before["lab2-decode"] and row["health"] == 200 else None
+            return row if serving_again(row, before["lab2-decode"]) else None
 
         row = until("lab2's decode restarted by its supervisor", restarted, timeout=400, interval=1)
         time.sleep(3)

@@ -1,12 +1,14 @@
 """PD deployments in tests: a PD layout of hosts that must never be contacted (``inventory``), the rollout's host
 helper (provision/remote/pd_rollout.py) run here as on a host (``helper``), and the rollout's hosts as a plan
-sees them (``hosts``) with a scripted runner that records every call (``Hosts``)."""
+sees them (``hosts``) with a scripted runner that records every call (``Hosts``), and a killed process's status
+row once its supervisor has it serving again (``serving_again``)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,12 @@ def inventory(tmp_path: Path, router_port: int = 8000) -> Path:
         f"    router:\n      hosts:\n        p1: {{router_port: {router_port}}}\n"
     )
     return path
+
+
+def serving_again(row: Mapping[str, Any], old_pid: object) -> bool:
+    """A ``pd status --json`` row of a process killed with pid ``old_pid``: running again, under another pid
+    (restarted by its supervisor), and answering ``/health`` with 200."""
+    return bool(row.get("running") and row.get("pid") != old_pid and row.get("health") == 200)
 
 
 def helper(action: str, request: dict[str, Any]) -> dict[str, Any]:
