@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -185,49 +186,57 @@ def test_a_kept_link_that_stalled_is_replaced_not_reported_unreachable(lab: Lab,
 
 def test_a_run_on_the_keepers_fallback_agent_waits_for_the_run_lock(lab: Lab, tmp_path: Path,
                                                                     runtime: dict[str, str]) -> None:  # fmt: skip
-    """The keeper's way without a resident: the kept link stalled, so the resident's fork never answers; the
-    keeper makes a new connection and execs the run's agent on a channel of it, spliced to the run. That agent
-    waits 3.5 s (> 3 H, H = 1 s) for the run lock of a run that ends then: the run's heartbeats reach it through
-    the splice, so it lives, takes the lock, and the run needs no connection of its own."""
-    with RttProxy(lab) as proxy:
-        files = proxy.write_files(tmp_path / "proxied")
-        env = {**runtime, "PROVISION_SSH_CONFIG": str(files["ssh_config"])}
-        inv = str(files["inventory"])
-        (tmp_path / "who.yml").write_text(WHO.format(tag="f"))
-        (tmp_path / "sleep.yml").write_text(SLEEP)
-        kept = ("--persist", "120", "--connect-timeout", "1")  # the same options: the same kept connection
-        first = _cli(env, tmp_path, "run", "who.yml", "-i", inv, "-l", "lab1", *kept)
-        assert first.returncode == 0, first.stdout + first.stderr
-        assert _status(env, tmp_path)["residents"] == 1
-        assert proxy.stall("lab1") == 1  # the keeper's connection, its resident's channel on it
-        lab.run_as(1, ["rm", "-f", "persist-sleep.pid"])
-        lock = f".provision/run-{lab.hosts[1].name}.lock"
-        holder = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", inv, "-l", "lab1"],
-                                  env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        waiter = None
-        try:
-            read_pid(lab, 1, "persist-sleep.pid", 30)  # the holder has the lock (on a connection of its own)
-            proxy.reset()
-            waiter = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", inv, "-l", "lab1",
-                                       *kept], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True)  # fmt: skip
-            # the resident's fork is asked first (no answer within the channel timeout, 10 s), then the fallback
-            asking = wait_for(lambda: len(openers(lab.hosts[1].user, lock)) >= 2, 60)
-            assert asking is not None, "the fallback agent never asked for the lock"
-            time.sleep(3.5)  # > 3 H of silence, < the lock's grace
-            holder.kill()  # its agent takes its command with it, then lets go of the lock
-            holder.communicate(timeout=30)
-            out, err = waiter.communicate(timeout=60)
-        finally:
-            for proc in (holder, waiter):
-                if proc is not None and proc.returncode is None:
-                    proc.kill()
-                    proc.communicate(timeout=30)
-        assert waiter.returncode == 0 and "changed=0" in out, out + err
-        assert "--persist: no keeper" not in err, err  # the keeper's fallback agent took the lock itself
-        assert proxy.connections()["lab1"] == 1  # the keeper's new connection; the run made none of its own
-        status = _status(env, tmp_path)
-        assert status["kept"] == 1 and status["residents"] == 0, status  # no resident served it
+    """The keeper's way without a usable resident: the host's resident is stopped (SIGSTOP: its channel stays
+    open, nothing answers), so after the channel timeout (10 s) the keeper gives up on it, makes a new connection
+    and execs the run's agent on a channel of it, spliced to the run. That agent waits 3.5 s (> 3 H, H = 1 s) for
+    the run lock of a run that ends then: the run's heartbeats reach it through the splice, so it lives, takes the
+    lock, and the run needs no connection of its own."""
+    env = {**runtime, **lab.ssh_env()}
+    user = lab.hosts[1].user
+    inv = str(lab.write_inventory(tmp_path / "inv.yml", names=[1]))
+    (tmp_path / "who.yml").write_text(WHO.format(tag="f"))
+    (tmp_path / "sleep.yml").write_text(SLEEP)
+    kept = ("--persist", "120", "--connect-timeout", "1")  # the same options each time: the same kept connection
+    before = set(pids_of(user, RESIDENT_MARK))  # an earlier test's resident may still be on its way out
+    first = _cli(env, tmp_path, "run", "who.yml", "-i", inv, *kept)
+    assert first.returncode == 0, first.stdout + first.stderr
+    new: set[int] = set()
+
+    def one_new() -> bool:  # the resident; the first run's agent (its fork, the same argv) may still be ending
+        new.clear()
+        new.update(set(pids_of(user, RESIDENT_MARK)) - before)
+        return len(new) == 1
+
+    assert wait_for(one_new, 10) is not None, f"new residents: {new}"
+    (resident,) = new
+    lab.run_as(1, ["rm", "-f", "persist-sleep.pid"])
+    lock = f".provision/run-{lab.hosts[1].name}.lock"
+    holder = waiter = None
+    os.kill(resident, signal.SIGSTOP)
+    try:
+        holder = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", inv], env=env,
+                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        read_pid(lab, 1, "persist-sleep.pid", 30)  # the holder has the lock (on a connection of its own)
+        held = set(openers(user, lock))
+        waiter = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", inv, *kept], env=env,
+                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        asking = wait_for(lambda: bool(set(openers(user, lock)) - held), 60)
+        assert asking is not None, "the fallback agent never asked for the lock"
+        for pid in set(openers(user, lock)) - held:  # an agent of its own, not a fork of the (stopped) resident
+            assert RESIDENT_MARK not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        time.sleep(3.5)  # > 3 H of silence, < the lock's grace
+        holder.kill()  # its agent takes its command with it, then lets go of the lock
+        holder.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+        os.kill(resident, signal.SIGKILL)  # the keeper closed its channel; stopped, it cannot see that
+    assert waiter.returncode == 0 and "changed=0" in out, out + err
+    assert "--persist: no keeper" not in err, err  # the keeper's fallback agent took the lock itself
+    assert _status(env, tmp_path)["kept"] == 1
 
 
 def test_the_keeper_socket_is_private_to_the_user(lab: Lab, tmp_path: Path, runtime: dict[str, str]) -> None:
