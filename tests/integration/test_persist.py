@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -184,6 +184,41 @@ def test_a_kept_link_that_stalled_is_replaced_not_reported_unreachable(lab: Lab,
         assert _status(env, tmp_path)["kept"] == 1
 
 
+def _kept_run_behind_a_held_lock(
+    lab: Lab, i: int, env: dict[str, str], cwd: Path, inv: str, asked: Callable[[set[int]], None] = lambda pids: None
+) -> tuple[int, str, str]:
+    """A run of sleep.yml holds host i's run lock (on a connection of its own); a kept run of who.yml (``--persist
+    120``, H = 1 s: ``--connect-timeout 1``) then asks for it. Once a new process of the host's user has the lock
+    file open, ``asked`` checks those pids; 3.5 s later (more than 3 H of silence, less than the lock's 5 s grace)
+    the holder is killed: its agent takes its command with it, then lets go of the lock. The kept run's exit code,
+    stdout and stderr."""
+    user = lab.hosts[i].user
+    lock = f".provision/run-{lab.hosts[i].name}.lock"
+    lab.run_as(i, ["rm", "-f", "persist-sleep.pid"])
+    holder = waiter = None
+    try:
+        holder = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", inv], env=env,
+                                  cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        read_pid(lab, i, "persist-sleep.pid", 30)  # the holder has the lock
+        held = set(openers(user, lock))
+        waiter = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", inv, "--persist", "120",
+                                   "--connect-timeout", "1"], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
+        asking = wait_for(lambda: bool(set(openers(user, lock)) - held), 60)
+        assert asking is not None, "the kept run never asked for the lock"
+        asked(set(openers(user, lock)) - held)
+        time.sleep(3.5)
+        holder.kill()
+        holder.communicate(timeout=30)
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    return waiter.returncode, out, err
+
+
 def test_a_run_on_the_keepers_fallback_agent_waits_for_the_run_lock(lab: Lab, tmp_path: Path,
                                                                     runtime: dict[str, str]) -> None:  # fmt: skip
     """The keeper's way without a usable resident: the host's resident is stopped (SIGSTOP: its channel stays
@@ -209,32 +244,17 @@ def test_a_run_on_the_keepers_fallback_agent_waits_for_the_run_lock(lab: Lab, tm
 
     assert wait_for(one_new, 10) is not None, f"new residents: {new}"
     (resident,) = new
-    lab.run_as(1, ["rm", "-f", "persist-sleep.pid"])
-    lock = f".provision/run-{lab.hosts[1].name}.lock"
-    holder = waiter = None
+
+    def not_a_fork(pids: set[int]) -> None:  # an agent of its own, not a fork of the (stopped) resident
+        for pid in pids:
+            assert RESIDENT_MARK not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+
     os.kill(resident, signal.SIGSTOP)
     try:
-        holder = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", inv], env=env,
-                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        read_pid(lab, 1, "persist-sleep.pid", 30)  # the holder has the lock (on a connection of its own)
-        held = set(openers(user, lock))
-        waiter = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", inv, *kept], env=env,
-                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        asking = wait_for(lambda: bool(set(openers(user, lock)) - held), 60)
-        assert asking is not None, "the fallback agent never asked for the lock"
-        for pid in set(openers(user, lock)) - held:  # an agent of its own, not a fork of the (stopped) resident
-            assert RESIDENT_MARK not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        time.sleep(3.5)  # > 3 H of silence, < the lock's grace
-        holder.kill()  # its agent takes its command with it, then lets go of the lock
-        holder.communicate(timeout=30)
-        out, err = waiter.communicate(timeout=60)
+        code, out, err = _kept_run_behind_a_held_lock(lab, 1, env, tmp_path, inv, not_a_fork)
     finally:
-        for proc in (holder, waiter):
-            if proc is not None and proc.returncode is None:
-                proc.kill()
-                proc.communicate(timeout=30)
         os.kill(resident, signal.SIGKILL)  # the keeper closed its channel; stopped, it cannot see that
-    assert waiter.returncode == 0 and "changed=0" in out, out + err
+    assert code == 0 and "changed=0" in out, out + err
     assert "--persist: no keeper" not in err, err  # the keeper's fallback agent took the lock itself
     assert _status(env, tmp_path)["kept"] == 1
 
@@ -342,27 +362,7 @@ def test_a_kept_run_that_waits_for_the_run_lock_keeps_its_kept_agent(lab: Lab, t
     inv = lab.write_inventory(tmp_path / "inv.yml", names=[2])
     (tmp_path / "sleep.yml").write_text(SLEEP)
     (tmp_path / "who.yml").write_text(WHO.format(tag="w"))
-    lab.run_as(2, ["rm", "-f", "persist-sleep.pid"])
-    lock = f".provision/run-{lab.hosts[2].name}.lock"
-    first = subprocess.Popen([sys.executable, "-m", "provision", "run", "sleep.yml", "-i", str(inv)], env=env,
-                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    second = None
-    try:
-        read_pid(lab, 2, "persist-sleep.pid", 30)  # the first run holds the lock
-        second = subprocess.Popen([sys.executable, "-m", "provision", "run", "who.yml", "-i", str(inv), "--persist",
-                                   "120", "--connect-timeout", "1"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
-        waiting = wait_for(lambda: len(openers(lab.hosts[2].user, lock)) >= 2, 30)
-        assert waiting is not None, "the kept run never asked for the lock"
-        time.sleep(3.5)  # > 3 H of silence, < the grace
-        first.kill()  # its agent takes its command with it, then lets go of the lock
-        first.communicate(timeout=30)
-        out, err = second.communicate(timeout=60)
-    finally:
-        for proc in (first, second):
-            if proc is not None and proc.returncode is None:
-                proc.kill()
-                proc.communicate(timeout=30)
-    assert second.returncode == 0, out + err
+    code, out, err = _kept_run_behind_a_held_lock(lab, 2, env, tmp_path, str(inv))
+    assert code == 0, out + err
     assert "--persist: no keeper" not in err, err  # the kept agent took the lock itself
     assert _status(env, tmp_path)["kept"] == 1
