@@ -357,7 +357,7 @@ class Rollout:
         the one before answers ``/health`` (servers that share a GPU: SGLang sizes a server's KV cache from the
         memory free at its own start), in the batch's order; the others (and every rank of a multi-host server:
         its leader is healthy only once all have joined) together, first."""
-        alone = [p.host for p in batch if p.serial_start and p.instance is None]
+        alone = [p.host for p in batch if p.starts_alone]
         together = [h for h in hosts if h not in alone]
         return ([together] if together else []) + [[h] for h in alone]
 

@@ -124,6 +124,13 @@ class Proc:
     serial_start: bool = False  # pd_serial_start: (re)started only after the one before answers /health
 
     @property
+    def starts_alone(self) -> bool:
+        """``pd up`` and ``pd rollout`` start it by itself, after the server before it answers ``/health``: a
+        ``pd_serial_start`` server of one host (a multi-host server's ranks start together: its leader answers
+        ``/health`` only once every rank has joined)."""
+        return self.serial_start and self.instance is None
+
+    @property
     def args(self) -> list[str]:
         return [w for line in self.flags for w in line]
 
@@ -196,6 +203,7 @@ class HostPlan:
             "bind": proc.bind, "port": proc.port, "url": proc.url, "health_url": health_url(proc),
             "bootstrap_port": proc.bootstrap_port, "venv": proc.venv, "instance": proc.instance,
             "node_rank": proc.node_rank, "nnodes": proc.nnodes,
+            "serial_start": proc.serial_start, "starts_alone": proc.starts_alone,
             "ports": [{"port": u.port, "bind": u.bind, "what": u.what, "name": u.name,
                        "pidfile": f"{self.pid_dir}/{proc.name}.json",
                        "unit": f"{UNIT_PREFIX}{proc.name}.service"}

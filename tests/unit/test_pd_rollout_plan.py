@@ -237,6 +237,23 @@ def test_a_multi_host_server_rolls_whole() -> None:
     assert [c.host for c in rollout(with_instance(), run, RolloutOptions(only=frozenset({"p0b"}))).changes] == ["p0"]
 
 
+def test_the_role_and_the_rollout_read_one_answer_to_which_servers_start_alone() -> None:
+    """``pd_serial_start`` with a multi-host server: its ranks start together (its leader answers ``/health`` once
+    every rank has joined), the other servers alone. The role (``pd.server.starts_alone``: prepare.yml's group for
+    pd-up.yml's plays of one host) and the rollout's groups read the same ``Proc.starts_alone``."""
+    layout = with_instance()
+    for variables in layout.values():
+        variables["pd_serial_start"] = True
+    d = build(layout)
+    servers = {h: d.hosts[h].fact()["server"] for h in ("p0", "p0b", "p1", "d0")}
+    assert {h: (s["serial_start"], s["starts_alone"]) for h, s in servers.items()} == {
+        "p0": (True, False), "p0b": (True, False), "p1": (True, True), "d0": (True, True)}  # fmt: skip
+    run = Hosts(changed={"p0b", "d1"})
+    result = rollout(layout, run, RolloutOptions(batch="100%"))
+    assert result.ok, result.reason
+    assert [names for names, tasks in run.plays if "restart" in tasks] == [["p0", "p0b"], ["d1"]]
+
+
 def test_a_multi_host_server_that_fails_is_rolled_back_whole() -> None:
     run = Hosts(changed={"p0"}, fail={("p0b", "health"): "the leader did not answer /health"})
     result = rollout(with_instance(), run)
