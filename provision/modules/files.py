@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from .. import remote, vault
+from ..commands import Command
 from ..errors import ModuleError, TemplateError
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .controller_files import find_controller_file
@@ -38,6 +39,28 @@ def remote_stat(ctx: ModuleContext, paths: list[str], **request: Any) -> list[di
 
 def remote_apply(ctx: ModuleContext, ops: list[dict[str, Any]]) -> None:
     helper(ctx, "apply", {"ops": ops})
+
+
+def ship_files(ctx: ModuleContext, dest: str, files: dict[str, bytes], mode: int = 0o644) -> ModuleResult:
+    """Put ``files`` (name → content) into the directory ``dest`` on the host (made 0700 if missing): one stat
+    with hashes, then only the writes of files that differ (atomic, created with ``mode``)."""
+    paths = [f"{dest}/{name}" for name in files]
+    states = remote_stat(ctx, [dest, *paths], hash=True)
+    if not states[0]["exists"] and not ctx.check:
+        ctx.run(Command.of("mkdir", "-p", "-m", "700", dest), check_rc=True, timeout=30)
+    stale = [
+        (path, data)
+        for (path, data), st in zip(zip(paths, files.values(), strict=True), states[1:], strict=False)
+        if not st["exists"] or st.get("sha256") != hashlib.sha256(data).hexdigest()
+    ]
+    names = [posixpath.basename(p) for p, _ in stale]
+    if not stale:
+        return ModuleResult(msg=f"{dest}: {len(files)} files up to date", data={"dest": dest, "written": []})
+    if not ctx.check:
+        for path, data in stale:
+            write_file(ctx, path, data, mode)
+    verb = "would write" if ctx.check else "wrote"
+    return ModuleResult(changed=True, msg=f"{dest}: {verb} {', '.join(names)}", data={"dest": dest, "written": names})
 
 
 def write_file(ctx: ModuleContext, path: str, data: bytes, mode: int | None) -> None:

@@ -13,6 +13,7 @@ vars, so a task needs no arguments to know what its host runs.
   to every prefill x decode pair (:mod:`.pairs`), sent from the play's first router host, at most ``parallel``
   at once: each pair's TTFT, and (``same_tokens``) the same token ids from every pair.
 * ``pd_status`` / ``pd_logs``: each process's state and health / the tail of its log (for ``provision pd``).
+* ``pd_start_gate``: ships ``provision/remote/start_gate.py``, the start gate of ``pd_serial_start`` servers.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import templating
+from .. import remote, templating
 from ..commands import Command
 from ..modules.base import Arg, HelperError, Module, ModuleContext, ModuleResult, register
+from ..modules.files import ship_files
 from ..templating import Vars
 from . import HostPlan, PlanError, build, hosts_from_task_vars, pairs, validate_pd
 from .addr import url_host
 from .process import format_tail, helper, supervisor_request
-from .spec import Proc, health_url, resolve_supervisor
+from .spec import START_GATE, Proc, health_url, resolve_supervisor
 
 
 def host_plan(ctx: ModuleContext) -> HostPlan | None:
@@ -113,6 +115,19 @@ class PdConfig(Module):
         parts = [f"{p.role} on {p.bind}:{p.port}" + (f" (bootstrap {p.bootstrap_port})" if p.bootstrap_port else "")
                  for p in plan.procs]  # fmt: skip
         return ModuleResult(msg=f"{', '.join(parts)}; {plan.device}; supervisor {fact['supervisor']}", data=fact)
+
+
+@register
+class PdStartGate(Module):
+    """Put the start gate of ``pd_serial_start`` servers (``provision/remote/start_gate.py``) into ``dest``:
+    their launch scripts run it before they exec SGLang, so that the servers of one machine start one after
+    another, a supervisor's restarts included."""
+
+    name = "pd_start_gate"
+    args = {"dest": Arg("path", required=True)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        return ship_files(ctx, ctx.expand(args["dest"]).rstrip("/"), {START_GATE: remote.path(START_GATE).read_bytes()})
 
 
 @register

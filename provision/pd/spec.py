@@ -71,11 +71,14 @@ DEFAULTS: dict[str, Any] = {
     "pd_instance": None,  # hosts with the same name are one server over several hosts (pd/instances.py)
     "pd_instance_one_machine": False,  # the ranks of one pd_instance may share a machine, on disjoint GPUs
     "pd_instance_grace": 30,  # a multi-host server's /health failing this long (s) restarts every rank of it
+    "pd_server_timeout": 900,  # pd up's wait for a server's /health; the start gate's bound (pd_serial_start)
     "pd_serial_start": False,  # servers start (and restart in a rollout's batch) one at a time: shared GPUs
     "pd_metrics": True,  # --enable-metrics on every server (Prometheus /metrics; `pd targets`, `pd status --metrics`)
 }
 SUPERVISORS = ("auto", "systemd", "provision", "none")
 GROUP_INTERVAL = 2.0  # how often a multi-host server's member's supervisor polls the server's health (s)
+START_GATE = "start_gate.py"  # provision/remote/start_gate.py, shipped to pd_dir: pd_serial_start servers' gate
+START_LOCK = "provision-pd-start"  # its lock: the abstract Unix socket of that name, one per machine (netns)
 UNIT_PREFIX = "provision-pd-"  # a process's systemd unit is UNIT_PREFIX + its name + ".service" (process_ctl.py)
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.@-]")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -165,6 +168,7 @@ class HostPlan:
     supervisor: str = "provision"  # pd_supervisor: auto | systemd | provision | none (auto: pd_config asks the host)
     restart: dict[str, float] = field(default_factory=dict)  # the supervisor's restart policy
     group_grace: float = 30.0  # pd_instance_grace: a multi-host server unhealthy this long restarts every rank
+    server_timeout: float = 900.0  # pd_server_timeout: the start gate's bound on its waits (pd_serial_start)
     server: Proc | None = None
     router: Proc | None = None
 
@@ -233,6 +237,7 @@ class HostPlan:
             "ports": [u for p in self.procs for u in self.proc_fact(p)["ports"]],
             "dirs": [self.dir, self.log_dir, self.pid_dir],
             "supervisor": self.supervisor, "restart": dict(self.restart),
+            "start_gate": {"script": f"{self.dir}/{START_GATE}", "key": START_LOCK, "timeout": self.server_timeout},
         }  # fmt: skip
 
 
@@ -473,6 +478,7 @@ def _host_plan(host: str, v: Mapping[str, Any], home: str | None) -> HostPlan:
         pid_dir=path("pd_pid_dir"), compat_dir=compat, model_path=str(model), tiny_model=tiny,
         env=host_env(host, v, address, compat), supervisor=supervisor_of(host, v), restart=restart_policy(host, v),
         group_grace=_seconds(v, "pd_instance_grace", host, 1.0, 86400.0),
+        server_timeout=_seconds(v, "pd_server_timeout", host, 1.0, 86400.0),
     )  # fmt: skip
 
 

@@ -22,7 +22,8 @@ INTEGERS = ("server_port", "bootstrap_port", "router_port", "router_prometheus_p
             "page_size", "cpu_max_total_tokens", "router_health_failure_threshold", "pd_start_limit_burst",
             "nccl_port", "dist_init_port")  # fmt: skip
 SECONDS = ("router_health_check_interval", "router_health_check_timeout", "pd_restart_delay", "pd_restart_max_delay",
-           "pd_start_limit_interval", "pd_stop_timeout", "pd_instance_grace", "pd_transfer_timeout")  # fmt: skip
+           "pd_start_limit_interval", "pd_stop_timeout", "pd_instance_grace", "pd_transfer_timeout",
+           "pd_server_timeout")  # fmt: skip
 WORDS = ("sglang_extra_args", "router_extra_args", "sglang_server_cmd", "sglang_router_cmd")  # text or a list
 NAMES = ("ucx_tls", "ucx_net_devices")  # "a,b" or a list of names
 MAPPINGS = ("pd_env",)

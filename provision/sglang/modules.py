@@ -8,14 +8,13 @@ Each runs in one round trip with a remote helper (``provision/remote/sglang_args
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 from typing import Any
 
 from ..commands import Command
 from ..modules.base import Arg, ArgError, HelperError, Module, ModuleContext, ModuleResult, register
-from ..modules.files import remote_stat, write_file
+from ..modules.files import ship_files
 from .cpu_compat import SGLANG_VERSION, shipped_files
 
 
@@ -126,24 +125,4 @@ class SglangCpuCompat(Module):
     args = {"dest": Arg("path", required=True)}
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        dest = ctx.expand(args["dest"]).rstrip("/")
-        files = shipped_files()
-        paths = [f"{dest}/{name}" for name in files]
-        states = remote_stat(ctx, [dest, *paths], hash=True)
-        if not states[0]["exists"] and not ctx.check:
-            ctx.run(Command.of("mkdir", "-p", "-m", "700", dest), check_rc=True, timeout=30)
-        stale = [
-            (path, data)
-            for (path, data), st in zip(zip(paths, files.values(), strict=True), states[1:], strict=False)
-            if not st["exists"] or st.get("sha256") != hashlib.sha256(data).hexdigest()
-        ]
-        names = [posixpath.basename(p) for p, _ in stale]
-        if not stale:
-            return ModuleResult(msg=f"{dest}: {len(files)} files up to date", data={"dest": dest, "written": []})
-        if not ctx.check:
-            for path, data in stale:
-                write_file(ctx, path, data, 0o644)
-        verb = "would write" if ctx.check else "wrote"
-        return ModuleResult(
-            changed=True, msg=f"{dest}: {verb} {', '.join(names)}", data={"dest": dest, "written": names}
-        )
+        return ship_files(ctx, ctx.expand(args["dest"]).rstrip("/"), shipped_files())

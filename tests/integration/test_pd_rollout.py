@@ -10,11 +10,13 @@ failures, exit 2) → a rollout with nothing to change touches nothing → ``pd 
 of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's venv link switched to a
 new env and its decode killed under the client (zero failures): the supervisor brings it back on its old env,
 ``pd up`` leaves it there, ``pd rollout`` moves it (reason ``stack``, zero client failures) → a router-only
-change restarts only the router → ``pd verify --all-pairs`` proves the 4 prefill x decode pairs, each with a
-TTFT and the same token ids, in two rounds of two (no server in two pairs at once) → lab3's decode restarted
-on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its two pairs, exit 2, and ``pd up``
-fails at its verify stage the same way. (``pd up`` itself ends with the 4 pairs verified, and with
-``pd_serial_start`` it started the four servers one at a time, each after the one before was up.)
+change restarts only the router → lab1's prefill and lab3's decode killed at once: their supervisors restart
+them one after the other (the start gate of ``pd_serial_start``) → ``pd verify --all-pairs`` proves the 4
+prefill x decode pairs, each with a TTFT and the same token ids, in two rounds of two (no server in two pairs
+at once) → lab3's decode restarted on a tiny model of another seed: ``--all-pairs`` names lab3-decode and its
+two pairs, exit 2, and ``pd up`` fails at its verify stage the same way. (``pd up`` itself ends with the 4
+pairs verified, and with ``pd_serial_start`` it started the four servers one at a time, each after the one
+before was up.)
 """
 
 from __future__ import annotations
@@ -375,6 +377,41 @@ def test_a_router_only_change_restarts_only_the_router(deployment: Deployment) -
         k: v for k, v in before.items() if k != "lab0-router"}  # fmt: skip
     script = deployment.lab.run_as(0, ["cat", ".provision/pd/lab0-router.sh"]).stdout
     assert "--health-check-interval-secs 4" in script  # the new script is the one that runs (pid above)
+
+
+def test_servers_that_die_together_restart_one_after_the_other(deployment: Deployment) -> None:
+    """``pd_serial_start`` orders the supervisors' own restarts too: lab1's prefill and lab3's decode are killed
+    with SIGKILL at once under a client (lab0 and lab2 serve meanwhile). Their supervisors restart both after
+    the same delay; the start gate in their launch scripts (``start_gate.py``: the machine's start lock) lets
+    one start, and the other only once the first answers ``/health``, as servers sharing a GPU need."""
+    before = deployment.pids()
+    victims = {"lab1": "lab1-prefill", "lab3": "lab3-decode"}
+    with Client(router_url(deployment)) as client:
+        time.sleep(3)
+        for host, name in victims.items():
+            deployment.lab.run_as(deployment.index(host), ["kill", "-9", str(before[name])])
+
+        def both_back() -> dict[str, Any] | None:
+            rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
+            ok = all(serving_again(rows[name], before[name]) for name in victims.values())
+            return rows if ok else None
+
+        rows = until("lab1's prefill and lab3's decode restarted by their supervisors", both_back, timeout=600,
+                     interval=1)  # fmt: skip
+        time.sleep(3)
+    times = {host: deployment.started_and_up(host) for host in victims}
+    print(f"\nkill -9 of lab1-prefill and lab3-decode at once under a client: {client.served} served, "
+          f"{len(client.failures)} failed; restarted (server_args / up): {times}")  # fmt: skip
+    first, then = sorted(victims, key=lambda h: times[h][0])
+    assert times[then][0] >= times[first][1], f"{then} started before {first} was up: {times}"
+    gate = deployment.lab.run_as(deployment.index(then), ["cat", f".provision/pd/logs/{victims[then]}.log"]).stdout
+    assert f"waiting for the start lock: {victims[first]} is starting" in gate, gate[-3000:]
+    assert "took the start lock after" in gate
+    for name in victims.values():
+        assert rows[name]["restarts"] >= 1 and rows[name]["health"] == 200, rows[name]
+    assert client.served > 0
+    others = {k: v for k, v in deployment.pids().items() if k not in victims.values()}
+    assert others == {k: v for k, v in before.items() if k not in victims.values()}
 
 
 def test_every_pair_is_verified_in_rounds_of_pairs_at_once(deployment: Deployment) -> None:

@@ -6,7 +6,8 @@ by the units themselves), ``kill -9`` → systemd starts it again (on
 the env it was started with, the venv link switched meanwhile), the restart delay (growing where the host's
 systemd has ``RestartSteps``), the start limit → crash-looping in ``pd status`` (exit 2) until the next
 ``pd up``, the host's systemd restarted (a simulated reboot) brings both back with no provision command and the
-next run is a no-op, and ``pd down`` leaves nothing running, enabled or written 30 s later.
+next run is a no-op, with ``pd_serial_start``'s start gate in their scripts they come back one after the other,
+and ``pd down`` leaves nothing running, enabled or written 30 s later.
 
 The unit files are real files of this machine (/etc/systemd/system): the fixture removes them whatever happens.
 """
@@ -43,6 +44,14 @@ FAKE = r"""#!/usr/bin/python3
 import http.server, os, sys
 venv = os.environ.get("PROVISION_PD_VENV")
 print("fake {{ item.name }} starting on venv=%s pid=%d" % (venv, os.getpid()), flush=True)
+{% if fake_gate | default(false) %}
+import subprocess, time
+subprocess.run([sys.executable, "{{ pd.start_gate.script }}", "{{ fake_gate_key | default('') }}", "{{ item.name }}",
+                str(os.getpid()), "{{ item.health_url }}", "60"])  # as a launch script runs it, with its $$
+print("fake {{ item.name }} passed the gate at %.3f" % time.time(), flush=True)
+time.sleep(3)  # a server's start: its /health answers only after it
+print("fake {{ item.name }} serving at %.3f" % time.time(), flush=True)
+{% endif %}
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
@@ -65,6 +74,9 @@ PLAYBOOK = """
         mkdir -p ~/pd-systemd-test/env-a ~/pd-systemd-test/env-b &&
         { [ -L ~/pd-systemd-test/venv ] || ln -s env-a ~/pd-systemd-test/venv; }
       changed_when: false
+    - name: the start gate (pd_serial_start's), for the fake scripts that run it
+      pd_start_gate: {dest: "{{ pd.dir }}"}
+      when: fake_gate | default(false)
     - name: fake launch scripts
       copy:
         dest: "{{ item.script }}"
@@ -300,6 +312,42 @@ def test_host_restart_brings_them_back_and_up_is_a_no_op(dep: Deployment) -> Non
     assert dep.log("decode").count("starting on") == starts + 1
     doc = dep.up()
     assert changes(doc) == 0, json.dumps(doc["stats"])
+
+
+def test_after_a_host_restart_the_start_gate_orders_the_units(dep: Deployment) -> None:
+    """``pd_serial_start``'s start gate under systemd: the host's systemd starts both units at once at boot, and
+    their scripts' gate (``start_gate.py``, a lock of this test's own name) lets one start, the other only once
+    the first answers ``/health`` (3 s after it passed the gate, as a server's start). Its holder lives in the
+    unit's cgroup and does not keep the unit from being up."""
+    key = f"{dep.host}-start"  # not the real lock's name: a lab test with SGLang may run beside this one
+    gated = ("-e", json.dumps({"fake_gate": True, "fake_gate_key": key}))
+    dep.up(*gated)
+    again = dep.up(*gated)  # the gate shipped (pd_start_gate) and the units converged: nothing changes
+    assert changes(again) == 0, json.dumps(again["stats"])
+    dep.lab.reboot_systemd_host(HOST)
+    rebooted = time.monotonic()
+
+    def both_serving() -> bool:
+        code, rows = dep.status()
+        since = time.monotonic() - rebooted + 1
+        return code == 0 and all(rows[r]["running"] and rows[r]["uptime"] < since for r in rows)
+
+    until("both processes back after the host's restart", both_serving, timeout=90)
+    stamps = {}
+    for role in ("decode", "router"):
+        log = dep.log(role)
+        passed = [float(x) for x in re.findall(rf"fake {dep.host}-{role} passed the gate at ([\d.]+)", log)]
+        serving = [float(x) for x in re.findall(rf"fake {dep.host}-{role} serving at ([\d.]+)", log)]
+        assert passed and serving, log[-2000:]
+        stamps[role] = (passed[-1], serving[-1])
+    print(
+        f"after the simulated reboot (gate passed, serving; s since the first): "
+        f"{ {r: tuple(round(t - min(p for p, _ in stamps.values()), 2) for t in v) for r, v in stamps.items()} }"
+    )
+    first, then = sorted(stamps, key=lambda r: stamps[r][0])
+    assert stamps[then][0] >= stamps[first][1], stamps  # the second passed the gate once the first served
+    assert f"waiting for the start lock: {dep.host}-{first} is starting" in dep.log(then), dep.log(then)[-2000:]
+    assert "start lock released" in dep.log(first)
 
 
 def test_down_stops_disables_and_removes(dep: Deployment) -> None:

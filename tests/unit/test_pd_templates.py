@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from provision import templating
+from provision import remote, templating
 from provision.pd import build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,3 +144,25 @@ def test_a_changed_env_changes_the_server_scripts_not_the_routers() -> None:
     assert before["router.sh.j2"] == after["router.sh.j2"]
     assert scripts(pd_env={"A": "1"}) == before  # the same env, the same scripts: a rerun restarts nothing
     assert "sha256 " in before["prefill.sh.j2"] and "A=1" not in before["prefill.sh.j2"]
+
+
+def test_a_serial_start_server_passes_the_start_gate_before_its_exec(tmp_path: Path) -> None:
+    """``pd_serial_start``: the script runs the shipped gate (``start_gate.py``) with its own pid (``$$``, which the
+    exec makes the server), its health URL and ``pd_server_timeout``, then execs the exact argv; a server
+    without the var has no gate line (its script is as before: no restart on upgrade)."""
+    hosts = hosts_with(tmp_path, model_path="/m", sglang_server_cmd=f"/usr/bin/python3 {printer(tmp_path)}",
+                       venv_path=str(tmp_path / "venv"), pd_server_timeout=120)  # fmt: skip
+    assert "start_gate" not in render("prefill.sh.j2", "p1", hosts, str(tmp_path))
+    for variables in hosts.values():
+        variables["pd_serial_start"] = True
+    plan = build(hosts, {"p1": str(tmp_path)}).hosts["p1"]
+    gate = plan.fact()["start_gate"]
+    assert gate["script"] == f"{tmp_path}/.provision/pd/start_gate.py" and gate["timeout"] == 120
+    (tmp_path / ".provision/pd").mkdir(parents=True)
+    Path(gate["script"]).write_bytes(remote.path("start_gate.py").read_bytes())  # what pd_start_gate ships
+    (tmp_path / "venv/bin").mkdir(parents=True)
+    (tmp_path / "venv/bin/python").symlink_to(sys.executable)
+    script = render("prefill.sh.j2", "p1", hosts, str(tmp_path))
+    assert f'{gate["script"]} provision-pd-start p1-prefill "$$" http://10.0.0.1:30000/health 120.0 || :\n' in script
+    argv = run_script(tmp_path, script, render("pd.env.j2", "p1", hosts, str(tmp_path)))
+    assert argv[:2] == ["--model-path", "/m"]  # the gate took the free lock and the script went on to its exec
