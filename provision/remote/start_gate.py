@@ -21,7 +21,6 @@ characters is kept. One line on stderr (the server's log) per step. Stdlib only,
 
 import os
 import re
-import select
 import socket
 import sys
 import time
@@ -97,6 +96,7 @@ def healthy(opener, url):
 def hold(sock, name, pid, url, deadline):
     """The holder: keep the lock until the server is healthy, gone, or the deadline; answer waiters meanwhile."""
     born = start_time(pid)
+    sock.settimeout(POLL)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the server's own URL: no proxy
     started, next_probe = time.monotonic(), 0.0
     while True:
@@ -112,19 +112,17 @@ def hold(sock, name, pid, url, deadline):
         if now >= deadline:
             say(name, "the server is not up after %.0fs: start lock released" % (now - started))
             return
-        ready, _, _ = select.select([sock], [], [], POLL)
-        if ready:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                continue
-            try:
-                conn.settimeout(1.0)
-                conn.sendall(name.encode("ascii", "replace") + b"\n")
-            except OSError:
-                pass
-            finally:
-                conn.close()
+        try:
+            conn, _ = sock.accept()  # a waiter asking whose start it waits for (at most POLL: the socket's timeout)
+        except OSError:  # socket.timeout included
+            continue
+        try:
+            conn.settimeout(1.0)
+            conn.sendall(name.encode("ascii", "replace") + b"\n")
+        except OSError:
+            pass
+        finally:
+            conn.close()
 
 
 def main(argv):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -164,5 +165,7 @@ def test_a_serial_start_server_passes_the_start_gate_before_its_exec(tmp_path: P
     (tmp_path / "venv/bin/python").symlink_to(sys.executable)
     script = render("prefill.sh.j2", "p1", hosts, str(tmp_path))
     assert f'{gate["script"]} provision-pd-start p1-prefill "$$" http://10.0.0.1:30000/health 120.0 || :\n' in script
+    # run with a lock of this test's own: the machine's real one may be held by a lab test's servers meanwhile
+    script = script.replace(" provision-pd-start ", f" provision-test-{uuid.uuid4().hex} ")
     argv = run_script(tmp_path, script, render("pd.env.j2", "p1", hosts, str(tmp_path)))
     assert argv[:2] == ["--model-path", "/m"]  # the gate took the free lock and the script went on to its exec
