@@ -30,7 +30,10 @@ FACT_VARS = frozenset(f"ansible_{name}" for name in ANSIBLE_FACT_NAMES)  # once 
 
 
 def guarded_names(source: str) -> set[str]:
-    """Names that a template only uses behind ``is defined`` / ``is undefined`` / ``default``."""
+    """Names a template may not need: those it only uses behind ``is defined`` / ``is undefined`` / ``default``,
+    and those it only uses where it may not render them (:func:`_maybe_rendered`), as ansible-core renders lazily:
+    ``{% if flag %}{{ x }}{% endif %}`` with ``flag`` false needs no ``x``. A task that does reach such a name
+    undefined fails when it runs, as in Ansible."""
     try:
         ast = templating.ENV.parse(source)
     except jinja2.TemplateSyntaxError:
@@ -47,7 +50,33 @@ def guarded_names(source: str) -> set[str]:
             target = target.node
         if isinstance(target, jinja2.nodes.Name):
             out.add(target.name)
-    return out
+    always: set[str] = set()
+    maybe: set[str] = set()
+    _maybe_rendered(ast, False, always, maybe)
+    return out | (maybe - always)
+
+
+# the fields of a node that Jinja evaluates only on some paths: an `if`'s branches (its test always), a ternary's
+# two values, the right side of `and` / `or`, a `for`'s body, `else` and filter (its iterable always)
+_BRANCHES: tuple[tuple[type[jinja2.nodes.Node], tuple[str, ...]], ...] = (
+    (jinja2.nodes.If, ("body", "elif_", "else_")),
+    (jinja2.nodes.CondExpr, ("expr1", "expr2")),
+    (jinja2.nodes.And, ("right",)),
+    (jinja2.nodes.Or, ("right",)),
+    (jinja2.nodes.For, ("body", "else_", "test")),
+)
+
+
+def _maybe_rendered(node: jinja2.nodes.Node, maybe: bool, always_out: set[str], maybe_out: set[str]) -> None:
+    """Sort the names ``node`` loads into those evaluated on every path and those only on some."""
+    if isinstance(node, jinja2.nodes.Name) and node.ctx == "load":
+        (maybe_out if maybe else always_out).add(node.name)
+    branches = next((fields for kind, fields in _BRANCHES if isinstance(node, kind)), ())
+    for name in node.fields:
+        value = getattr(node, name, None)
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, jinja2.nodes.Node):
+                _maybe_rendered(child, maybe or name in branches, always_out, maybe_out)
 
 
 def _strings(value: Any) -> Iterable[str]:

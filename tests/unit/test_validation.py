@@ -3,6 +3,7 @@ touched. The inventory points at a host that does not exist: touching it would f
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,31 @@ def test_guarded_undefined_names_are_allowed(tmp_path: Path, inv: Path) -> None:
     )
     result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks"])
     assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{% if flag %}{{ other }}{% endif %}x",  # an `if`'s branch
+        "{% if flag %}a{% elif more %}{{ other }}{% else %}{{ other }}{% endif %}",  # elif test, elif and else
+        "{{ other if flag else 'b' }}",  # a ternary's other value
+        "{{ flag and other }}",  # the right side of `and` (and of `or`)
+        "{{ not flag or other }}",
+        "{% for i in [] %}{{ other }}{% endfor %}",  # a loop's body
+    ],
+)
+def test_names_a_template_may_not_render_are_not_refused_up_front(tmp_path: Path, inv: Path, text: str) -> None:
+    """ansible-core renders lazily: a name used only where the template may not render it needs no definition
+    before the run (the task fails when it runs if it does reach it); a name the template always renders is
+    still refused before any host is touched."""
+    playbook = tmp_path / "pb.yml"
+    play = "- hosts: all\n  gather_facts: false\n  vars: {{flag: false}}\n  tasks:\n    - debug:\n        msg: {}\n"
+    playbook.write_text(play.format(json.dumps(text)))
+    result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks"])
+    assert result.code == 0, result.err
+    playbook.write_text(play.format(json.dumps(text + "{{ other }}")))  # rendered on every path as well
+    result = run_cli(["run", str(playbook), "-i", str(inv), "--list-tasks"])
+    assert result.code == 5 and "undefined variable 'other'" in result.err, result.err
 
 
 def test_unknown_limit_pattern_exits_5(tmp_path: Path, inv: Path) -> None:
