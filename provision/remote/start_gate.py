@@ -152,8 +152,7 @@ def main(argv):
         os.close(devnull)
         hold(sock, name, pid, url, time.monotonic() + timeout)
     finally:
-        os._exit(0)
-    return 0
+        os._exit(0)  # the holder never returns into the launch script
 
 
 if __name__ == "__main__":

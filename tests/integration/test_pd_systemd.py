@@ -296,9 +296,9 @@ def test_delays_then_start_limit_crash_loop(dep: Deployment) -> None:
     assert dep.status()[1]["decode"]["running"]
 
 
-def test_host_restart_brings_them_back_and_up_is_a_no_op(dep: Deployment) -> None:
-    dep.up()
-    starts = dep.log("decode").count("starting on")
+def reboot_and_wait(dep: Deployment, timeout: float) -> float:
+    """The host's systemd restarted (a simulated reboot), then both processes waited for, each started since;
+    when the reboot began (monotonic)."""
     dep.lab.reboot_systemd_host(HOST)
     rebooted = time.monotonic()
 
@@ -307,7 +307,14 @@ def test_host_restart_brings_them_back_and_up_is_a_no_op(dep: Deployment) -> Non
         since = time.monotonic() - rebooted + 1
         return code == 0 and all(rows[r]["running"] and rows[r]["uptime"] < since for r in rows)
 
-    until("both processes back after the host's restart", both_back, timeout=60)
+    until("both processes back after the host's restart", both_back, timeout=timeout)
+    return rebooted
+
+
+def test_host_restart_brings_them_back_and_up_is_a_no_op(dep: Deployment) -> None:
+    dep.up()
+    starts = dep.log("decode").count("starting on")
+    rebooted = reboot_and_wait(dep, timeout=60)
     print(f"back {time.monotonic() - rebooted:.1f}s after the simulated reboot")
     assert dep.log("decode").count("starting on") == starts + 1
     doc = dep.up()
@@ -324,15 +331,7 @@ def test_after_a_host_restart_the_start_gate_orders_the_units(dep: Deployment) -
     dep.up(*gated)
     again = dep.up(*gated)  # the gate shipped (pd_start_gate) and the units converged: nothing changes
     assert changes(again) == 0, json.dumps(again["stats"])
-    dep.lab.reboot_systemd_host(HOST)
-    rebooted = time.monotonic()
-
-    def both_serving() -> bool:
-        code, rows = dep.status()
-        since = time.monotonic() - rebooted + 1
-        return code == 0 and all(rows[r]["running"] and rows[r]["uptime"] < since for r in rows)
-
-    until("both processes back after the host's restart", both_serving, timeout=90)
+    reboot_and_wait(dep, timeout=90)
     stamps = {}
     for role in ("decode", "router"):
         log = dep.log(role)

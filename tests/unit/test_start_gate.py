@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from provision import remote
+from tests.support.waiting import until
 
 GATE = str(remote.path("start_gate.py"))
 
@@ -80,16 +81,9 @@ class Server:
         self.proc.wait()
 
 
-def wait_for(predicate, what: str, limit: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + limit
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def still_waiting(gate: subprocess.Popen[bytes], server: Server) -> None:
     """The gate has not let its server start: it told whose start it waits for, and it has not returned."""
-    wait_for(lambda: "waiting for the start lock" in server.text(), f"{server.name} says it waits")
+    until(f"{server.name} to say it waits", lambda: "waiting for the start lock" in server.text(), 30, 0.05)
     time.sleep(1.5)  # three tries of the lock
     assert gate.poll() is None, server.text()
 
@@ -104,7 +98,7 @@ def test_a_start_waits_for_the_server_before_it_to_be_up(tmp_path: Path, health:
         health.up.add("/lab0-decode")
         assert gate_b.wait(timeout=30) == 0
         assert "took the start lock after" in b.text()
-        wait_for(lambda: "the server is up after" in a.text(), "a's holder notes a up")
+        until("a's holder to note a up", lambda: "the server is up after" in a.text(), 30, 0.05)
         assert "start lock released" in a.text()
     finally:
         a.stop()
