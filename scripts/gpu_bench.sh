@@ -13,7 +13,7 @@
 #   scripts/gpu_bench.sh ssh-setup CARRY OUT    # a carried Debian sshd on 127.0.0.1:2222 (dpkg -x), SSH inventories
 #   scripts/gpu_bench.sh ssh-grow OUT           # over SSH: pd up (converged), status, verify; a second decode
 #   scripts/gpu_bench.sh ssh-rollout OUT        # over SSH: pd rollout of the decodes under a client's load, down
-#   scripts/gpu_bench.sh kill-decode OUT        # kill -9 the decode under a client's load; back by itself; all pairs
+#   scripts/gpu_bench.sh kill-decode OUT        # kill -9 the decode(s) (KILL: NAME[,NAME]) under a client's load; back by themselves; all pairs
 #   scripts/gpu_bench.sh pd-sat OUT NAME        # pd bench at saturating concurrency (64, 256, 512; 1024 prompts)
 # PD_INV / COLO_INV pick other inventories (the multi-GPU runbooks: docs/gpu-validation/runbook-h200x{2,4}.md);
 # PD_EXTRA adds arguments to `pd up` (-e pd_transfer_timeout=30); KILL names the process kill-decode kills and
@@ -41,7 +41,7 @@ timed() {  # timed NAME OUT CMD...: run, keep stdout/stderr, record exit code an
 }
 prov() { "$PY" -m provision "$@"; }
 graphs() {  # the CUDA graph capture lines of each server's log (begin/end, seconds, memory)
-  grep -h -E "Capture .*(begin|end)|Load weight end|KV Cache is allocated|NIXL KVManager|fired up|flashinfer.*(JIT|jit|compil)" \
+  grep -h -E "Capture .*(begin|end)|Load weight end|KV Cache is allocated|NIXL KVManager|fired up|start gate|flashinfer.*(JIT|jit|compil)" \
     /tmp/provision/pd/logs/*.log 2>/dev/null | cut -c1-400
 }
 
