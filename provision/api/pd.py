@@ -346,9 +346,8 @@ def pd_rollout(
     limit = opts.get("limit", fleet.limit)
     if limit:
         options.only = frozenset(h.name for h in fleet.inventory.select(limit))
-    for name, key in (("server_timeout", "pd_server_timeout"), ("verify_timeout", "pd_verify_timeout")):
-        if extra.get(key) is not None:
-            setattr(options, name, float(extra[key]))
+    if extra.get("pd_verify_timeout") is not None:  # pd_server_timeout: each host's own, from its pd fact
+        options.verify_timeout = float(extra["pd_verify_timeout"])
     pd_vars = inventory_pd_vars(fleet.inventory, extra)
     routers = [h for h in fleet.inventory.groups_map().get("router", ()) if h in pd_vars] or list(pd_vars)
     first = pd_vars[routers[0]] if routers else None  # the router's host sends the pairs: its vars say

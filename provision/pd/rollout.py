@@ -68,7 +68,7 @@ class RolloutOptions:
     canary: int = 1
     allow_downtime: bool = False
     drain_timeout: float = 120.0
-    server_timeout: float = 900.0
+    server_timeout: float | None = None  # a server's wait for /health; None: its host's pd_server_timeout
     verify_timeout: float = 180.0
     router_timeout: float = 120.0
     poll_interval: float = 0.25
@@ -384,9 +384,10 @@ class Rollout:
                 {"name": "script", "template": {"src": "{{ pd.server.role }}.sh.j2", "dest": "{{ pd.server.script }}",
                                                 "mode": "0700"}},
             ]  # fmt: skip
+        wait = "{{ pd.server_timeout }}" if self.o.server_timeout is None else self.o.server_timeout
         tasks += [
             {"name": "restart", "process": _restart("server"), "become": "{{ pd.become }}"},
-            {"name": "health", "pd_wait": {"role": "server", "timeout": self.o.server_timeout,
+            {"name": "health", "pd_wait": {"role": "server", "timeout": wait,
                                            "interval": self.o.poll_interval}},
         ]  # fmt: skip
         results: dict[str, list[Step]] = {}

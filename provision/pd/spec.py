@@ -168,7 +168,7 @@ class HostPlan:
     supervisor: str = "provision"  # pd_supervisor: auto | systemd | provision | none (auto: pd_config asks the host)
     restart: dict[str, float] = field(default_factory=dict)  # the supervisor's restart policy
     group_grace: float = 30.0  # pd_instance_grace: a multi-host server unhealthy this long restarts every rank
-    server_timeout: float = 900.0  # pd_server_timeout: the start gate's bound on its waits (pd_serial_start)
+    server_timeout: float = float(DEFAULTS["pd_server_timeout"])  # a server's wait (pd up, pd rollout, the start gate)
     server: Proc | None = None
     router: Proc | None = None
 
@@ -236,7 +236,7 @@ class HostPlan:
             "procs": [self.proc_fact(p) for p in self.procs],
             "ports": [u for p in self.procs for u in self.proc_fact(p)["ports"]],
             "dirs": [self.dir, self.log_dir, self.pid_dir],
-            "supervisor": self.supervisor, "restart": dict(self.restart),
+            "supervisor": self.supervisor, "restart": dict(self.restart), "server_timeout": self.server_timeout,
             "start_gate": {"script": f"{self.dir}/{START_GATE}", "key": START_LOCK, "timeout": self.server_timeout},
         }  # fmt: skip
 

@@ -251,6 +251,23 @@ def test_slurm_nodes_are_machines_and_addresses_are_the_jobs() -> None:
     assert router.index('wait_http "http://${PD_NODE_4}:30000/health"') < router.index("start gw01-router")
 
 
+def test_each_server_waits_as_long_as_its_own_pd_server_timeout(tmp_path: Path) -> None:
+    """A host's ``pd_server_timeout`` (a slower model's) bounds its own server's wait in every target, as in pd
+    up: the Slurm router's wait for that worker, the verify's wait for the router (the longest worker's + 120 s)
+    and the pod's startupProbe; the others keep theirs."""
+    doc = pd_inventory()
+    doc["all"]["children"]["pd"]["children"]["decode"]["hosts"]["d1"]["pd_server_timeout"] = 1800
+    files = export(write_inventory(tmp_path, doc), "slurm").files
+    router = next(text for text in files.values() if "start gw-router" in text)
+    assert 'wait_http "http://${PD_NODE_2}:30000/health" 1800' in router
+    assert 'wait_http "http://${PD_NODE_0}:30000/health" 900' in router
+    assert 'wait_http "$url/readiness" 1920' in files["verify.sh"]
+    probes = {r["name"]: r["standalonePattern"]["template"]["spec"]["containers"][0].get("startupProbe")
+              for r in _custom(export(write_inventory(tmp_path, doc), "rbg").files)[0]["spec"]["roles"]}  # fmt: skip
+    assert {name: p and p["failureThreshold"] * p["periodSeconds"] for name, p in probes.items()} == {
+        "prefill": 900, "decode": 1800, "router": None}  # fmt: skip
+
+
 def test_containerfile_from_the_wheelhouse_lock(tmp_path: Path) -> None:
     wheels = ["nixl-1.5.1-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl"]
     hosts = {h: {"target": {"python": "3.12", "machine": "x86_64"}, "files": wheels, "lock": [], "release": "x",

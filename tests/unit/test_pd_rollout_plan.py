@@ -9,12 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
+from provision.data import roles_dir
 from provision.errors import InputError
 from provision.pd import build
 from provision.pd.rollout import RolloutOptions, ServerChange, batch_size, plan_batches, render, rollout
+from provision.templating import render as render_value
 from tests.support.cli import run_cli
 from tests.support.pd import Hosts, hosts, inventory
 
@@ -252,6 +255,29 @@ def test_the_role_and_the_rollout_read_one_answer_to_which_servers_start_alone()
     result = rollout(layout, run, RolloutOptions(batch="100%"))
     assert result.ok, result.reason
     assert [names for names, tasks in run.plays if "restart" in tasks] == [["p0", "p0b"], ["d1"]]
+
+
+def test_each_server_is_waited_for_as_long_as_its_own_pd_server_timeout() -> None:
+    """A server's ``/health`` wait after its restart is its host's ``pd_server_timeout`` (a slow model's hosts set
+    more), read from the ``pd`` fact as ``pd up``'s wait.yml reads it; a ``RolloutOptions.server_timeout`` (the
+    Python API's) overrides it for every host."""
+    layout = hosts(2, 2)
+    layout["d1"]["pd_server_timeout"] = 1800
+    d = build(layout)
+    facts = {h: d.hosts[h].fact() for h in ("p0", "d1")}
+    assert {h: (f["server_timeout"], f["start_gate"]["timeout"]) for h, f in facts.items()} == {
+        "p0": (900.0, 900.0), "d1": (1800.0, 1800.0)}  # fmt: skip
+
+    def waits(options: RolloutOptions) -> dict[str, Any]:
+        run = Hosts(changed={"p0", "p1", "d0", "d1"})
+        assert rollout(layout, run, options).ok
+        tasks = [t for t in run.tasks if t["name"] == "health"]
+        return {h: render_value(tasks[0]["pd_wait"]["timeout"], {"pd": f}) for h, f in facts.items()}
+
+    assert waits(RolloutOptions(batch="2")) == {"p0": 900.0, "d1": 1800.0}
+    assert waits(RolloutOptions(batch="2", server_timeout=60)) == {"p0": 60, "d1": 60}
+    (wait,) = yaml.safe_load(Path(roles_dir(), "provision.sglang_pd/tasks/wait.yml").read_text())  # pd up's
+    assert render_value(wait["pd_wait"]["timeout"], {"pd": facts["d1"]}) == 1800.0
 
 
 def test_a_multi_host_server_that_fails_is_rolled_back_whole() -> None:

@@ -30,7 +30,6 @@ from .common import (
     Export,
     ExportOptions,
     command_of,
-    first_var,
     gpus_per_pod,
     group_by,
     has_hf_token,
@@ -128,8 +127,8 @@ def _container(d: Deployment, target: str, p: Proc, role: _Role, options: Export
         c["readinessProbe"] = _probe("/readiness", p.port, 5, 3)
         c["livenessProbe"] = _probe("/health", p.port, 30, 3)
     else:
-        # model loading: up to pd_server_timeout (as pd up's wait), then the readiness pd_wait checked
-        startup = int(float(first_var(d, "pd_server_timeout", 900)))
+        # model loading: up to its host's pd_server_timeout (as pd up's wait), then the readiness pd_wait checked
+        startup = int(d.hosts[p.host].server_timeout)
         c["startupProbe"] = _probe("/health", p.port, 10, max(1, startup // 10))
         c["readinessProbe"] = _probe("/health", p.port, 10, 3)
         c["livenessProbe"] = _probe("/health", p.port, 30, 5, timeout=10)

@@ -27,7 +27,7 @@ from ...commands import quote
 from ...sglang.cpu_compat import SHIPPED, SHIPPED_DIR
 from ..flags import PlanError
 from ..spec import Deployment, HostPlan, Proc
-from .common import Export, ExportOptions, first_var, gpus_per_pod, has_hf_token, nnodes, shipped, split_env
+from .common import Export, ExportOptions, gpus_per_pod, has_hf_token, nnodes, shipped, split_env
 
 
 def node_of(d: Deployment) -> tuple[dict[str, int], list[list[str]]]:
@@ -167,11 +167,9 @@ def _node_script(d: Deployment, k: int, hosts: list[str], node: dict[str, int], 
     for p in sorted(servers, key=lambda p: p.role != "prefill"):
         lines.append(f"start {quote(p.name)} run_{_fn(p)}")
     if routers:
-        timeout = int(float(first_var(d, "pd_server_timeout", 900)))
-        lines.append(
-            f"# the router starts when every worker answers /health (pd up: at most {timeout}s, pd_server_timeout)"
-        )
+        lines.append("# the router starts when every worker answers /health (pd up: at most its pd_server_timeout)")
         for w in d.servers:
+            timeout = int(d.hosts[w.host].server_timeout)
             lines.append(f'wait_http "http://{node_var(node[w.host])}:{w.port}/health" {timeout}')
         for p in routers:
             lines.append(f"start {quote(p.name)} run_{_fn(p)}")
@@ -258,6 +256,7 @@ def _sbatch(d: Deployment, nodes: list[list[str]], node: dict[str, int], options
 def _verify(d: Deployment, node: dict[str, int], options: ExportOptions) -> str:
     router = d.routers[0]
     url = f"http://{node_var(node[router.host])}:{router.port}"
+    workers = max(int(d.hosts[w.host].server_timeout) for w in d.servers)  # their waits for /health, at most
     return "\n".join([
         "#!/bin/bash",
         "# One real generation through the router (pd_verify.py, what pd up ends with); exit 1 when it fails.",
@@ -265,7 +264,7 @@ def _verify(d: Deployment, node: dict[str, int], options: ExportOptions) -> str:
         'here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
         f'url="{url}"',
         WAIT_HTTP.rstrip("\n"),
-        f'wait_http "$url/readiness" {int(float(first_var(d, "pd_server_timeout", 900))) + 120}  # the workers first',
+        f'wait_http "$url/readiness" {workers + 120}  # the workers first',
         "request=$(python3 -c 'import json, sys; print(json.dumps({\"url\": sys.argv[1], \"prompt\": sys.argv[2], "
         "\"max_new_tokens\": int(sys.argv[3]), \"timeout\": float(sys.argv[4]), \"interval\": 5, \"stream\": True}))' "
         f'"$url" {quote(options.prompt)} {options.max_new_tokens} {options.verify_timeout:g})',
