@@ -425,12 +425,14 @@ class Copy(Module):
                 return copy_tree(ctx, tree, src, args)
             path, data = read_controller_file(ctx, src, decrypt=args["decrypt"])
             args = preserved(args, path)
+        elif content is None:  # `content: null`, or a template whose value is None: as ansible-core
+            return ModuleResult(failed=True, msg="copy: src (or content) is required")
         elif isinstance(content, (dict, list)):
             data = json.dumps(content).encode()
         elif isinstance(content, bytes):
             data = content
         else:
-            data = ("" if content is None else str(content)).encode()
+            data = str(content).encode()
         return converge_file(ctx, args["dest"], data, args, src_name=src)
 
 

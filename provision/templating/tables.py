@@ -35,11 +35,12 @@ from .filters_core import (
 
 def make_env(globals_: Mapping[str, Any], **options: Any) -> jinja2.Environment:
     """A template environment with Ansible's builtin filters and tests (also under their FQCN) and ``globals_``
-    (the templar's lookup(), query() and embedded-term renderer): ENV, FILE_ENV and NAME_ENV are three."""
+    (the templar's lookup(), query() and embedded-term renderer): ENV (FILE_ENV is the same one) and NAME_ENV."""
     # the sandbox refuses attribute walks to internals (``cycler.__init__.__globals__``), unsafe callables and
     # str.format tricks, and bounds range(): a template can read data, never reach Python
     options.setdefault("undefined", _Undefined)
-    env = _Sandbox(keep_trailing_newline=True, autoescape=False, finalize=_finalize, **options)
+    # no trailing newline kept, as ansible-core's environments: the templar gives the source's back (_trailing_newlines)
+    env = _Sandbox(keep_trailing_newline=False, autoescape=False, finalize=_finalize, **options)
     env.filters.update(
         bool=_bool,
         to_json=lambda v, **kw: json.dumps(v, **kw),

@@ -13,6 +13,9 @@ walks, no unsafe callables), for the playbook's own text too. See ``docs/securit
   (``venv_python: "{{ venv_path }}/bin/python"``) is rendered when it is read, with cycle detection.
 * ``names_used(value)`` lists the free variable names of a template, for validation before any host is
   contacted.
+* ansible-core's one environment: ``trim_blocks`` for all text, and its trailing-newline rule (rendering keeps
+  none, the text gets back what it lost); a template file's includes and imports read the controller's files
+  from ansible-core's search path (:func:`render_file`).
 Jinja2 exceptions never leave this module: they become :class:`provision.errors.TemplateError`.
 """
 
@@ -23,6 +26,7 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -115,22 +119,74 @@ def _query(ctx: Any, name: str, *terms: Any, errors: str = "strict", **kw: Any) 
     return lookups.run(name, list(terms), _lookup_env(ctx), wantlist=True, errors=errors, **kw)
 
 
+_searching = threading.local()  # .path: the search path of the template file this thread renders (render_file)
+
+
+def _template_search_path(variables: Mapping[str, Any]) -> tuple[str, ...]:
+    """Where a template file's ``{% include %}``, ``{% import %}``, ``{% from %}`` and ``{% extends %}`` names are
+    looked up, as Ansible's template module and lookup search: the role (``role_path``), the playbook's folder,
+    then the template's own folder (``template_path``), each one's ``templates/`` before itself."""
+    dirs: list[str] = []
+    source = variables.get("template_path")
+    for base in (variables.get("role_path"), variables.get("playbook_dir"),
+                 os.path.dirname(source) if isinstance(source, str) else None):  # fmt: skip
+        if isinstance(base, str) and base:
+            for d in (os.path.join(base, "templates"), base):
+                if d not in dirs:
+                    dirs.append(d)
+    return tuple(dirs)
+
+
+def _find_template(name: str) -> str | None:
+    dirs = getattr(_searching, "path", ())
+    try:
+        pieces = jinja2.loaders.split_template_path(name)
+    except jinja2.TemplateNotFound:  # a ".." piece: never outside the folders
+        return None
+    return next((path for d in dirs if os.path.isfile(path := os.path.join(d, *pieces))), None)
+
+
+class _SearchPathLoader(jinja2.BaseLoader):
+    """Reads what a template file includes or imports from the search path of the file being rendered
+    (:func:`_template_search_path`, per thread): the controller's files, as the template itself (a vaulted one
+    decrypted). A compiled include is reused while its name still finds the same, unchanged file."""
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Any]:
+        path = _find_template(template)
+        if path is None:
+            searched = ", ".join(getattr(_searching, "path", ())) or "no folder: playbook text, not a template file"
+            raise jinja2.TemplateNotFound(template, f"template {template!r} not found (searched {searched})")
+        from .. import vault
+
+        stamp = os.stat(path).st_mtime_ns
+        try:
+            source = vault.reveal(Path(path).read_bytes(), path).decode("utf-8")
+        except (OSError, UnicodeDecodeError, vault.VaultError) as exc:
+            raise TemplateError(f"template {template!r} ({path}) cannot be read: {exc}") from None
+
+        def uptodate() -> bool:
+            try:
+                return _find_template(template) == path and os.stat(path).st_mtime_ns == stamp
+            except (OSError, jinja2.TemplateNotFound):
+                return False
+
+        return source, path, uptodate
+
+
 _GLOBALS = {"lookup": _lookup, "query": _query, "q": _query, _EMBEDDED: _render_term}
-ENV = make_env(_GLOBALS)
+# ansible-core's environment for all text: trim_blocks (lstrip_blocks off); what a template file includes or
+# imports is read from its search path (render_file)
+ENV = make_env(_GLOBALS, trim_blocks=True, loader=_SearchPathLoader())
 yaml.SafeDumper.add_representer(Unsafe, yaml.representer.SafeRepresenter.represent_str)  # dumped as text
-# the template module's environment: Ansible's template defaults (trim_blocks=True, lstrip_blocks=False)
-FILE_ENV = make_env(_GLOBALS, trim_blocks=True)
-NAME_ENV = make_env(_GLOBALS, undefined=_ShownUndefined)  # task names: never fail, show what is undefined
+# the template module's environment is the same one, as in ansible-core (whose environment has trim_blocks for
+# playbook text too)
+FILE_ENV = ENV
+NAME_ENV = make_env(_GLOBALS, trim_blocks=True, undefined=_ShownUndefined)  # task names: never fail
 
 
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> jinja2.Template:
     return ENV.from_string(source)
-
-
-@lru_cache(maxsize=256)
-def _compile_file(source: str) -> jinja2.Template:
-    return FILE_ENV.from_string(source)
 
 
 def escape_backslashes(source: str) -> str:
@@ -152,7 +208,7 @@ def escape_backslashes(source: str) -> str:
         elif in_var and kind == "string":
             text = text.replace("\\", "\\\\")
         out.append(text)
-    return "".join(out)
+    return _trailing_newlines(source, "".join(out))  # the lexer keeps no trailing newline
 
 
 def _syntax_error(exc: jinja2.TemplateSyntaxError, source: str, where: str) -> TemplateError:
@@ -275,15 +331,23 @@ def _undefined_message(exc: jinja2.UndefinedError, variables: Mapping[str, Any])
     return str(exc)
 
 
+def _one_expression(source: str) -> re.Match[str] | None:
+    """A text that is one expression, also before one newline (which rendering drops, as ansible-core's lexer
+    does): its value is the expression's native value; a text value gets the source's newlines back
+    (:func:`_trailing_newlines`), another type does not (``"{{ ok }}\\n"`` is True)."""
+    return _NATIVE_EXPR.match(source) or _NATIVE_EXPR.match(re.sub(r"(\r\n|\r|\n)\Z", "", source))
+
+
 def render(value: Any, variables: Mapping[str, Any], where: str = "") -> Any:
     """Render every template inside ``value`` (str, dict, list) with ``variables``."""
     if isinstance(value, str):
         if not is_template(value):
             return value
         value = escape_backslashes(value)
-        match = _NATIVE_EXPR.match(value)
+        match = _one_expression(value)
         if match:
-            return evaluate(match.group("expr"), variables, where=where)
+            result = evaluate(match.group("expr"), variables, where=where)
+            return _trailing_newlines(value, result) if isinstance(result, str) else result
         return _render_text(value, variables, where)
     if isinstance(value, dict):
         return {k: render(v, variables, where) for k, v in value.items()}
@@ -315,22 +379,46 @@ def render_file(source: str, variables: Mapping[str, Any], where: str = "") -> s
     ``ansible_managed`` defined."""
     extra = {"ansible_managed": MANAGED}
     scope = variables.child(**extra) if isinstance(variables, Vars) else {**variables, **extra}
-    return _render_text(source, scope, where, file=True)
-
-
-def _render_text(source: str, variables: Mapping[str, Any], where: str, *, file: bool = False) -> str:
+    match = _one_expression(source)
+    if match:  # as ansible-core: the value as text, a None as nothing, the newlines back on a text only
+        result = evaluate(match.group("expr"), scope, where=where)
+        return _trailing_newlines(source, result) if isinstance(result, str) else "" if result is None else str(result)
+    outer = getattr(_searching, "path", ())  # a template lookup inside a template: restored after it
+    _searching.path = _template_search_path(scope)
     try:
-        template = _compile_file(source) if file else _compile(source)
+        return _render_text(source, scope, where)
+    finally:
+        _searching.path = outer
+
+
+def _render_text(source: str, variables: Mapping[str, Any], where: str) -> str:
+    try:
+        template = _compile(source)
         ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
-        return str(ENV.concat(template.root_render_func(ctx)))
+        return _trailing_newlines(source, str(ENV.concat(template.root_render_func(ctx))))
     except jinja2.TemplateSyntaxError as exc:
         raise _syntax_error(exc, source, where) from None
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"{_undefined_message(exc, variables)} in {where or repr(source)}") from None
+    except jinja2.TemplateNotFound as exc:  # an include/import (only a template file has a search path)
+        raise TemplateError(f"{exc.message} in {where or repr(source)}") from None
     except TemplateError:
         raise
     except Exception as exc:
         raise TemplateError(f"error rendering {where or repr(source)}: {type(exc).__name__}: {exc}") from None
+
+
+def _newlines_at_end(text: str) -> int:
+    return len(text) - len(text.rstrip("\n"))
+
+
+def _trailing_newlines(source: str, text: str) -> str:
+    """ansible-core's rule for the end of a rendered text: its environments keep no trailing newline (an
+    included template loses its own), and the text gets back as many of the source's trailing newlines as
+    rendering lost (a source that ends with a block tag and a newline ends with that newline; a value that
+    ends with newlines of its own gets none added)."""
+    missing = _newlines_at_end(source) - _newlines_at_end(text)
+    return text + "\n" * missing if missing > 0 else text
 
 
 def _raise_undefined(value: Any) -> None:

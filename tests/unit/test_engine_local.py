@@ -138,6 +138,5 @@ def test_relative_paths_of_a_local_connection_start_in_the_playbook_s_directory_
         assert strays == [], (tool, strays)
         seen[tool] = (play_dir / "rel-seen").read_text()
     assert made["provision"] == made["ansible"] == {"rel-dir", "rel-dir/copied", "rel-lines", "rel-touched", "rel-seen"}
-    # `stat` found what `command` made; Ansible drops a templated argument's last newline, provision keeps it
-    # (tests/compat/KNOWN.md): not what this test is about
-    assert seen["provision"].rstrip("\n") == seen["ansible"] == "True"
+    # `stat` found what `command` made (`"{{ ... }}\n"` is the expression's value, True: no newline, in both)
+    assert seen["provision"] == seen["ansible"] == "True"
