@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from provision import remote
+from provision import remote, templating
+from provision.data import templates_dir
+from provision.pd import build
 from provision.pd.rollout import Step
 from provision.pd.rollout_modules import ACTIONS
 
@@ -122,3 +124,12 @@ class Hosts:
 
     def actions(self, host: str | None = None) -> list[str]:
         return [a for h, _, a in self.calls if host is None or h == host]
+
+
+def render_launch_template(name: str, host: str, hosts: dict[str, dict[str, Any]], home: str) -> str:
+    """A shipped PD template (``provision/data/templates/NAME``) for ``host``, as the ``template`` module renders
+    it (its includes found beside it)."""
+    plan = build(hosts, {h: home for h in hosts}).hosts[host]
+    path = templates_dir() / name
+    variables = {"pd": plan.fact(), "inventory_hostname": host, "template_path": str(path)}
+    return templating.render_file(path.read_text(), variables)

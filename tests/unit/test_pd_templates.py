@@ -12,17 +12,11 @@ from typing import Any
 
 import pytest
 
-from provision import remote, templating
+from provision import remote
 from provision.pd import build
+from tests.support.pd import render_launch_template as render
 
-REPO = Path(__file__).resolve().parents[2]
 NASTY = '/models/it\'s a $(touch /tmp/pwned) `x` "model"'
-
-
-def render(name: str, host: str, hosts: dict[str, dict[str, Any]], home: str) -> str:
-    plan = build(hosts, {h: home for h in hosts}).hosts[host]
-    source = (REPO / "templates" / name).read_text()
-    return templating.render_text(source, {"pd": plan.fact(), "inventory_hostname": host})
 
 
 def hosts_with(tmp_path: Path, **common: Any) -> dict[str, dict[str, Any]]:
@@ -133,15 +127,17 @@ def test_the_default_command_runs_the_env_resolved_at_start(tmp_path: Path, ship
 def test_a_changed_env_changes_the_server_scripts_not_the_routers() -> None:
     """The env file is sourced at start: a server script carries its variables' digest, so ``pd up`` restarts a
     server whose env changed (its script changed) and leaves one whose env did not; the router's script (and
-    so the router, whose restart every client would see) is left as it was."""
+    so the router, whose restart every client would see) is left as it was. A colocated server too (its
+    template once lacked the digest: the three server templates now share one body)."""
 
     def scripts(**common: Any) -> dict[str, str]:
         hosts = hosts_with(Path("/h"), model_path="/m", **common)
-        names = (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("router.sh.j2", "p1"))
+        hosts["s1"] = {"group_names": ["serve"], "ansible_host": "10.0.0.3", **common}
+        names = (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("serve.sh.j2", "s1"), ("router.sh.j2", "p1"))
         return {name: render(name, host, hosts, "/h") for name, host in names}
 
     before, after = scripts(pd_env={"A": "1"}), scripts(pd_env={"A": "2"})
-    assert before["prefill.sh.j2"] != after["prefill.sh.j2"] and before["decode.sh.j2"] != after["decode.sh.j2"]
+    assert all(before[name] != after[name] for name in ("prefill.sh.j2", "decode.sh.j2", "serve.sh.j2"))
     assert before["router.sh.j2"] == after["router.sh.j2"]
     assert scripts(pd_env={"A": "1"}) == before  # the same env, the same scripts: a rerun restarts nothing
     assert "sha256 " in before["prefill.sh.j2"] and "A=1" not in before["prefill.sh.j2"]

@@ -12,7 +12,7 @@ import pytest
 
 from provision.errors import TemplateError
 from provision.templating import render, render_file
-from tests.unit.test_pd_templates import render as render_pd_script
+from tests.support.pd import render_launch_template
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:
@@ -103,6 +103,7 @@ def test_the_launch_scripts_render_as_before_the_newline_rule(tmp_path: Path) ->
     """The shipped launch script templates end without a newline, so their scripts stay byte for byte what they
     were (a changed script restarts its server at the next ``pd up``)."""
     hosts = {"p1": {"group_names": ["prefill", "router"]}, "d1": {"group_names": ["decode"]}}
-    for name, host in (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("router.sh.j2", "p1")):
-        script = render_pd_script(name, host, hosts, str(tmp_path))
+    hosts["s1"] = {"group_names": ["serve"]}
+    for name, host in (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("serve.sh.j2", "s1"), ("router.sh.j2", "p1")):
+        script = render_launch_template(name, host, hosts, str(tmp_path))
         assert script.endswith("--enable-metrics") or script.endswith("--health-check-interval-secs 5"), script[-80:]
