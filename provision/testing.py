@@ -58,7 +58,7 @@ def module_context(
         timeout=timeout or float(values.get("command_timeout", 1800.0)),
         controller_dir=controller_dir,
         render=lambda text: templating.render_text(text, values, where),
-        render_file=lambda text, extra: templating.render_file(text, values.child(**extra), where),
+        render_file=lambda text, extra, options: templating.render_file(text, values.child(**extra), where, options),
         evaluate=lambda expr: templating.evaluate_expression(expr, values, where),
         peer=peer if peer is not None else (lambda name: connection if name == host else LocalConnection(name)),
         progress=progress,

@@ -54,7 +54,9 @@ class ModuleCaller(TaskVariables):
             timeout=task.timeout or float(variables.get("command_timeout", self.options.command_timeout)),
             controller_dir=task.role_path or self.playbook_dir,
             render=lambda text: templating.render_text(text, variables, where),
-            render_file=lambda text, extra: templating.render_file(text, variables.child(**extra), where),
+            render_file=lambda text, extra, options: templating.render_file(
+                text, variables.child(**extra), where, options
+            ),
             evaluate=lambda expr: templating.evaluate_expression(expr, variables, where),
             condition=lambda expr: templating.evaluate_expression(expr, variables, where, conditional=True),
             peer=self.connection,

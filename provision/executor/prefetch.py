@@ -162,10 +162,10 @@ def record(runner: TaskRunner, task: Task, host: str) -> Key | None:
         cls, args, ctx = runner.prepare(task, host, variables, where)
         render_file = ctx.render_file
 
-        def guarded(text: str, extra: dict[str, Any]) -> str:
+        def guarded(text: str, extra: dict[str, Any], options: dict[str, Any]) -> str:
             if render_file is None or any(call in text for call in TEMPLATE_CALLS):
                 raise _Stop(None)
-            return render_file(text, extra)
+            return render_file(text, extra, options)
 
         recording = _RecordingConnection(host)
         ctx = dataclasses.replace(ctx, conn=recording, peer=None, progress=None, render_file=guarded)

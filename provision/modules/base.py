@@ -157,8 +157,9 @@ class ModuleContext:
     timeout: float | None = 1800.0
     controller_dir: str = "."  # where relative `src` of copy/template is looked up (the playbook's dir)
     render: Callable[[str], str] | None = None  # renders a template text with the host's vars
-    # renders a template FILE (the template module: Ansible's trim_blocks, ansible_managed) with extra vars
-    render_file: Callable[[str, dict[str, Any]], str] | None = None
+    # renders a template FILE (the template module: ansible_managed, its includes) with extra vars and the task's
+    # environment options (templating.FILE_OPTIONS: lstrip_blocks, delimiters, ...)
+    render_file: Callable[[str, dict[str, Any], dict[str, Any]], str] | None = None
     progress: Callable[[str], None] | None = None  # for long-running modules: one line of progress
     evaluate: Callable[[str], Any] | None = None  # evaluates a Jinja2 expression (assert/debug var/when)
     # ... as a conditional (assert's ``that``: the templates in its string constants are rendered first, as

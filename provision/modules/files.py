@@ -5,6 +5,7 @@ under ``become`` so that sudo applies). A converged run costs exactly one comman
 from __future__ import annotations
 
 import base64
+import codecs
 import difflib
 import hashlib
 import json
@@ -17,6 +18,7 @@ from typing import Any
 from .. import remote, vault
 from ..commands import Command
 from ..errors import ModuleError, TemplateError
+from ..templating import FILE_OPTIONS
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .controller_files import find_controller_file
 from .modes import PreserveMode, SymbolicMode, new_file_mode, resolve_mode
@@ -517,28 +519,50 @@ def copy_tree(ctx: ModuleContext, local: str, src: str, args: dict[str, Any]) ->
     return result
 
 
+# ansible-core's newline_sequence values, also as written escaped ("\\n") in a playbook
+NEWLINES = {"\n": "\n", "\r": "\r", "\r\n": "\r\n", "\\n": "\n", "\\r": "\r", "\\r\\n": "\r\n"}
+
+
 @register
 class Template(Module):
     name = "template"
-    args = {"src": Arg("path", required=True), **FILE_ARGS}
+    args = {
+        "src": Arg("path", required=True), **FILE_ARGS,
+        **{name: Arg("bool" if kind is bool else "str") for name, kind in FILE_OPTIONS.items()},
+        "output_encoding": Arg("str", default="utf-8"),
+    }  # fmt: skip
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         if ctx.render is None:
             return ModuleResult(failed=True, msg="template: no template renderer in this context")
+        options = {name: args[name] for name in FILE_OPTIONS if args.get(name) is not None}
+        if "newline_sequence" in options:
+            if options["newline_sequence"] not in NEWLINES:
+                return ModuleResult(
+                    failed=True, msg="template: newline_sequence needs to be one of: \\n, \\r or \\r\\n"
+                )
+            options["newline_sequence"] = NEWLINES[options["newline_sequence"]]
+        try:
+            codecs.lookup(args["output_encoding"])
+        except LookupError:
+            return ModuleResult(failed=True, msg=f"template: unknown output_encoding {args['output_encoding']!r}")
         path, raw = read_controller_file(ctx, args["src"])
         args = preserved(args, path)
         try:
             source = raw.decode("utf-8")
             if ctx.render_file is not None:
                 extra = {"template_path": str(path), "template_fullpath": str(path), "template_destpath": args["dest"]}
-                text = ctx.render_file(source, extra)
+                text = ctx.render_file(source, extra, options)
             else:
                 text = ctx.render(source)
+            data = text.encode(args["output_encoding"])
         except UnicodeDecodeError:
             return ModuleResult(failed=True, msg=f"template {path} is not UTF-8 text")
+        except UnicodeEncodeError as exc:
+            return ModuleResult(failed=True, msg=f"template {path}: not {args['output_encoding']} text: {exc.reason}")
         except TemplateError as exc:
             return ModuleResult(failed=True, msg=f"template {path}: {exc}")
-        return converge_file(ctx, args["dest"], text.encode("utf-8"), args, src_name=args["src"])
+        return converge_file(ctx, args["dest"], data, args, src_name=args["src"])
 
 
 __all__ = ["Copy", "File", "Template", "converge_file", "remote_apply", "remote_stat", "write_file"]

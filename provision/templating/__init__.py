@@ -23,6 +23,7 @@ from .tables import drop_omitted, truthy
 from .templar import (
     ENV,
     FILE_ENV,
+    FILE_OPTIONS,
     NAME_ENV,
     Vars,
     escape_backslashes,
@@ -39,6 +40,7 @@ from .templar import (
 __all__ = [
     "ENV",
     "FILE_ENV",
+    "FILE_OPTIONS",
     "MANAGED",
     "NAME_ENV",
     "OMIT",

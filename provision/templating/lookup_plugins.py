@@ -31,7 +31,7 @@ class LookupEnv:
 
     variables: Mapping[str, Any]
     search_dirs: list[str]  # role dir first (when the task is a role's), then the playbook's dir
-    render_file: Callable[[str, Mapping[str, Any], dict[str, Any]], str]
+    render_file: Callable[[str, Mapping[str, Any], dict[str, Any], dict[str, Any]], str]
     loop_module: str | None = None  # the task's module when the lookup runs as its with_<lookup> loop
 
 
@@ -111,15 +111,25 @@ def _lines(terms: list[Any], env: LookupEnv, **_: Any) -> list[str]:
     return [line for t in _strings("lines", terms) for line in _run("lines", t, env).splitlines()]
 
 
+# the template lookup's environment options, as ansible-core 2.19's lookup takes them
+TEMPLATE_OPTIONS = ("variable_start_string", "variable_end_string", "comment_start_string", "comment_end_string",
+                    "trim_blocks")  # fmt: skip
+
+
 def _template(terms: list[Any], env: LookupEnv, template_vars: Mapping[str, Any] | None = None,
-              **_: Any) -> list[str]:  # fmt: skip
+              **kw: Any) -> list[str]:  # fmt: skip
+    options = {name: kw[name] for name in TEMPLATE_OPTIONS if kw.get(name) is not None}
+    if "trim_blocks" in options:
+        options["trim_blocks"] = bool(options["trim_blocks"])
     out = []
     for term in _strings("template", terms):
         path = _find(env, "templates", term)
         if path is None or not os.path.isfile(path):
             raise TemplateError(f"lookup 'template': could not find {term!r} (searched {_where(env, 'templates')})")
         source = _vault_open(path).decode("utf-8")
-        out.append(env.render_file(source, env.variables, dict(template_vars or {})))
+        found = os.path.abspath(path)  # its includes are found beside it too; template_vars win, as in ansible-core
+        extra = {"template_path": found, "template_fullpath": found, **dict(template_vars or {})}
+        out.append(env.render_file(source, env.variables, extra, options))
     return out
 
 

@@ -28,6 +28,7 @@ from .lookup_plugins import (
     _INI_DEFAULTS,
     _PASSWORD_PARAMS,
     _PASSWORD_REFUSED,
+    TEMPLATE_OPTIONS,
     LookupEnv,
     _csvfile,
     _env,
@@ -175,7 +176,7 @@ PLUGINS: dict[str, Callable[..., list[Any]]] = {
 OPTIONS: dict[str, set[str]] = {  # the keyword options each lookup takes; any other is refused
     "env": {"default"},
     "file": {"lstrip", "rstrip"},
-    "template": {"template_vars"},
+    "template": {"template_vars", *TEMPLATE_OPTIONS},
     "first_found": {"files", "paths", "skip"},
     "vars": {"default"},
     "sequence": {"start", "end", "count", "stride", "format"},

@@ -82,9 +82,11 @@ def _make_lookup_env(variables: Mapping[str, Any], parent: Mapping[str, Any]) ->
         if isinstance(value, str) and value and value not in dirs:
             dirs.append(value)
 
-    def render_lookup_template(source: str, _: Mapping[str, Any], extra: dict[str, Any]) -> str:
+    def render_lookup_template(
+        source: str, _: Mapping[str, Any], extra: dict[str, Any], options: dict[str, Any]
+    ) -> str:
         scope = parent if isinstance(parent, Vars) else Vars(dict(parent))
-        return render_file(source, scope.child(**extra) if extra else scope)
+        return render_file(source, scope.child(**extra) if extra else scope, options=options)
 
     return lookups.LookupEnv(variables, dirs or [os.getcwd()], render_lookup_template)
 
@@ -374,28 +376,53 @@ def render_name(name: str, variables: Mapping[str, Any]) -> str:
         return name
 
 
-def render_file(source: str, variables: Mapping[str, Any], where: str = "") -> str:
-    """Render a template file (the ``template`` module) as Ansible does: ``trim_blocks``, and
-    ``ansible_managed`` defined."""
+# the template module's and lookup's environment settings a task may change (ansible-core's names and types)
+FILE_OPTIONS = {"trim_blocks": bool, "lstrip_blocks": bool, "newline_sequence": str, "block_start_string": str,
+                "block_end_string": str, "variable_start_string": str, "variable_end_string": str,
+                "comment_start_string": str, "comment_end_string": str}  # fmt: skip
+_DELIMITERS = {name for name in FILE_OPTIONS if name.endswith("_string")}
+
+
+@lru_cache(maxsize=64)
+def _overlay(options: tuple[tuple[str, Any], ...]) -> jinja2.Environment:
+    return ENV.overlay(**dict(options))
+
+
+@lru_cache(maxsize=256)
+def _compile_with(options: tuple[tuple[str, Any], ...], source: str) -> jinja2.Template:
+    return _overlay(options).from_string(source)
+
+
+def render_file(source: str, variables: Mapping[str, Any], where: str = "",
+                options: Mapping[str, Any] | None = None) -> str:  # fmt: skip
+    """Render a template file (the ``template`` module, the template lookup) as Ansible does: ``ansible_managed``
+    defined, its includes found on its search path, and the task's environment ``options`` (:data:`FILE_OPTIONS`:
+    ``lstrip_blocks: true``, ``trim_blocks: false``, other delimiters, ``newline_sequence``; validated by the
+    module)."""
     extra = {"ansible_managed": MANAGED}
     scope = variables.child(**extra) if isinstance(variables, Vars) else {**variables, **extra}
-    match = _one_expression(source)
+    chosen = tuple(sorted((options or {}).items()))
+    newline = dict(chosen).get("newline_sequence", "\n")
+    match = None if _DELIMITERS & dict(chosen).keys() else _one_expression(source)
     if match:  # as ansible-core: the value as text, a None as nothing, the newlines back on a text only
         result = evaluate(match.group("expr"), scope, where=where)
-        return _trailing_newlines(source, result) if isinstance(result, str) else "" if result is None else str(result)
+        if isinstance(result, str):
+            return _trailing_newlines(source, result, newline)
+        return "" if result is None else str(result)
     outer = getattr(_searching, "path", ())  # a template lookup inside a template: restored after it
     _searching.path = _template_search_path(scope)
     try:
-        return _render_text(source, scope, where)
+        return _render_text(source, scope, where, chosen, newline)
     finally:
         _searching.path = outer
 
 
-def _render_text(source: str, variables: Mapping[str, Any], where: str) -> str:
+def _render_text(source: str, variables: Mapping[str, Any], where: str,
+                 options: tuple[tuple[str, Any], ...] = (), newline: str = "\n") -> str:  # fmt: skip
     try:
-        template = _compile(source)
+        template = _compile_with(options, source) if options else _compile(source)
         ctx = template.new_context(_as_vars(variables), shared=True)  # type: ignore[arg-type]
-        return _trailing_newlines(source, str(ENV.concat(template.root_render_func(ctx))))
+        return _trailing_newlines(source, str(ENV.concat(template.root_render_func(ctx))), newline)
     except jinja2.TemplateSyntaxError as exc:
         raise _syntax_error(exc, source, where) from None
     except jinja2.UndefinedError as exc:
@@ -412,13 +439,13 @@ def _newlines_at_end(text: str) -> int:
     return len(text) - len(text.rstrip("\n"))
 
 
-def _trailing_newlines(source: str, text: str) -> str:
+def _trailing_newlines(source: str, text: str, newline: str = "\n") -> str:
     """ansible-core's rule for the end of a rendered text: its environments keep no trailing newline (an
     included template loses its own), and the text gets back as many of the source's trailing newlines as
     rendering lost (a source that ends with a block tag and a newline ends with that newline; a value that
     ends with newlines of its own gets none added)."""
     missing = _newlines_at_end(source) - _newlines_at_end(text)
-    return text + "\n" * missing if missing > 0 else text
+    return text + newline * missing if missing > 0 else text
 
 
 def _raise_undefined(value: Any) -> None:

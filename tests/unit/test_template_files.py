@@ -12,6 +12,7 @@ import pytest
 
 from provision.errors import TemplateError
 from provision.templating import render, render_file
+from tests.support.cli import run_cli
 from tests.support.pd import render_launch_template
 
 
@@ -107,3 +108,33 @@ def test_the_launch_scripts_render_as_before_the_newline_rule(tmp_path: Path) ->
     for name, host in (("prefill.sh.j2", "p1"), ("decode.sh.j2", "d1"), ("serve.sh.j2", "s1"), ("router.sh.j2", "p1")):
         script = render_launch_template(name, host, hosts, str(tmp_path))
         assert script.endswith("--enable-metrics") or script.endswith("--health-check-interval-secs 5"), script[-80:]
+
+
+def test_a_tasks_environment_options_change_how_its_file_renders() -> None:
+    """The template module's (and lookup's) lstrip_blocks, trim_blocks, delimiters and newline_sequence, as
+    ansible-core applies them (case template_options compares the files)."""
+    source = "{% for u in us %}\n  {% if u %}\n[{{ u }}]\n  {% endif %}\n{% endfor %}\nend\n"
+    values = {"us": ["a"]}
+    assert render_file(source, values) == "  [a]\n  end\n"
+    assert render_file(source, values, options={"lstrip_blocks": True}) == "[a]\nend\n"
+    assert render_file(source, values, options={"trim_blocks": False}) == "\n  \n[a]\n  \n\nend\n"
+    assert render_file(source, values, options={"newline_sequence": "\r\n"}) == "  [a]\r\n  end\r\n"
+    other = {"variable_start_string": "[[", "variable_end_string": "]]"}
+    assert render_file("[[ u ]] {{ u }}\n", {"u": 1}, options=other) == "1 {{ u }}\n"
+    assert render_file("[[ u ]]\n", {"u": True}, options=other) == "True\n"  # no native value: other delimiters
+
+
+def test_other_delimiters_keep_a_files_braces_from_the_up_front_check(tmp_path: Path) -> None:
+    """A file read with other delimiters is not checked for undefined names with the default ones (its
+    ``{{ }}`` is another tool's text); an unknown environment argument is still refused before the run."""
+    (tmp_path / "t.j2").write_text("[[ known ]] {{ not_a_var }}\n")
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h: {ansible_connection: local}\n")
+    play = ("- hosts: all\n  gather_facts: false\n  vars: {{known: 1}}\n  tasks:\n    - template:\n"
+            "        src: t.j2\n        dest: " + str(tmp_path / "out") + "\n{extra}")  # fmt: skip
+    delimiters = "        variable_start_string: '[['\n        variable_end_string: ']]'\n"
+    for extra, code, says in (("", 5, "undefined variable 'not_a_var'"), (delimiters, 0, ""),
+                              ("        lstrip: true\n", 5, "unknown argument 'lstrip'")):  # fmt: skip
+        (tmp_path / "pb.yml").write_text(play.format(extra=extra))
+        result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+        assert result.code == code and says in result.err, (extra, result.out[-500:], result.err)
+    assert (tmp_path / "out").read_text() == "1 {{ not_a_var }}\n"
