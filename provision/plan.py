@@ -139,7 +139,7 @@ def _template_file_names(task: Task, playbook_dir: str, *, required: bool = True
         _vaulted_copy_source(task, playbook_dir)
     if task.module != "template" or not isinstance(src, str) or templating.is_template(src):
         return set()
-    if any(name.endswith("_string") and name in task.args for name in templating.FILE_OPTIONS):
+    if templating.DELIMITER_OPTIONS & task.args.keys():
         return set()  # other delimiters: the file is not read with the default ones (its `{{ }}` may be text)
     path = find_controller_file(task.role_path or playbook_dir, src, also=playbook_dir)
     if path is None and not required:

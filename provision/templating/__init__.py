@@ -21,6 +21,7 @@ from .conditionals import condition, false_condition, not_boolean
 from .environment import MANAGED, OMIT, Unsafe, is_template
 from .tables import drop_omitted, truthy
 from .templar import (
+    DELIMITER_OPTIONS,
     ENV,
     FILE_ENV,
     FILE_OPTIONS,
@@ -38,6 +39,7 @@ from .templar import (
 )
 
 __all__ = [
+    "DELIMITER_OPTIONS",
     "ENV",
     "FILE_ENV",
     "FILE_OPTIONS",

@@ -380,7 +380,7 @@ def render_name(name: str, variables: Mapping[str, Any]) -> str:
 FILE_OPTIONS = {"trim_blocks": bool, "lstrip_blocks": bool, "newline_sequence": str, "block_start_string": str,
                 "block_end_string": str, "variable_start_string": str, "variable_end_string": str,
                 "comment_start_string": str, "comment_end_string": str}  # fmt: skip
-_DELIMITERS = {name for name in FILE_OPTIONS if name.endswith("_string")}
+DELIMITER_OPTIONS = frozenset(name for name in FILE_OPTIONS if name.endswith("_string"))  # the six delimiters
 
 
 @lru_cache(maxsize=64)
@@ -403,7 +403,7 @@ def render_file(source: str, variables: Mapping[str, Any], where: str = "",
     scope = variables.child(**extra) if isinstance(variables, Vars) else {**variables, **extra}
     chosen = tuple(sorted((options or {}).items()))
     newline = dict(chosen).get("newline_sequence", "\n")
-    match = None if _DELIMITERS & dict(chosen).keys() else _one_expression(source)
+    match = None if DELIMITER_OPTIONS & dict(chosen).keys() else _one_expression(source)
     if match:  # as ansible-core: the value as text, a None as nothing, the newlines back on a text only
         result = evaluate(match.group("expr"), scope, where=where)
         if isinstance(result, str):
