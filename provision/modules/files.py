@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import posixpath
+import shlex
 import stat
 import time
 from typing import Any
@@ -65,12 +66,71 @@ def ship_files(ctx: ModuleContext, dest: str, files: dict[str, bytes], mode: int
     return ModuleResult(changed=True, msg=f"{dest}: {verb} {', '.join(names)}", data={"dest": dest, "written": names})
 
 
-def write_file(ctx: ModuleContext, path: str, data: bytes, mode: int | None) -> None:
-    """Atomic write; with become it goes through the helper (sudo), else the connection's ``put``."""
-    if ctx.become:
-        helper(ctx, "write", {"path": path, "mode": mode}, stdin=data)
-    else:
-        ctx.put(data, path, mode)
+def write_file(
+    ctx: ModuleContext, path: str, data: bytes, mode: int | None, guard: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Atomic write; with become, or a ``guard`` (:func:`write_guard`), it goes through the helper (sudo, the
+    backup, the validate command), else the connection's ``put``. The helper's answer (``backup_file``,
+    ``invalid``), ``{}`` after a ``put``."""
+    if ctx.become or guard:
+        return helper(ctx, "write", {"path": path, "mode": mode, **(guard or {})}, stdin=data)
+    ctx.put(data, path, mode)
+    return {}
+
+
+def validate_argv(validate: Any) -> list[str]:
+    """ansible-core's ``validate`` as the words of a command (split as a shell splits them; no shell runs it; each
+    ``%s`` becomes the new file's path on the host). ArgError, with ansible-core's words, without a ``%s``."""
+    text = str(validate)
+    if "%s" not in text:
+        raise ArgError(f"validate must contain %s: {text}")
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ArgError(f"validate: {exc}: {text}") from None
+
+
+def check_guard_args(module: str, args: Any, is_template: Any) -> None:
+    """Before the run: a literal ``validate`` needs its ``%s`` and must split; ``follow: true`` is refused."""
+    validate = args.get("validate")
+    if validate is not None and not is_template(validate):
+        try:
+            validate_argv(validate)
+        except ArgError as exc:
+            raise ArgError(f"{module}: {exc}") from None
+    follow = args.get("follow")
+    if follow is not None and not is_template(follow) and follow not in (False, "no", "false", "False", "0", 0):
+        raise ArgError(f"{module}: follow: true is not supported by provision (a link at dest is replaced, never "
+                       "written through; point dest at the link's target)")  # fmt: skip
+
+
+def write_guard(args: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    """The write's ``backup`` and ``validate`` (file_state.py's ``write``): with ``validate``, the new file also
+    gets the wanted owner and group before the command sees it, as ansible-core's ``copy`` does (they are then
+    taken out of ``attrs``). ArgError for a ``validate`` without ``%s``."""
+    guard: dict[str, Any] = {}
+    if args.get("backup"):
+        guard["backup"] = True
+    if args.get("validate") is not None:
+        guard["validate"] = validate_argv(args["validate"])
+        for key in ("owner", "group"):
+            if attrs.get(key) is not None:
+                guard[key] = attrs.pop(key)
+    return guard
+
+
+def guarded_result(result: ModuleResult, answer: dict[str, Any]) -> ModuleResult:
+    """``result`` with what a guarded write answered: its ``backup_file``, or a failure ("failed to validate",
+    with the command's ``exit_status``, ``stdout`` and ``stderr``, as ansible-core's ``copy``) when the validate
+    command refused the new file."""
+    invalid = answer.get("invalid")
+    if invalid is not None:  # nothing changed (a backup made first stays, unnamed, as ansible-core's)
+        result.failed, result.changed = True, False
+        result.msg = "failed to validate"
+        result.data.update(exit_status=invalid["rc"], stdout=invalid["stdout"], stderr=invalid["stderr"])
+    elif answer.get("backup_file"):
+        result.data["backup_file"] = answer["backup_file"]
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -301,7 +361,10 @@ def _current(st: dict[str, Any]) -> str:
 def converge_file(
     ctx: ModuleContext, dest: str, data: bytes, args: dict[str, Any], src_name: str | None = None
 ) -> ModuleResult:
-    """Make ``dest`` hold ``data`` with the wanted attributes: one stat, then a write and/or attrs change."""
+    """Make ``dest`` hold ``data`` with the wanted attributes: one stat, then a write and/or attrs change (the
+    write with ``backup`` and ``validate``: :func:`write_guard`)."""
+    if args.get("follow"):  # a templated `follow: true` (a literal one is refused before the run)
+        return ModuleResult(failed=True, msg="follow: true is not supported by provision (a link at dest is replaced)")
     into_dir = dest.endswith("/")
     if into_dir and not src_name:
         return ModuleResult(failed=True, msg=f"can not use content with a dir as dest: {dest}")
@@ -341,7 +404,13 @@ def converge_file(
     if ctx.check or not result.changed:
         return result
     if write:
-        write_file(ctx, target, data, args.get("mode"))
+        try:
+            guard = write_guard(args, attrs)
+        except ArgError as exc:
+            return ModuleResult(failed=True, msg=str(exc), data=data_info)
+        guarded_result(result, write_file(ctx, target, data, args.get("mode"), guard))
+        if result.failed:
+            return result
         attrs.pop("mode", None)
     if attrs:
         remote_apply(ctx, [{"op": "attrs", "path": target, **attrs}])
@@ -361,6 +430,9 @@ FILE_ARGS = {
     "owner": Arg(),
     "group": Arg(),
     "force": Arg("bool", default=True),
+    "backup": Arg("bool", default=False),
+    "validate": Arg("str"),
+    "follow": Arg("bool", default=False),
 }
 
 
@@ -396,8 +468,15 @@ def converge_remote_copy(ctx: ModuleContext, src: str, dest: str, args: dict[str
     data["mode"] = fmt_mode(args["mode"] if args["mode"] is not None else after.get("mode"))
     result = ModuleResult(changed=write or bool(attrs), data=data)
     if result.changed and not ctx.check:
-        ops = [{"op": "copy", "src": src, "path": dest, **attrs}] if write else [{"op": "attrs", "path": dest, **attrs}]
-        remote_apply(ctx, ops)
+        if not write:
+            remote_apply(ctx, [{"op": "attrs", "path": dest, **attrs}])
+            return result
+        try:
+            guard = write_guard(args, {})
+        except ArgError as exc:
+            return ModuleResult(failed=True, msg=str(exc), data=data)
+        op = {"op": "copy", "src": src, "path": dest, **attrs, **guard}
+        guarded_result(result, helper(ctx, "apply", {"ops": [op]}))
     return result
 
 
@@ -414,6 +493,7 @@ class Copy(Module):
     def check_combination(cls, args: Any, is_template: Any) -> None:
         if ("content" in args) == ("src" in args):
             raise ArgError("copy: give exactly one of content or src")
+        check_guard_args(cls.name, args, is_template)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         content, src = args["content"], args["src"]
@@ -512,7 +592,12 @@ def copy_tree(ctx: ModuleContext, local: str, src: str, args: dict[str, Any]) ->
     for target, data, attrs in writes:
         write, mode = attrs.pop("_write"), attrs.pop("_mode")
         if write:
-            write_file(ctx, target, data, mode)
+            try:
+                guard = write_guard(args, attrs)
+            except ArgError as exc:
+                return ModuleResult(failed=True, msg=str(exc), data=result.data)
+            if guarded_result(result, write_file(ctx, target, data, mode, guard)).failed:
+                return result
             attrs.pop("mode", None)
         if attrs:
             remote_apply(ctx, [{"op": "attrs", "path": target, **attrs}])
@@ -531,6 +616,10 @@ class Template(Module):
         **{name: Arg("bool" if kind is bool else "str") for name, kind in FILE_OPTIONS.items()},
         "output_encoding": Arg("str", default="utf-8"),
     }  # fmt: skip
+
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        check_guard_args(cls.name, args, is_template)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         if ctx.render is None:

@@ -3,7 +3,9 @@
 The file is read in one round trip (``file_state.py stat`` with its content), the new content is computed here
 on the controller with Ansible's rules (which line matches, where a line or block goes, what counts as a
 change, the messages), and :func:`provision.modules.files.converge_file` writes it atomically with the wanted
-mode/owner/group (and does check mode and ``--diff``). ``backup`` and ``validate`` are refused before the run.
+mode/owner/group (and does check mode and ``--diff``), with ``backup`` and ``validate`` as ansible-core's
+(``files.write_guard``: the old file kept beside it first, the validate command run on the new file before it
+replaces the old one).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 from typing import Any
 
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
-from .files import attr_changes, converge_file, remote_apply, remote_stat
+from .files import attr_changes, check_guard_args, converge_file, remote_apply, remote_stat
 from .modes import new_file_mode, resolve_mode
 
 READ_LIMIT = 64 << 20  # a file larger than this is not edited (its content would travel whole)
@@ -29,13 +31,6 @@ COMMON = {
     "backup": Arg("bool", default=False),
     "validate": Arg(),
 }
-
-
-def _refuse_unsupported(name: str, args: Any) -> None:
-    if args.get("backup") not in (None, False, "no", "false", "False"):
-        raise ArgError(f"{name}: backup is not supported by provision (keep the old file with a copy task)")
-    if args.get("validate") is not None:
-        raise ArgError(f"{name}: validate is not supported by provision")
 
 
 def _read(ctx: ModuleContext, path: str) -> tuple[dict[str, Any], bytes | None]:
@@ -62,7 +57,13 @@ def _write(ctx: ModuleContext, path: str, data: bytes, args: dict[str, Any], exi
     parent = posixpath.dirname(path.rstrip("/"))
     if not exists and parent and not ctx.check:
         remote_apply(ctx, [{"op": "mkdir", "path": parent}])
-    return converge_file(ctx, path, data, {"mode": args["mode"], "owner": args["owner"], "group": args["group"]})
+    wanted = {k: args[k] for k in ("mode", "owner", "group", "backup", "validate")}
+    result = converge_file(ctx, path, data, wanted)
+    if result.failed and "exit_status" in result.data:  # the validate command refused it: ansible-core's words
+        rc, err = result.data.pop("exit_status"), result.data.pop("stderr", "")
+        result.data.pop("stdout", None)
+        result.msg = f"failed to validate: rc:{rc} error:{err}"
+    return result
 
 
 def _finish(result: ModuleResult, msg: str, st: dict[str, Any], args: dict[str, Any]) -> ModuleResult:
@@ -100,7 +101,7 @@ class LineInFile(Module):
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
-        _refuse_unsupported(cls.name, args)
+        check_guard_args(cls.name, args, is_template)
         for a, b in (("insertbefore", "insertafter"), ("regexp", "search_string"), ("backrefs", "search_string")):
             if args.get(a) is not None and args.get(b) is not None and args.get(a) is not False:
                 raise ArgError(f"lineinfile: parameters are mutually exclusive: {a}|{b}")
@@ -121,6 +122,8 @@ class LineInFile(Module):
             new = b"".join(lines)
             result = _write(ctx, path, new, args, True) if found or _attrs_wanted(args) else ModuleResult()
             result.data["found"] = found
+            if not result.failed:
+                result.data["backup"] = result.data.pop("backup_file", "")
             return _finish(result, msg, st, args)
         if args["backrefs"] and args["regexp"] is None:
             return ModuleResult(failed=True, msg="regexp is required with backrefs=true")
@@ -135,7 +138,8 @@ class LineInFile(Module):
         if content is not None and new == content and not _attrs_wanted(args):
             return ModuleResult(data={"backup": ""})
         result = _write(ctx, path, new, args, content is not None)
-        result.data["backup"] = ""
+        if not result.failed:
+            result.data["backup"] = result.data.pop("backup_file", "")
         return _finish(result, msg, st, args)
 
 
@@ -255,7 +259,7 @@ class BlockInFile(Module):
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
-        _refuse_unsupported(cls.name, args)
+        check_guard_args(cls.name, args, is_template)
         if args.get("insertbefore") is not None and args.get("insertafter") is not None:
             raise ArgError("blockinfile: parameters are mutually exclusive: insertbefore|insertafter")
 
@@ -369,7 +373,7 @@ class Replace(Module):
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
-        _refuse_unsupported(cls.name, args)
+        check_guard_args(cls.name, args, is_template)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         path = args["path"]

@@ -12,10 +12,16 @@ stdin (the host library's envelope, ``hostlib.serve``; a failure answers ``{"ok"
   With ``glob``, only ``exists`` (any match) and ``umask``.
 * ``apply {"ops": [...]}`` performs operations in order (mkdir, touch, absent, link, attrs, copy: a file on the
   host copied to ``path`` with its mode and times, through ``hostlib.copy_over``) and answers ``{"ok": true}``.
+  A copy takes ``backup`` and ``validate`` as ``write`` does; its ``backup_file``/``invalid`` are answered, and
+  an ``invalid`` one ends the operations there.
 * ``tree {"path": ...}`` prints ``{"ok": true, "entries": [...]}``: everything under a directory (not the directory
   itself; links not followed), each with ``path``, ``ftype`` (its own type), ``mode``, ``owner``, ``group``.
-* ``write {"path": ..., "mode": ...}`` (the request's line, then the data) writes the data to the path
-  (``hostlib.atomic_write``).
+* ``write {"path": ..., "mode": ..., "owner": ..., "group": ..., "backup": bool, "validate": [argv]}`` (the
+  request's line, then the data) writes the data to the path (``hostlib.atomic_write``), the new file owned by
+  ``owner``/``group`` when given. ``backup`` first keeps the old file (``hostlib.backup_local``: the answer's
+  ``backup_file``); ``validate`` runs its command on the complete new file, ``%s`` its path, before it replaces
+  the old one: a non-zero exit leaves the old file and answers ``{"ok": true, "invalid": {"rc", "stdout",
+  "stderr"}}`` (as ansible-core's ``copy``, the backup is made before the command runs).
 """
 
 import binascii
@@ -130,19 +136,48 @@ def apply_op(op):
         os.symlink(op["src"], path)
         return
     elif kind == "copy":
-        _copy(os.path.expanduser(op["src"]), path)
+        done = _guarded(path, op, lambda owner, check: _copy(os.path.expanduser(op["src"]), path, owner, check))
+        if "invalid" in done:
+            return done
+        _attrs(path, op)
+        return done
     elif kind != "attrs":
         raise ValueError("unknown operation " + kind)
     _attrs(path, op)
 
 
-def _copy(src, path):
+def _copy(src, path, owner=None, check=None):
     """As Ansible's copy with remote_src: the source's mode and times come along, except that a file made new
     gets 0666 less the umask."""
     creating = not os.path.lexists(path)
-    hostlib.copy_over(src, path)
+    hostlib.copy_over(src, path, owner=owner, check=check)
     if creating:
         os.chmod(path, 0o666 & ~hostlib.umask())
+
+
+def _owner(req):
+    """(uid, gid) of the request's owner/group names (-1 for one not given), or None for neither."""
+    if req.get("owner") is None and req.get("group") is None:
+        return None
+    uid = pwd.getpwnam(req["owner"]).pw_uid if req.get("owner") is not None else -1
+    gid = grp.getgrnam(req["group"]).gr_gid if req.get("group") is not None else -1
+    return uid, gid
+
+
+def _guarded(path, req, put):
+    """``put(owner, check)`` with the request's ``backup`` and ``validate`` around it: the answer's
+    ``backup_file`` (when one was made) and ``invalid`` (when the validate command refused the new file)."""
+    done = {}
+    if req.get("backup"):
+        backup = hostlib.backup_local(path)
+        if backup is not None:
+            done["backup_file"] = backup
+    check = hostlib.validator(req["validate"]) if req.get("validate") else None
+    try:
+        put(_owner(req), check)
+    except hostlib.Invalid as exc:
+        done["invalid"] = {"rc": exc.rc, "stdout": exc.out, "stderr": exc.err}
+    return done
 
 
 @hostlib.takes_data
@@ -155,10 +190,13 @@ def write(req, data):
         except OSError:
             mode = 0o644
     try:
-        hostlib.atomic_write(path, data, mode)
+        done = _guarded(
+            path, req, lambda owner, check: hostlib.atomic_write(path, data, mode, owner=owner, check=check)
+        )
     except OSError as exc:  # the filesystem's own words too (strerror), as an SFTP write reports them
         raise hostlib.Failed(str(exc), strerror=exc.strerror or str(exc)) from None
-    return {"ok": True}
+    done["ok"] = True
+    return done
 
 
 def tree(req):
@@ -183,9 +221,12 @@ def tree(req):
 
 
 def apply(req):
+    answer = {"ok": True}
     for op in req["ops"]:
-        apply_op(op)
-    return {"ok": True}
+        answer.update(apply_op(op) or {})
+        if "invalid" in answer:
+            break
+    return answer
 
 
 ACTIONS = {

@@ -22,7 +22,9 @@ What is here, once:
   with ``O_EXCL|O_NOFOLLOW``: never an existing file, never a planted link), created with its final mode from
   the first byte (the umask does not narrow it: ``fchmod``), filled, ``fsync``-ed, renamed over the target
   (whatever was there, a link included, is replaced, never written through), the directory ``fsync``-ed.
-  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way.
+  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way. A ``check``
+  (:func:`validator`: ansible-core's ``validate``) sees the new file before the rename and can refuse it;
+  :func:`backup_local` keeps the old file beside it first (ansible-core's ``backup``).
 * :func:`digest` (a file's hash, streamed), :func:`umask` (the process's umask, read without changing it),
   :func:`http_json` (one bounded HTTP request with a JSON body and answer), :func:`sse_json` (a POST read as a
   stream of server-sent JSON events, ``data: {...}`` up to ``data: [DONE]``, bounded in bytes and time). THE
@@ -189,12 +191,13 @@ def temp_beside(path):
     return os.path.join(head, base + suffix)
 
 
-def atomic_write(path, data=None, mode=0o644, fill=None, sync=True, owner=None):
+def atomic_write(path, data=None, mode=0o644, fill=None, sync=True, owner=None, check=None):
     """``path`` replaced by a new file holding ``data`` (bytes) or what ``fill(fh)`` writes, with ``mode`` from
     its creation on (``O_EXCL|O_NOFOLLOW`` on a random name beside ``path``, ``fchmod`` so that the umask does
-    not narrow it), ``owner`` ``(uid, gid)`` when given, ``fsync``-ed with its directory when ``sync``, renamed
-    over ``path``. Whatever was at ``path`` (a file, a link) is replaced, never written through; the temp file is
-    removed on any failure."""
+    not narrow it), ``owner`` ``(uid, gid)`` when given (-1: left as it is), ``fsync``-ed with its directory when
+    ``sync``, renamed over ``path``. ``check(temp_path)``, when given, is called on the complete new file before
+    the rename: what it raises leaves ``path`` as it was. Whatever was at ``path`` (a file, a link) is replaced,
+    never written through; the temp file is removed on any failure."""
     tmp = temp_beside(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, mode & 0o7777)
@@ -211,6 +214,8 @@ def atomic_write(path, data=None, mode=0o644, fill=None, sync=True, owner=None):
             fh.flush()
             if sync:
                 os.fsync(fh.fileno())
+        if check is not None:
+            check(tmp)
         os.rename(tmp, path)
     except BaseException:
         try:
@@ -232,16 +237,51 @@ def rewrite(path, data, new_mode=None):
     atomic_write(path, data, mode=mode)
 
 
-def copy_over(src, dest, sync=True):
+def copy_over(src, dest, sync=True, owner=None, check=None):
     """``dest`` replaced by a copy of ``src`` (its mode and times, as ``shutil.copy2``) through
-    :func:`atomic_write`: a link at ``dest`` is replaced, never followed."""
+    :func:`atomic_write` (``owner``, ``check``: as there): a link at ``dest`` is replaced, never followed."""
     import shutil
 
     st = os.stat(src)
     with open(src, "rb") as source:
         atomic_write(dest, mode=stat.S_IMODE(st.st_mode), fill=lambda fh: shutil.copyfileobj(source, fh, CHUNK),
-                     sync=sync)  # fmt: skip
+                     sync=sync, owner=owner, check=check)  # fmt: skip
     os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
+def backup_local(path):
+    """ansible-core's ``backup``: a copy of the file at ``path`` (a link: of what it points to) beside it, named
+    ``PATH.PID.YYYY-MM-DD@HH:MM:SS~``, with its mode and times and, as root, its owner; the copy's name, or None
+    when there is no file. Made through :func:`copy_over`: a link planted at that name is replaced."""
+    if not os.path.exists(path):
+        return None
+    import time
+
+    name = "%s.%s.%s" % (path, os.getpid(), time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime()))
+    st = os.stat(path)
+    copy_over(path, name, owner=(st.st_uid, st.st_gid) if os.geteuid() == 0 else None)
+    return name
+
+
+class Invalid(Exception):
+    """What a :func:`validator` raises for a new file its command refused: the command's rc, stdout, stderr."""
+
+    def __init__(self, rc, out, err):
+        super().__init__("failed to validate")
+        self.rc, self.out, self.err = rc, out, err
+
+
+def validator(argv, timeout=None):
+    """The ``check`` of :func:`atomic_write` for ansible-core's ``validate``: ``argv`` (the command's words, as
+    the controller split them) run with each ``%s`` replaced by the new file's path, never through a shell;
+    :class:`Invalid` when it exits non-zero."""
+
+    def check(path):
+        rc, out, err = run([word.replace("%s", path) for word in argv], timeout=timeout)
+        if rc != 0:
+            raise Invalid(rc, out, err)
+
+    return check
 
 
 def swap_link(link, target):

@@ -8,6 +8,7 @@ the message must be the same.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,24 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ),
     ("replace", {"regexp": "x", "replace": "y", "after": "NOPE"}, "x\n"),
     ("replace", {"regexp": "x", "replace": "y"}, None),
+    # backup and validate (the old file kept beside it; the command sees the new file before it is put in place)
+    ("lineinfile", {"line": "c", "backup": True}, "a\n"),
+    ("lineinfile", {"line": "a", "backup": True}, "a\n"),
+    ("lineinfile", {"line": "a", "state": "absent", "backup": True}, "a\nb\n"),
+    ("lineinfile", {"line": "c", "create": True, "backup": True}, None),
+    ("lineinfile", {"line": "c", "validate": "grep -q ^c$ %s"}, "a\n"),
+    ("lineinfile", {"line": "c", "validate": "grep -q ^zz$ %s"}, "a\n"),
+    ("lineinfile", {"line": "c", "validate": "sh -c 'test -s \"$0\" && echo refused >&2; exit 3' %s"}, "a\n"),
+    ("lineinfile", {"line": "c", "backup": True, "validate": "false %s"}, "a\n"),
+    ("lineinfile", {"line": "c", "validate": "false %s"}, "c\n"),
+    ("blockinfile", {"block": "x", "backup": True}, "a\n"),
+    ("blockinfile", {"block": "x", "backup": True}, None),
+    ("blockinfile", {"block": "x", "validate": "grep -q 'BEGIN ANSIBLE' %s"}, "a\n"),
+    ("blockinfile", {"block": "x", "validate": "grep -q zz %s", "create": True}, None),
+    ("replace", {"regexp": "a", "replace": "b", "backup": True}, "a\n"),
+    ("replace", {"regexp": "z", "replace": "b", "backup": True}, "a\n"),
+    ("replace", {"regexp": "a", "replace": "b", "validate": "test -s %s"}, "a\n"),
+    ("replace", {"regexp": "a", "replace": "", "validate": "test -s %s"}, "a"),
 ]
 
 
@@ -98,12 +117,26 @@ def _provision(paths: list[Path]) -> list[dict[str, Any]]:
         assert cls is not None
         checked = cls.validate_static({**args, "path": str(path)}, lambda v: False)
         result = cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), cls.coerce(checked))
-        out.append({"changed": result.changed, "failed": result.failed, "msg": result.msg})
+        backup = result.data.get("backup", result.data.get("backup_file"))
+        out.append({
+            "changed": result.changed, "failed": result.failed, "msg": result.msg, "backup": backup,
+            "keys": {k for k in ("backup", "backup_file") if k in result.data},
+        })  # fmt: skip
     return out
 
 
 def _file(path: Path) -> tuple[str, int] | None:
     return (path.read_text(), path.stat().st_mode & 0o777) if path.exists() else None
+
+
+BACKUP_NAME = re.compile(r"file\.txt\.[0-9]+\.[0-9]{4}-[0-9]{2}-[0-9]{2}@[0-9]{2}:[0-9]{2}:[0-9]{2}~")
+
+
+def _backups(path: Path) -> list[tuple[str, int]]:
+    """The backups beside ``path``: each one's content and mode (their names checked against ansible-core's)."""
+    found = sorted(p for p in path.parent.iterdir() if p.name != path.name)
+    assert all(BACKUP_NAME.fullmatch(p.name) for p in found), found
+    return [(p.read_text(), p.stat().st_mode & 0o777) for p in found]
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +155,32 @@ def test_the_same_as_ansible(runs: Any, i: int) -> None:
     assert got["failed"] == bool(ref.get("failed")), (case, ref, got)
     assert got["changed"] == bool(ref.get("changed")), (case, ref, got)
     assert got["msg"].replace(str(ours[i]), "PATH") == ref.get("msg", "").replace(str(theirs[i]), "PATH"), (ref, got)
+    # ansible-core's lineinfile answers `backup` ("" when none was made), the other two `backup_file` when one was
+    assert {k for k in ("backup", "backup_file") if k in ref} == got["keys"], (ref, got)
+    ref_backup = ref.get("backup", ref.get("backup_file"))
+    assert bool(got["backup"]) == bool(ref_backup), (case, ref, got)
+    assert _backups(ours[i]) == _backups(theirs[i]), case
+    if got["backup"]:
+        assert Path(got["backup"]).read_text() == case[2]
 
 
-def test_backup_and_validate_are_refused_before_the_run() -> None:
-    for module in ("lineinfile", "blockinfile", "replace"):
+def test_a_validate_command_without_its_file_is_refused_before_the_run() -> None:
+    for module in ("lineinfile", "blockinfile", "replace", "copy", "template"):
         cls = lookup(module)
         assert cls is not None
         extra = {"line": "x"} if module == "lineinfile" else {"regexp": "x"} if module == "replace" else {}
-        for bad, word in (({"backup": True}, "backup"), ({"validate": "visudo -cf %s"}, "validate")):
-            with pytest.raises(ValueError, match=word):
-                cls.validate_static({"path": "/x", **extra, **bad}, lambda v: False)
+        if module in ("copy", "template"):
+            extra = {"dest": "/x", "src": "y"}
+        args = {"path": "/x", **extra} if module not in ("copy", "template") else extra
+        with pytest.raises(ValueError, match=f"^{module}: validate must contain %s: visudo -cf$"):
+            cls.validate_static({**args, "validate": "visudo -cf"}, lambda v: False)
+        with pytest.raises(ValueError, match="No closing quotation"):
+            cls.validate_static({**args, "validate": "sh -c 'x %s"}, lambda v: False)
+        cls.validate_static({**args, "validate": "{{ v }}"}, lambda v: "{{" in str(v))  # checked when it renders
+        cls.validate_static({**args, "validate": "visudo -cf %s", "backup": True}, lambda v: False)
+    for module in ("copy", "template"):
+        cls = lookup(module)
+        assert cls is not None
+        with pytest.raises(ValueError, match="follow: true is not supported"):
+            cls.validate_static({"dest": "/x", "src": "y", "follow": True}, lambda v: False)
+        cls.validate_static({"dest": "/x", "src": "y", "follow": False}, lambda v: False)
