@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 
 from ..errors import ProvisionError, TemplateError
-from ..templating import not_boolean
+from ..templating import not_boolean, unquoted_kind
 from .arg_types import BOOL_FALSE
 from .args import parse_kv
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
@@ -139,6 +139,17 @@ class Assert(Module):
         "quiet": Arg("bool", default=False),
     }
 
+    @classmethod
+    def check_combination(cls, args: Any, is_template: Any) -> None:
+        """As ansible-core 2.19, each check is an expression or true/false; refused here, before the run, where
+        ansible-core fails the task ("Conditional expressions must be strings.")."""
+        that = args.get("that")
+        for expr in that if isinstance(that, list) else [that]:
+            if expr is None:
+                raise ArgError("assert: that: empty conditional expressions are not allowed")
+            if not isinstance(expr, (str, bool)):
+                raise ArgError(f"assert: that: conditional expressions must be strings, got {unquoted_kind(expr)}")
+
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         that = args["that"]
         checks = that if isinstance(that, list) else [that]
@@ -155,8 +166,10 @@ class Assert(Module):
                         msg=f"assertion {expr!r} could not be evaluated: {exc}",
                         data={"assertion": expr, "evaluated_to": None},
                     )
-            else:
-                ok = truthy(expr)
+            elif isinstance(expr, bool):
+                ok = expr
+            else:  # checked before the run (check_combination)
+                return ModuleResult(failed=True, msg="Conditional expressions must be strings.")
             if not ok:
                 fail_msg = args["fail_msg"]
                 msg = _text(fail_msg) if fail_msg is not None else f"Assertion failed: {expr}"

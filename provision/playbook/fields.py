@@ -129,7 +129,8 @@ def _condition(value: Any, key: str, node: Any, path: str) -> Any:
     items = value if isinstance(value, list) else [value]
     for item in items:
         if item is not None and not isinstance(item, (str, bool)):
-            raise _err(f"{key} must be an expression, true/false, or a list of them, got {_kind(item)}", node, path)
+            got = templating.unquoted_kind(item)
+            raise _err(f"{key} must be an expression, true/false, or a list of them, got {got}", node, path)
     return value
 
 

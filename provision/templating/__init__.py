@@ -17,7 +17,7 @@ below are the package's API (``from provision import templating; templating.rend
 """
 
 from .analysis import check_filters_tests, check_syntax, names_used
-from .conditionals import condition, false_condition, not_boolean
+from .conditionals import condition, false_condition, not_boolean, unquoted_kind
 from .environment import MANAGED, OMIT, Unsafe, is_template
 from .tables import drop_omitted, truthy
 from .templar import (
@@ -66,4 +66,5 @@ __all__ = [
     "render_text",
     "run_lookup",
     "truthy",
+    "unquoted_kind",
 ]

@@ -40,3 +40,11 @@ def not_boolean(result: Any, expr: Any, where: str = "") -> str:
         f"{f' in {where}' if where else ''}: conditionals must have a boolean result ({str(expr)[:200]!r}; use"
         " '| bool', '| length > 0' or a comparison)"
     )
+
+
+def unquoted_kind(value: Any) -> str:
+    """What a condition that is not an expression is, for the one-line refusal; a mapping is most often an
+    unquoted expression holding ``': '`` (``- x.msg == 'a: b'``), which YAML reads as a key and its value."""
+    if isinstance(value, dict):
+        return "a mapping (YAML reads an unquoted expression holding ': ' as one: quote the whole expression)"
+    return "a list" if isinstance(value, list) else f"{type(value).__name__} {value!r}"

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.lab
 CASES = all_cases()
 WORKERS = int(os.environ.get("PROVISION_COMPAT_WORKERS", "4"))
 ONLY = os.environ.get("PROVISION_COMPAT_ONLY")  # comma-separated case names, to run a few by hand
+SHOW = bool(os.environ.get("PROVISION_COMPAT_SHOW"))  # 1: the report lists every debug message of every run
 
 
 def selected() -> list[str]:
@@ -64,6 +65,10 @@ def run_chunk(chunk: int, base: Path) -> dict[str, Outcome]:
         lines += [f"  DIFF {d}" for d in o.differences]
         lines += [f"  ACCEPTED {d}" for d in o.accepted]
         lines += [f"  UNUSED ACCEPT {m}" for m in o.unused_accepts]
+        if SHOW:  # every debug message of every run, to read a case's results by hand
+            for tool, runs in o.records.items():
+                for n, record in enumerate(runs, 1):
+                    lines += [f"  {tool} run {n}: {task} on {host}: {msg!r}" for task, host, msg in record.messages]
     report.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:1]))
     return results

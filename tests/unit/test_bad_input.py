@@ -53,6 +53,12 @@ PLAYBOOK_CASES = {
                       r"pb\.yml:5: vault-encrypted \(vault id 'default'\) but no vault password was given"),
     "when_dict": (task("when: {a: 1}"), r"pb\.yml:4: when must be an expression, true/false, or a list of them"),
     "when_list_of_dict": (task("when: [true, {a: 1}]"), r"pb\.yml:4: when must be an expression"),
+    # an unquoted expression holding ': ' is a mapping to YAML; ansible-core fails the task at run time
+    "when_unquoted_colon": (task("when:\n  - r.msg == 'a: b'"), r"pb\.yml:4: when .* got a mapping \(YAML reads"),
+    "assert_unquoted_colon": (task("", "assert: {that: [x == 'a: b']}"),
+                              r"pb\.yml:4: assert: that: conditional expressions must be strings, got a mapping"),
+    "assert_number": (task("", "assert: {that: [1]}"), r"pb\.yml:4: .* must be strings, got int 1"),
+    "assert_null": (task("", "assert: {that: [null]}"), r"pb\.yml:4: assert: that: empty conditional expressions"),
     "import_tasks_when_dict": (PLAY + "  tasks:\n    - import_tasks: other.yml\n      when: {a: 1}\n",
                                r"pb\.yml:4: when must be an expression"),
     "failed_when_number": (task("failed_when: 3"), r"pb\.yml:4: failed_when must be an expression"),
