@@ -106,6 +106,7 @@ class Fake(BaseHTTPRequestHandler):
     active = 0
     most = 0
     lock = threading.Lock()
+    counted = False
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -117,17 +118,28 @@ class Fake(BaseHTTPRequestHandler):
             cls.seen.append(body)
             cls.active += 1
             cls.most = max(cls.most, cls.active)
+        self.counted = True
         try:
             time.sleep(cls.delay)
             with cls.lock:
                 cls.refuse, refused = max(0, cls.refuse - 1), cls.refuse > 0
             if refused:
+                self.done()
                 self.send_error(503, "not ready")
             elif body.get("stream"):
                 self.stream()
             else:
+                self.done()
                 self.whole({"text": "x", "output_ids": cls.ids, "meta_info": {"completion_tokens": len(cls.ids)}})
         finally:
+            self.done()
+
+    def done(self) -> None:
+        """The request no longer counts as in flight: called BEFORE its last bytes are written, since the client
+        may send its next request as soon as it has them (counted after, a loaded machine saw two at once)."""
+        if self.counted:
+            self.counted = False
+            cls = type(self)
             with cls.lock:
                 cls.active -= 1
 
@@ -150,6 +162,7 @@ class Fake(BaseHTTPRequestHandler):
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
             time.sleep(0.02)
+        self.done()
         self.wfile.write(b"data: [DONE]\n\n")
 
 
