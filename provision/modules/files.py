@@ -109,8 +109,8 @@ def write_guard(args: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
     gets the wanted owner and group before the command sees it, as ansible-core's ``copy`` does (they are then
     taken out of ``attrs``). ArgError for a ``validate`` without ``%s``."""
     guard: dict[str, Any] = {}
-    if args.get("backup"):
-        guard["backup"] = True
+    if args.get("backup"):  # True, or the path to name the backup after (a link whose target is written)
+        guard["backup"] = args["backup"] if isinstance(args["backup"], str) else True
     if args.get("validate") is not None:
         guard["validate"] = validate_argv(args["validate"])
         for key in ("owner", "group"):

@@ -5,7 +5,9 @@ on the controller with Ansible's rules (which line matches, where a line or bloc
 change, the messages), and :func:`provision.modules.files.converge_file` writes it atomically with the wanted
 mode/owner/group (and does check mode and ``--diff``), with ``backup`` and ``validate`` as ansible-core's
 (``files.write_guard``: the old file kept beside it first, the validate command run on the new file before it
-replaces the old one).
+replaces the old one). A link is edited where it points and kept (the target replaced atomically, the backup
+named after the link), as ansible-core does, when each link on the way belongs to root or to the user writing;
+a link another user owns fails the task (ansible-core would edit what it names).
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def _read(ctx: ModuleContext, path: str) -> tuple[dict[str, Any], bytes | None]:
     st = remote_stat(ctx, [path], hash=True, want=NO_HASH, content_limit=READ_LIMIT)[0]
     if st.get("ftype") == "directory":
         raise _Refused(ModuleResult(failed=True, msg=f"Path {path} is a directory !", data={"rc": 256}))
+    if st.get("type") == "link":  # ansible-core edits what the link names; provision too, from a trusted link
+        if not st.get("link_trusted"):
+            owners = ", ".join(st.get("link_owners") or ["?"])
+            msg = (
+                f"{path} is a link owned by {owners}, not by root or the user writing: provision does not edit "
+                f"what it names ({st.get('real')}; ansible-core would)"
+            )
+            raise _Refused(ModuleResult(failed=True, msg=msg))
+        if st.get("ftype") is None:  # a dangling link: its target is made (with create), as ansible-core does
+            return {**st, "exists": False}, None
     if not st["exists"]:
         return st, None
     if st.get("ftype") == "file" and "content" not in st:
@@ -52,13 +64,19 @@ class _Refused(Exception):
         self.result = result
 
 
-def _write(ctx: ModuleContext, path: str, data: bytes, args: dict[str, Any], exists: bool) -> ModuleResult:
-    """Converge the file to ``data``; a missing parent directory is made first (``create``)."""
-    parent = posixpath.dirname(path.rstrip("/"))
+def _write(
+    ctx: ModuleContext, st: dict[str, Any], path: str, data: bytes, args: dict[str, Any], exists: bool
+) -> ModuleResult:
+    """Converge the file to ``data`` (``path``'s, or for a link what it names: ``st``'s ``real``, the backup
+    named after the link, as ansible-core); a missing parent directory is made first (``create``)."""
+    target = st["real"] if st.get("type") == "link" else path
+    parent = posixpath.dirname(target.rstrip("/"))
     if not exists and parent and not ctx.check:
         remote_apply(ctx, [{"op": "mkdir", "path": parent}])
     wanted = {k: args[k] for k in ("mode", "owner", "group", "backup", "validate")}
-    result = converge_file(ctx, path, data, wanted)
+    if wanted["backup"] and target != path:
+        wanted["backup"] = path
+    result = converge_file(ctx, target, data, wanted)
     if result.failed and "exit_status" in result.data:  # the validate command refused it: ansible-core's words
         rc, err = result.data.pop("exit_status"), result.data.pop("stderr", "")
         result.data.pop("stdout", None)
@@ -120,7 +138,7 @@ class LineInFile(Module):
             lines, found = _absent(content, args)
             msg = f"{found} line(s) removed" if found else ""
             new = b"".join(lines)
-            result = _write(ctx, path, new, args, True) if found or _attrs_wanted(args) else ModuleResult()
+            result = _write(ctx, st, path, new, args, True) if found or _attrs_wanted(args) else ModuleResult()
             result.data["found"] = found
             if not result.failed:
                 result.data["backup"] = result.data.pop("backup_file", "")
@@ -137,7 +155,7 @@ class LineInFile(Module):
             return ModuleResult(failed=True, msg=f"lineinfile: bad regular expression: {exc}")
         if content is not None and new == content and not _attrs_wanted(args):
             return ModuleResult(data={"backup": ""})
-        result = _write(ctx, path, new, args, content is not None)
+        result = _write(ctx, st, path, new, args, content is not None)
         if not result.failed:
             result.data["backup"] = result.data.pop("backup_file", "")
         return _finish(result, msg, st, args)
@@ -288,7 +306,7 @@ class BlockInFile(Module):
             msg = "Block inserted"
         if new == content and not _attrs_wanted(args):
             return ModuleResult()
-        result = _write(ctx, path, new, args, content is not None)
+        result = _write(ctx, st, path, new, args, content is not None)
         return _finish(result, msg, st, args)
 
 
@@ -414,7 +432,7 @@ class Replace(Module):
         msg = f"{count} replacements made" if changed else ""
         if not changed and not _attrs_wanted(args):
             return ModuleResult(data={"rc": 0})
-        result = _write(ctx, path, new.encode(encoding, errors="surrogateescape"), args, True)
+        result = _write(ctx, st, path, new.encode(encoding, errors="surrogateescape"), args, True)
         result.data["rc"] = 0
         return _finish(result, msg, st, args)
 

@@ -6,7 +6,9 @@ stdin (the host library's envelope, ``hostlib.serve``; a failure answers ``{"ok"
 * ``stat {"paths": [...], "follow": bool, "hash": bool, "glob": bool, "want": sha256,
   "content_limit": n}`` prints ``{"ok": true, "states": [...]}``, one state per path: ``exists``, ``type``
   (file, directory, link, other; of the path itself), ``ftype`` (the type after following a link), ``mode``,
-  ``owner``, ``group``, ``size``, ``mtime``, ``atime``, ``target`` (links), ``parent`` (is the parent a
+  ``owner``, ``group``, ``size``, ``mtime``, ``atime``, ``target``, ``real`` (its ``realpath``) and
+  ``link_owners`` (who owns the links on the way there; ``link_trusted``: each is root or this process's user)
+  for a link, ``parent`` (is the parent a
   directory), ``sha256`` (regular files, when ``hash``) and ``content`` (base64, when the hash differs from the
   ``want`` sha256 and the file is at most ``content_limit`` bytes: for ``--diff``), ``umask`` (this process's).
   With ``glob``, only ``exists`` (any match) and ``umask``.
@@ -16,12 +18,13 @@ stdin (the host library's envelope, ``hostlib.serve``; a failure answers ``{"ok"
   an ``invalid`` one ends the operations there.
 * ``tree {"path": ...}`` prints ``{"ok": true, "entries": [...]}``: everything under a directory (not the directory
   itself; links not followed), each with ``path``, ``ftype`` (its own type), ``mode``, ``owner``, ``group``.
-* ``write {"path": ..., "mode": ..., "owner": ..., "group": ..., "backup": bool, "validate": [argv]}`` (the
+* ``write {"path": ..., "mode": ..., "owner": ..., "group": ..., "backup": ..., "validate": [argv]}`` (the
   request's line, then the data) writes the data to the path (``hostlib.atomic_write``), the new file owned by
-  ``owner``/``group`` when given. ``backup`` first keeps the old file (``hostlib.backup_local``: the answer's
-  ``backup_file``); ``validate`` runs its command on the complete new file, ``%s`` its path, before it replaces
-  the old one: a non-zero exit leaves the old file and answers ``{"ok": true, "invalid": {"rc", "stdout",
-  "stderr"}}`` (as ansible-core's ``copy``, the backup is made before the command runs).
+  ``owner``/``group`` when given. ``backup`` (true, or the path to name it after: a link whose target is
+  written) first keeps the old file (``hostlib.backup_local``: the answer's ``backup_file``); ``validate`` runs
+  its command on the complete new file, ``%s`` its path, before it replaces the old one: a non-zero exit leaves
+  the old file and answers ``{"ok": true, "invalid": {"rc", "stdout", "stderr"}}`` (as ansible-core's ``copy``,
+  the backup is made before the command runs).
 """
 
 import binascii
@@ -70,6 +73,8 @@ def stat_one(path, req):
     st = lst
     if out["type"] == "link":
         out["target"] = os.readlink(path)
+        out["real"] = os.path.realpath(path)
+        out["link_owners"], out["link_trusted"] = _link_owners(path)
         try:
             st = os.stat(path)
         except OSError:
@@ -91,6 +96,24 @@ def stat_one(path, req):
             with open(path, "rb") as fh:
                 out["content"] = binascii.b2a_base64(fh.read(), newline=False).decode("ascii")
     return out
+
+
+def _link_owners(path):
+    """The owners of the links met from ``path`` to what it names (a chain of links), and whether each of them
+    is root or this process's user: the line modules edit a link's target only then (what Linux's
+    protected_symlinks asks of a link in a shared directory)."""
+    owners, trusted = [], True
+    for _ in range(40):  # the kernel's own limit of links in a row (ELOOP)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            break
+        if not stat.S_ISLNK(st.st_mode):
+            break
+        owners.append(_name(pwd.getpwuid, st.st_uid))
+        trusted = trusted and st.st_uid in (0, os.geteuid())
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
+    return sorted(set(owners)), trusted
 
 
 def _attrs(path, op):
@@ -168,8 +191,8 @@ def _guarded(path, req, put):
     """``put(owner, check)`` with the request's ``backup`` and ``validate`` around it: the answer's
     ``backup_file`` (when one was made) and ``invalid`` (when the validate command refused the new file)."""
     done = {}
-    if req.get("backup"):
-        backup = hostlib.backup_local(path)
+    if req.get("backup"):  # a path: the backup is named after it (the link whose target is written)
+        backup = hostlib.backup_local(req["backup"] if isinstance(req["backup"], str) else path)
         if backup is not None:
             done["backup_file"] = backup
     check = hostlib.validator(req["validate"]) if req.get("validate") else None

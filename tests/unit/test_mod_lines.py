@@ -8,6 +8,7 @@ the message must be the same.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,83 @@ def test_a_validate_command_without_its_file_is_refused_before_the_run() -> None
         with pytest.raises(ValueError, match="follow: true is not supported"):
             cls.validate_static({"dest": "/x", "src": "y", "follow": True}, lambda v: False)
         cls.validate_static({"dest": "/x", "src": "y", "follow": False}, lambda v: False)
+
+
+# Editing through a link: ansible-core edits what the link names (its realpath) and keeps the link; so does
+# provision, for a link that belongs to root or to the user writing (all of these: the tests run as root).
+# (module, args, layout): "link" file.txt -> real.txt; "chain" file.txt -> mid.txt -> real.txt; "dangling"
+# file.txt -> real.txt, which is not there; "dir" file.txt -> sub/real.txt
+LINK_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("lineinfile", {"line": "c"}, "link"),
+    ("lineinfile", {"line": "c", "backup": True}, "link"),
+    ("lineinfile", {"line": "a", "state": "absent"}, "chain"),
+    ("lineinfile", {"line": "c", "create": True}, "dangling"),
+    ("lineinfile", {"line": "c"}, "dangling"),
+    ("lineinfile", {"line": "c"}, "dir"),
+    ("blockinfile", {"block": "x", "backup": True}, "chain"),
+    ("blockinfile", {"block": "x", "validate": "grep -q x %s"}, "link"),
+    ("replace", {"regexp": "a", "replace": "b"}, "dir"),
+]
+
+
+def _link_layout(root: Path, layout: str) -> Path:
+    root.mkdir(parents=True)
+    real = root / ("sub/real.txt" if layout == "dir" else "real.txt")
+    real.parent.mkdir(exist_ok=True)
+    if layout != "dangling":
+        real.write_text("a\nb\n")
+        real.chmod(0o644)
+    if layout == "chain":
+        (root / "mid.txt").symlink_to("real.txt")
+        (root / "file.txt").symlink_to("mid.txt")
+    else:
+        (root / "file.txt").symlink_to(real.relative_to(root))
+    return root / "file.txt"
+
+
+def _tree(root: Path) -> dict[str, Any]:
+    """Every entry under ``root``: a link's target, a file's content and mode; backups by their place only."""
+    out: dict[str, Any] = {}
+    for p in sorted(root.rglob("*")):
+        name = str(p.relative_to(root))
+        if BACKUP_NAME.fullmatch(p.name):
+            out["BACKUP"] = (str(p.parent.relative_to(root)), p.read_text())
+        elif p.is_symlink():
+            out[name] = ("link", str(p.readlink()))
+        elif p.is_file():
+            out[name] = (p.read_text(), p.stat().st_mode & 0o777)
+    return out
+
+
+def _run_ours(module: str, args: dict[str, Any], path: Path) -> Any:
+    cls = lookup(module)
+    assert cls is not None
+    checked = cls.validate_static({**args, "path": str(path)}, lambda v: False)
+    return cls().run(ModuleContext(host="h", conn=LocalConnection("h"), variables={}), cls.coerce(checked))
+
+
+def test_a_link_is_edited_where_it_points_as_ansible_does(tmp_path: Path) -> None:
+    theirs = [_link_layout(tmp_path / "ansible" / f"case{i}", c[2]) for i, c in enumerate(LINK_CASES)]
+    ours = [_link_layout(tmp_path / "provision" / f"case{i}", c[2]) for i, c in enumerate(LINK_CASES)]
+    tasks = [{m: {**a, "path": str(p)}} for (m, a, _), p in zip(LINK_CASES, theirs, strict=True)]
+    refs = ansible_results(tmp_path, tasks)
+    for case, ref, mine, their in zip(LINK_CASES, refs, ours, theirs, strict=True):
+        got = _run_ours(case[0], case[1], mine)
+        assert _tree(mine.parent) == _tree(their.parent), (case, ref)
+        assert (got.failed, got.changed) == (bool(ref.get("failed")), bool(ref.get("changed"))), (case, ref, got)
+        assert got.msg.replace(str(mine), "PATH") == ref.get("msg", "").replace(str(their), "PATH"), (ref, got)
+
+
+def test_a_link_another_user_owns_is_not_followed(tmp_path: Path) -> None:
+    """A link a host's user planted where root edits a file: ansible-core edits what it names (here a root
+    file); provision fails the task and leaves both as they were."""
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    planted = shared / "app.conf"
+    planted.symlink_to(secret)
+    os.lchown(planted, 65534, 65534)
+    result = _run_ours("lineinfile", {"line": "owned=1"}, planted)
+    assert result.failed and "is a link owned by nobody, not by root or the user writing" in result.msg, result.msg
+    assert secret.read_text() == "root only\n" and planted.is_symlink()
