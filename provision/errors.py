@@ -7,6 +7,7 @@ at the boundary that meets them (``raise XError(...) from exc``), so none of the
     ├── InputError                  exit 5: bad input found before any host was touched
     │   ├── InventoryError          inventory files, group_vars/host_vars, limit patterns
     │   ├── PlaybookError           playbook YAML, unknown keys/modules, bad module arguments
+    │   │   └── UnsupportedTask     a module provision lacks, or arguments one refuses: deferred in a dynamic include
     │   └── TemplateError           Jinja2 syntax or an undefined variable
     ├── UsageError                  exit 3: bad flag combination
     ├── HostError                   something went wrong on one host (carries ``host``)
@@ -82,6 +83,13 @@ class InventoryError(InputError):
 
 class PlaybookError(InputError):
     pass
+
+
+class UnsupportedTask(PlaybookError):
+    """A task naming a module provision does not have, or arguments its module refuses. Refused before the run,
+    except in what an ``include_tasks``/``include_role`` reads at run time: there it is a warning before the run
+    and fails only the hosts that include it, as ansible-core reads such a file only when a host gets there
+    (a role's ``setup-FreeBSD.yml`` on Debian hosts)."""
 
 
 class TemplateError(InputError):

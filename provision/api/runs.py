@@ -24,6 +24,7 @@ from ..events import (
     Event,
     EventStream,
     Listener,
+    Message,
     RunFinished,
     TaskFinished,
 )
@@ -145,6 +146,8 @@ def execute(
             collected.append(event.result)
 
     stream = EventStream(on_event, collect)
+    for warning in dict.fromkeys(w for play in plays for w in play.warnings):  # what the checks put off
+        stream.emit(Message(f"[WARNING]: {warning}"))
     executor = Executor(inventory, options, stream, playbook_dir)
     try:
         summary = executor.run(plays)

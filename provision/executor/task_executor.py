@@ -103,7 +103,8 @@ class TaskRunner(ModuleCaller):
             # a bug, but its text may quote the task's arguments: no_log hides it like any other output
             result = TaskResult(host, task.name, Status.FAILED, f"internal error ({task.where})")
         result.duration = time.monotonic() - started
-        if (result.failed and task.ignore_errors) or (result.status is Status.UNREACHABLE and task.ignore_unreachable):
+        ignored = result.failed and self._ignores_errors(task, host)
+        if ignored or (result.status is Status.UNREACHABLE and task.ignore_unreachable):
             result.ignored = True
         outcome = TaskOutcome(result, facts=dict(pending))
         if task.module in ("add_host", "group_by") and not result.failed:
@@ -126,6 +127,16 @@ class TaskRunner(ModuleCaller):
         if task.no_log and self._no_log_hides(task, host):
             _censor(result)
         return outcome
+
+    def _ignores_errors(self, task: Task, host: str) -> bool:
+        """``ignore_errors``; a template (``"{{ ansible_check_mode }}"``, common in roles) is rendered for the host
+        (one that cannot be rendered ignores nothing: the task's failure stands)."""
+        if not isinstance(task.ignore_errors, str):
+            return bool(task.ignore_errors)
+        try:
+            return templating.truthy(templating.render(task.ignore_errors, self.host_vars(host, task), task.where))
+        except TemplateError:
+            return False
 
     def _no_log_hides(self, task: Task, host: str) -> bool:
         """``no_log``; a template is rendered for the host (one that cannot be rendered hides the output)."""
@@ -171,7 +182,7 @@ class TaskRunner(ModuleCaller):
             # masked BEFORE it is cut: a secret cut in half would no longer match the masker
             res.data["item_label"] = MASKER.mask(str(label))[:60]
             results.append(res)
-            if res.failed and not task.ignore_errors:
+            if res.failed and not self._ignores_errors(task, host):
                 break
             if task.break_when is not None and res.status is not Status.SKIPPED:
                 scope = item_vars.child(**({task.register: res.registered()} if task.register else {}))

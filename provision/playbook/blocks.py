@@ -57,7 +57,7 @@ class BlockKeywords:
     run_once: bool | str | None
     notify: list[str]
     module_defaults: dict[str, dict[str, Any]]
-    flags: dict[str, bool] = field(default_factory=dict)  # ignore_errors, no_log, ignore_unreachable, ...
+    flags: dict[str, bool | str] = field(default_factory=dict)  # ignore_errors, no_log (a template too), ...
 
     def give(self, task: Task) -> None:
         """What a task of the block inherits: its ``when`` (before the task's own), ``vars`` (under the task's),
@@ -76,11 +76,11 @@ class BlockKeywords:
             task.check_mode = self.check_mode
         task.ignore_errors = task.ignore_errors or flags.get("ignore_errors", False)
         task.no_log = task.no_log or flags.get("no_log", False)
-        task.ignore_unreachable = task.ignore_unreachable or flags.get("ignore_unreachable", False)
-        task.any_errors_fatal = task.any_errors_fatal or flags.get("any_errors_fatal", False)
+        task.ignore_unreachable = task.ignore_unreachable or bool(flags.get("ignore_unreachable", False))
+        task.any_errors_fatal = task.any_errors_fatal or bool(flags.get("any_errors_fatal", False))
         if task.delegate_to is None and node.get("delegate_to") is not None:
             task.delegate_to = node["delegate_to"]
-            task.delegate_facts = task.delegate_facts or flags.get("delegate_facts", False)
+            task.delegate_facts = task.delegate_facts or bool(flags.get("delegate_facts", False))
         if not task.notify and self.notify:  # a block's notify is its tasks' unless they name their own
             task.notify = list(self.notify)
         if task.run_once is False and self.run_once is not None:
@@ -106,7 +106,7 @@ def block_keywords(node: Any, path: str, tags: set[str]) -> BlockKeywords:
     block_tags = tags | _tags(node.get("tags"), node, path)
     block_vars = _mapping(node.get("vars"), "vars", node, path)
     env = _environment(node.get("environment"), node, path) if node.get("environment") is not None else None
-    flags = {k: _bool(node[k], k, node, path) for k in ("ignore_errors", "no_log") if k in node}
+    flags = {k: _flag(node[k], k, node, path) for k in ("ignore_errors", "no_log") if k in node}
     become = _flag(node["become"], "become", node, path) if "become" in node else None
     check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
     become_user = _optional_str(node.get("become_user"), "become_user", node, path)

@@ -86,7 +86,7 @@ class Task:
     tags: set[str] = field(default_factory=set)
     changed_when: Any = None
     failed_when: Any = None
-    ignore_errors: bool = False
+    ignore_errors: bool | str = False  # a template: rendered per host when the task fails
     environment: dict[str, Any] | str = field(default_factory=dict)  # a str is one template giving a mapping
     become: bool | str | None = None  # a str is a template, rendered per host and item
     become_user: str | None = None
@@ -160,6 +160,9 @@ class Play:
     # not run again when an include_role brings it, as Ansible (a role runs once per play and host unless its
     # parameters differ). Ansible also skips one an earlier include ran on the host: provision runs it again
     roles_run: set[str] = field(default_factory=set)
+    # what the checks before the run put off (tasks provision cannot run in a file a dynamic include reads): the
+    # run prints each before it starts (``[WARNING]: ...``)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def where(self) -> str:

@@ -31,7 +31,7 @@ from .fields import (
 from .objects import HOST_ORDERS, PLAY_CONNECTIONS, PLAY_KEYS, STRATEGIES, LineDict, Play, Task, load_yaml
 from .roles import _PLAYBOOK, _ROLE_EXPOSED, _ROLE_HANDLERS, _ROLES_SEEN
 from .taskfiles import short_import
-from .tasks import parse_handlers, parse_tasks, read_role
+from .tasks import WARNINGS, parse_handlers, parse_tasks, read_role
 
 
 def _serial(value: Any, node: Any, path: str) -> list[int | str]:
@@ -137,10 +137,13 @@ def parse_play(node: Any, path: str) -> Play:
         raise _err(f"hosts must be a host pattern or a list of them, got {_kind(hosts)}", node, path)
     tags = _tags(node.get("tags"), node, path)
     token = _MODULE_DEFAULTS.set(module_defaults(node.get("module_defaults"), node, path))
+    warnings: list[str] = []
+    warn_token = WARNINGS.set(warnings)
     try:
         tasks, flush_points, handlers = _play_tasks(node, path, tags)
     finally:
         _MODULE_DEFAULTS.reset(token)
+        WARNINGS.reset(warn_token)
     prompted, missing = _vars_prompt(node.get("vars_prompt"), node, path)
     exposed_defaults: dict[str, Any] = {}
     exposed_vars: dict[str, Any] = {}
@@ -176,6 +179,7 @@ def parse_play(node: Any, path: str) -> Play:
         role_defaults=exposed_defaults,
         role_vars=exposed_vars,
         roles_run=set(_ROLES_SEEN.get()),
+        warnings=warnings,
     )
     if node.get("no_log") is True:  # Ansible's play-level no_log: every task's output is hidden
         for task in tasks + handlers:
@@ -228,7 +232,7 @@ def _play_keywords(node: Any, path: str, tasks: list[Task]) -> None:
     """The play's check_mode, ignore_errors, ignore_unreachable and run_once: every task's unless it sets its own."""
     check_mode = _flag(node["check_mode"], "check_mode", node, path) if "check_mode" in node else None
     run_once = _flag(node["run_once"], "run_once", node, path) if "run_once" in node else None
-    ignore_errors = _bool(node.get("ignore_errors", False), "ignore_errors", node, path)
+    ignore_errors = _flag(node.get("ignore_errors", False), "ignore_errors", node, path)
     ignore_unreachable = _bool(node.get("ignore_unreachable", False), "ignore_unreachable", node, path)
     for task in tasks:
         if task.check_mode is None and check_mode is not None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import templating
 from ..catalog import MODULES, lookup, nearest
-from ..errors import TemplateError, did_you_mean
+from ..errors import TemplateError, UnsupportedTask, did_you_mean
 from ..modules import ArgError
 from ..templating import lookups
 from .fields import (
@@ -62,7 +62,7 @@ def build_task(node: Any, path: str, *, inherited_tags: set[str] | None = None) 
     module = str(candidates[0])
     cls = lookup(module)
     if cls is None:
-        raise _err(f"unknown module {module!r}{nearest(module)}", node, path)
+        raise _unsupported(f"unknown module {module!r}{nearest(module)}", node, path)
     try:
         args = cls.normalize(node[module])
         if "args" in node:
@@ -72,7 +72,7 @@ def build_task(node: Any, path: str, *, inherited_tags: set[str] | None = None) 
             args = {**defaults[cls.name], **args}
         args = cls.validate_static(args, templating.is_template)
     except ArgError as exc:
-        raise _err(str(exc), node, path) from None
+        raise _unsupported(str(exc), node, path) from None
     given = str(node["name"]) if node.get("name") is not None else ""
     name = given or module
     loop_keys = [str(k) for k in node if k == "loop" or _is_with(k)]
@@ -131,7 +131,7 @@ def build_task(node: Any, path: str, *, inherited_tags: set[str] | None = None) 
         tags=_tags(node.get("tags"), node, path) | (inherited_tags or set()),
         changed_when=node.get("changed_when"),
         failed_when=node.get("failed_when"),
-        ignore_errors=_bool(node.get("ignore_errors", False), "ignore_errors", node, path),
+        ignore_errors=_flag(node.get("ignore_errors", False), "ignore_errors", node, path),
         environment=_environment(node.get("environment"), node, path),
         become=_flag(node["become"], "become", node, path) if "become" in node else None,
         become_user=_optional_str(node.get("become_user"), "become_user", node, path),
@@ -220,3 +220,7 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
                     templating.names_used(item, expression=True)
     except TemplateError as exc:
         raise _err(exc.msg, node, path) from None
+
+
+def _unsupported(msg: str, node: Any, path: str) -> UnsupportedTask:
+    return UnsupportedTask(msg, file=getattr(node, "file", "") or path, line=getattr(node, "line", None) or None)

@@ -9,12 +9,14 @@ Its parts live beside it: one task's keys in ``task_keys``, a block's keywords i
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import plugins, templating
-from ..errors import PlaybookError
+from ..errors import PlaybookError, UnsupportedTask
 from ..modules.args import parse_kv
 from .blocks import block_keywords, prepend_when
 from .fields import _MODULE_DEFAULTS, _bool, _err, _mapping, _tags
@@ -38,6 +40,12 @@ from .taskfiles import apply_block, imported_file, include_path, short_import
 
 IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
 
+# While what a dynamic include reads is checked before the run: the UnsupportedTask problems put off (a module
+# provision lacks in a role's file for another system); None elsewhere, where they are refused at once.
+_DEFERRED: contextvars.ContextVar[list[UnsupportedTask] | None] = contextvars.ContextVar("deferred", default=None)
+# The warnings of the play being read: each problem put off, with the include that reads it (Play.warnings).
+WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
+
 
 def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: set[str] | None = None) -> Task:
     """One task (its keys: :func:`~.task_keys.build_task`); an ``include_tasks`` file or ``include_role`` role
@@ -52,7 +60,8 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
 
 def _check_include(task: Task, node: Any, path: str) -> None:
     """An ``include_tasks`` whose file is not a template is read now: a missing file or a bad task in it is
-    refused before the run, like everything else; a templated one is read when it runs."""
+    refused before the run, like everything else, but a task provision cannot run there (:class:`UnsupportedTask`)
+    is a warning (:func:`_deferring`); a templated one is read when it runs."""
     file = task.args.get("file")
     if not isinstance(file, str) or templating.is_template(file):
         return
@@ -62,7 +71,45 @@ def _check_include(task: Task, node: Any, path: str) -> None:
     data = load_yaml(target)
     if not isinstance(data, list):
         raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
-    parse_tasks(data, str(target), set())
+    with _deferring(task):
+        parse_tasks(data, str(target), set())
+
+
+@contextlib.contextmanager
+def _deferring(task: Task) -> Iterator[None]:
+    """Around the check of what the dynamic include ``task`` reads: each :class:`UnsupportedTask` in it becomes a
+    warning of the play (:data:`WARNINGS`), since ansible-core reads that file only when a host gets there and
+    the hosts of this run may never do (a role's ``setup-FreeBSD.yml`` under ``when: ansible_os_family ==
+    'FreeBSD'``); a host that does fails that include with the same words. Where no play collects warnings
+    (an ad hoc task) the first one is raised."""
+    deferred: list[UnsupportedTask] = []
+    token = _DEFERRED.set(deferred)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+    warnings = WARNINGS.get()
+    if deferred and warnings is None:
+        raise deferred[0]
+    for exc in deferred:
+        text = (
+            f"{exc} (read when {task.module} at {task.file}:{task.line} runs: only the hosts that include it fail,"
+            " as in ansible-core)"
+        )
+        if warnings is not None and text not in warnings:
+            warnings.append(text)
+
+
+def _parse_or_defer(node: Any, path: str, **kw: Any) -> list[Task]:
+    """:func:`parse_task`'s task as a list; none for an :class:`UnsupportedTask` put off (:func:`_deferring`)."""
+    try:
+        return [parse_task(node, path, **kw)]
+    except UnsupportedTask as exc:
+        deferred = _DEFERRED.get()
+        if deferred is None:
+            raise
+        deferred.append(exc)
+        return []
 
 
 def _check_include_role(task: Task, node: Any, path: str) -> None:
@@ -79,7 +126,8 @@ def _check_include_role(task: Task, node: Any, path: str) -> None:
         return
     token = _ROLES_CHECKING.set(checking | {key})
     try:
-        load_role(task, args, _PLAYBOOK.get(), set())
+        with _deferring(task):
+            load_role(task, args, _PLAYBOOK.get(), set())
     finally:
         _ROLES_CHECKING.reset(token)
 
@@ -272,7 +320,7 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
             out += _import_role(node, role_key, path, tags, _seen)
             continue
         if not (isinstance(node, dict) and "import_tasks" in node):
-            out.append(parse_task(node, path, inherited_tags=tags))
+            out += _parse_or_defer(node, path, inherited_tags=tags)
             continue
         unknown = [k for k in node if k not in IMPORT_KEYS | APPLY_KEYS]
         if unknown:
@@ -301,7 +349,7 @@ def parse_handlers(nodes: list[Any], path: str, _seen: tuple[str, ...] = ()) -> 
     for node in nodes:
         node = short_import(node, "import_tasks")
         if not (isinstance(node, dict) and "import_tasks" in node):
-            out.append(parse_task(node, path, handler=True))
+            out += _parse_or_defer(node, path, handler=True)
             continue
         unknown = [k for k in node if k not in IMPORT_KEYS]
         if unknown:

@@ -140,3 +140,23 @@ def test_relative_paths_of_a_local_connection_start_in_the_playbook_s_directory_
     assert made["provision"] == made["ansible"] == {"rel-dir", "rel-dir/copied", "rel-lines", "rel-touched", "rel-seen"}
     # `stat` found what `command` made (`"{{ ... }}\n"` is the expression's value, True: no newline, in both)
     assert seen["provision"] == seen["ansible"] == "True"
+
+
+def test_an_unsupported_task_in_a_dynamic_include_is_a_warning_and_fails_only_a_host_that_gets_there(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "inv.yml").write_text(INVENTORY)
+    (tmp_path / "bsd.yml").write_text("- pkgng: {name: nginx}\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - include_tasks: bsd.yml\n      when: inventory_hostname == 'two'\n"
+        "    - command: 'false'\n      ignore_errors: \"{{ inventory_hostname == 'one' }}\"\n"
+        "    - debug: {msg: 'one goes on'}\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    assert result.code == 2, result.out + result.err
+    warning = f"[WARNING]: {tmp_path}/bsd.yml:1: unknown module 'pkgng'"
+    assert result.out.count(warning) == 1 and result.out.index(warning) < result.out.index("PLAY"), result.out
+    assert re.search(r"fatal: \[two\]: FAILED! => .*bsd\.yml:1: unknown module 'pkgng'", result.out), result.out
+    assert re.search(r"one\s+: ok=2 .*failed=0 .*ignored=1", result.out), result.out
+    assert re.search(r"two\s+: .*failed=1", result.out), result.out

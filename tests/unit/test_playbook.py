@@ -264,15 +264,43 @@ def test_include_role_is_a_dynamic_task_checked_before_the_run(tmp_path: Path) -
         ("include_role: {name: svc, public: maybe}", "public"),
         ("include_role: {name: svc, colour: red}", "include_role: unknown argument 'colour'"),
         ("include_tasks: {file: t.yml, apply: {until: x}}", "include_tasks: apply: 'until' is not supported"),
-        ("include_role: {name: bad}", "unknown module 'nope'"),
+        ("include_role: {name: bad}", "unknown task key or module 'colour'"),
+        ("include_tasks: bad.yml", "bad.yml:1: unknown task key or module 'colour'"),
     ],
 )
 def test_include_role_mistakes_are_refused_before_the_run(tmp_path: Path, task: str, message: str) -> None:
     _role(tmp_path, "svc", "- {debug: {msg: s}}\n")
-    _role(tmp_path, "bad", "- {nope: {}}\n")
+    _role(tmp_path, "bad", "- {debug: {msg: s}, colour: red}\n")
+    (tmp_path / "bad.yml").write_text("- {debug: {msg: s}, colour: red}\n")
     (tmp_path / "t.yml").write_text("- {debug: {msg: t}}\n")
     with pytest.raises(PlaybookError, match=message):
         _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
+
+
+def test_what_a_dynamic_include_reads_may_hold_tasks_provision_cannot_run_as_warnings(tmp_path: Path) -> None:
+    """A role's file for another system (a module provision lacks, arguments a module refuses): ansible-core reads
+    it only when a host includes it, so it is a warning of the play, not a refusal; imported, it is refused."""
+    (tmp_path / "setup-FreeBSD.yml").write_text(
+        "- pkgng: {name: nginx}\n- debug: {msg: ok}\n- block:\n    - copy: {dest: /x}\n"
+    )
+    _role(tmp_path, "bsd", "- name: t\n  portinstall: {name: x}\n")
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  tasks:\n    - include_tasks: setup-FreeBSD.yml\n      when: false\n"
+        "    - include_role: {name: bsd}\n      when: false\n",
+    )
+    assert [t.module for t in play.tasks] == ["include_tasks", "include_role"]
+    assert len(play.warnings) == 3, play.warnings
+    first, second, third = play.warnings
+    assert first.startswith(f"{tmp_path}/setup-FreeBSD.yml:1: unknown module 'pkgng'")
+    assert f"(read when include_tasks at {tmp_path}/pb.yml:3 runs: only the hosts that include it fail" in first
+    assert second.startswith(f"{tmp_path}/setup-FreeBSD.yml:4: copy: give exactly one of content or src")
+    assert third.startswith(f"{tmp_path}/roles/bsd/tasks/main.yml:1: unknown module 'portinstall'")
+    assert "include_role at" in third
+    with pytest.raises(PlaybookError, match=r"setup-FreeBSD\.yml:1: unknown module 'pkgng'"):
+        _play(tmp_path, "- hosts: all\n  tasks:\n    - import_tasks: setup-FreeBSD.yml\n      when: false\n")
+    with pytest.raises(PlaybookError, match=r"pb\.yml:3: unknown module 'pkgng'"):
+        _play(tmp_path, "- hosts: all\n  tasks:\n    - pkgng: {name: x}\n      when: false\n")
 
 
 @pytest.mark.parametrize(
