@@ -179,11 +179,32 @@ def systemd_unit(ctx: ModuleContext, **request: Any) -> ModuleResult:
     return _service_helper(ctx, {"module": "systemd", **request})
 
 
+SYSTEMD_ARGS = {
+    "name": Arg(aliases=("service", "unit")),
+    "state": Arg(choices=("reloaded", "restarted", "started", "stopped")),
+    "enabled": Arg("bool"),
+    "force": Arg("bool"),
+    "masked": Arg("bool"),
+    "daemon_reload": Arg("bool", default=False, aliases=("daemon-reload",)),
+    "daemon_reexec": Arg("bool", default=False, aliases=("daemon-reexec",)),
+    "scope": Arg(default="system", choices=("system", "user", "global")),
+    "no_block": Arg("bool", default=False),
+}
+# what only systemd_service takes (the service module passes them on; a SysV host refuses them)
+SYSTEMD_ONLY = ("masked", "daemon_reload", "daemon_reexec", "force", "no_block")
+
+
+def _system_scope(module: str, args: Any, is_template: Any) -> None:
+    scope = args.get("scope", "system")
+    if scope is not None and not is_template(scope) and scope != "system":
+        raise ArgError(f"{module}: scope {scope!r} is not supported by provision (only system)")
+
+
 @register
 class Service(Module):
     name = "service"
     args = {
-        "name": Arg(required=True),
+        "name": Arg(),
         "state": Arg(choices=("started", "stopped", "reloaded", "restarted")),
         "sleep": Arg("int"),
         "pattern": Arg(),
@@ -191,15 +212,24 @@ class Service(Module):
         "runlevel": Arg(default="default"),  # OpenRC's; accepted and unused, as Ansible on a SysV host
         "arguments": Arg(default="", aliases=("args",)),
         "use": Arg(default="auto", choices=("auto", "service", "systemd")),
+        # Ansible's service action hands every other argument to systemd_service on a systemd host: these work
+        # there (docker's role: `service: {daemon_reload: true}`), and fail the task on a SysV host, as there
+        **{k: SYSTEMD_ARGS[k] for k in (*SYSTEMD_ONLY, "scope")},
     }
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
-        if args.get("state") is None and args.get("enabled") is None:
-            raise ArgError("service: one of the following is required: state, enabled")
+        wanted = ("state", "enabled", "masked", "daemon_reload", "daemon_reexec")
+        if not any(args.get(k) is not None for k in wanted):
+            raise ArgError(f"service: one of the following is required: {', '.join(wanted)}")
+        for key in ("state", "enabled", "masked"):
+            if args.get(key) is not None and args.get("name") is None:
+                raise ArgError(f"service: missing parameter(s) required by '{key}': name")
+        _system_scope(cls.name, args, is_template)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        request = {k: args[k] for k in ("name", "state", "enabled", "sleep", "pattern", "arguments")}
+        keys = ("name", "state", "enabled", "sleep", "pattern", "arguments", *SYSTEMD_ONLY)
+        request = {k: args.get(k) for k in keys}
         request["module"] = "systemd" if args["use"] == "systemd" else "service"
         return _service_helper(ctx, request)
 
@@ -207,22 +237,12 @@ class Service(Module):
 @register
 class SystemdService(Module):
     name = "systemd_service"
-    args = {
-        "name": Arg(aliases=("service", "unit")),
-        "state": Arg(choices=("reloaded", "restarted", "started", "stopped")),
-        "enabled": Arg("bool"),
-        "force": Arg("bool"),
-        "masked": Arg("bool"),
-        "daemon_reload": Arg("bool", default=False, aliases=("daemon-reload",)),
-        "daemon_reexec": Arg("bool", default=False, aliases=("daemon-reexec",)),
-        "scope": Arg(default="system", choices=("system", "user", "global")),
-        "no_block": Arg("bool", default=False),
-    }
+    args = SYSTEMD_ARGS
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
         wanted = ("state", "enabled", "masked", "daemon_reload", "daemon-reload", "daemon_reexec", "daemon-reexec")
-        if not any(args.get(k) not in (None, False) for k in wanted):
+        if not any(args.get(k) is not None for k in wanted):
             raise ArgError(
                 f"{cls.name}: one of the following is required: state, enabled, masked, daemon_reload, daemon_reexec"
             )
@@ -230,9 +250,7 @@ class SystemdService(Module):
         for key in ("state", "enabled", "masked"):
             if args.get(key) is not None and not has_name:
                 raise ArgError(f"{cls.name}: missing parameter(s) required by '{key}': name")
-        scope = args.get("scope", "system")
-        if not is_template(scope) and scope != "system":
-            raise ArgError(f"{cls.name}: scope {scope!r} is not supported by provision (only system)")
+        _system_scope(cls.name, args, is_template)
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         if args["scope"] != "system":

@@ -45,6 +45,7 @@ from pump import pump
 TIMEOUT = 600  # one service command; the task's own timeout bounds the whole script too
 OUTPUT_LIMIT = 64 << 20  # bytes kept of each output stream of a service command (the rest is read and dropped)
 PATHS = ("/sbin", "/usr/sbin", "/bin", "/usr/bin", "/usr/local/sbin")
+SYSTEMD_ONLY = ("masked", "daemon_reload", "daemon_reexec", "force", "no_block")  # modules/system.py's
 SYSTEMD_CANARIES = ("/run/systemd/system/", "/dev/.run/systemd/", "/dev/.systemd/")
 STOPPED_RCS = (1, 2, 3, 4, 69)  # LSB status codes for "not running", and EX_UNAVAILABLE
 C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LC_MESSAGES": "C"}
@@ -404,8 +405,14 @@ def apply(req):
         return Systemd(req).apply()
     manager = service_manager()
     if manager == "systemd":  # Ansible's service action runs its systemd module, without the SysV-only keys
-        keep = ("name", "state", "enabled", "check")
+        keep = ("name", "state", "enabled", "check") + SYSTEMD_ONLY
         return Systemd({k: v for k, v in req.items() if k in keep}).apply()
+    given = [k for k in SYSTEMD_ONLY if req.get(k)]
+    if given:  # ansible-core's service module (a host without systemd) has no such arguments
+        raise Failed("Unsupported parameters for (service) module: %s (they are systemd_service's; this host "
+                     "is not run by systemd)" % ", ".join(given))  # fmt: skip
+    if not req.get("name"):
+        raise Failed("missing required arguments: name")
     if manager == "openwrt_init":
         raise Failed("service: this host runs OpenWrt's procd; provision drives systemd and SysV init scripts only")
     service = Service(req)

@@ -16,7 +16,7 @@ import pytest
 
 from provision import remote
 from provision.modules.base import ArgError, ModuleContext
-from provision.modules.system import Service
+from provision.modules.system import Service, SystemdService
 from provision.transport import LocalConnection
 
 
@@ -26,11 +26,37 @@ from provision.transport import LocalConnection
         ({"name": "x"}, "one of the following is required: state, enabled"),
         ({"name": "x", "state": "running"}, "state"),
         ({"name": "x", "state": "started", "use": "upstart"}, "use"),
+        ({"masked": True}, "missing parameter\\(s\\) required by 'masked': name"),
+        ({"state": "started"}, "required by 'state': name"),
+        ({"daemon_reload": True, "scope": "user"}, "scope 'user' is not supported"),
     ],
 )
 def test_bad_arguments_are_refused_before_the_run(args: dict[str, str], message: str) -> None:
     with pytest.raises(ArgError, match=message):
         Service.validate_static(args, lambda _: False)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"daemon_reload": True},  # systemd_service's arguments, handed on as Ansible's service action does
+        {"daemon-reload": True},
+        {"name": "x", "masked": False},  # false is given (ansible-core's required_one_of counts it)
+        {"name": "x", "enabled": False},
+        {"name": "x", "state": "started", "no_block": True, "force": True},
+    ],
+)
+def test_systemd_arguments_and_false_values_are_taken(args: dict[str, object]) -> None:
+    Service.validate_static(args, lambda _: False)
+    SystemdService.validate_static(args, lambda _: False)
+
+
+def test_systemd_service_arguments_on_a_host_without_systemd_fail_the_task(host_service: ModuleType) -> None:
+    serve = host_service.hostlib.answer_of
+    answer = serve(host_service.ACTIONS, ["apply"], '{"module": "service", "name": "x", "daemon_reload": true}')
+    assert answer["failed"] and "Unsupported parameters for (service) module: daemon_reload" in answer["msg"]
+    answer = serve(host_service.ACTIONS, ["apply"], '{"module": "service", "state": "started"}')
+    assert answer["failed"] and answer["msg"] == "missing required arguments: name"
 
 
 @pytest.mark.parametrize("args", [{"state": "started"}, {"enabled": True}])
