@@ -50,6 +50,7 @@ MODULES: dict[str, str] = {
     "raw": "provision.modules.info",
     "slurp": "provision.modules.info",
     "stat": "provision.modules.info",
+    "getent": "provision.modules.info",
     "lineinfile": "provision.modules.lines",
     "blockinfile": "provision.modules.lines",
     "replace": "provision.modules.lines",

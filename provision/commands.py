@@ -64,6 +64,10 @@ def masked_forms(text: str) -> list[str]:
 
 
 _SECRET_NAMES: dict[str, bool] = {}  # name -> whether SECRET_NAME_RE finds it (names repeat: every task, every host)
+# the facts of `getent`: the passwd database is world-readable (its password field is "x": masking its values would
+# hide "root" and "/bin/bash" in every line of output); the shadow databases hold the password hashes
+NOT_SECRET_NAMES = frozenset({"getent_passwd"})
+SECRET_FACT_NAMES = frozenset({"getent_shadow", "getent_gshadow"})
 
 
 def is_secret_name(name: object, no_log: Iterable[str] = ()) -> bool:
@@ -73,7 +77,8 @@ def is_secret_name(name: object, no_log: Iterable[str] = ()) -> bool:
     if found is None:
         if len(_SECRET_NAMES) > 1 << 16:
             _SECRET_NAMES.clear()
-        found = _SECRET_NAMES[name] = bool(SECRET_NAME_RE.search(name))
+        found = bool(SECRET_NAME_RE.search(name)) and name not in NOT_SECRET_NAMES
+        found = _SECRET_NAMES[name] = found or name in SECRET_FACT_NAMES
     return found or name in no_log
 
 

@@ -180,7 +180,9 @@ def check_plan(
                 open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
             module = lookup(task.module)
             if module is not None:  # the facts its result defines become vars (hostname's ansible_hostname, ...)
-                produced |= module.returned_facts
+                defined = module.facts_defined(task.args, templating.is_template)
+                open_names = open_names or defined is None
+                produced |= defined or set()
             if task.module == "include_vars":
                 names = include_vars_names(task, playbook_dir)
                 open_names = open_names or names is None

@@ -280,6 +280,12 @@ class Module:
     show_msg: ClassVar[bool] = False  # the result's message is worth printing without -v (debug, measurements)
     returned_facts: ClassVar[frozenset[str]] = frozenset()  # facts its result defines: known to the planner
 
+    @classmethod
+    def facts_defined(cls, args: Mapping[str, Any], is_template: Callable[[Any], bool]) -> frozenset[str] | None:
+        """The facts a task of this module defines, for the planner: :attr:`returned_facts`, or what its
+        arguments name (``getent``'s ``getent_DATABASE``); None when they are named only at run time."""
+        return cls.returned_facts
+
     # ---------------------------------------------------------------- validation
     @classmethod
     def normalize(cls, raw: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""``ping``, ``wait_for_connection``, ``stat``, ``find``, ``slurp`` and ``raw``, with Ansible's arguments and
-return values.
+"""``ping``, ``wait_for_connection``, ``stat``, ``find``, ``slurp``, ``getent`` and ``raw``, with Ansible's
+arguments and return values.
 
 ``ping``/``stat``/``slurp`` ask the shipped ``remote/info.py`` (through the host's agent: one round trip, no
 interpreter start); ``raw`` runs its text with ``/bin/sh`` and needs no Python on the host when the agent is
@@ -198,6 +198,75 @@ class Slurp(Module):
         return ModuleResult(data={"content": answer["content"], "encoding": "base64", "source": answer["source"]})
 
 
+GETENT_COLON = ("passwd", "shadow", "group", "gshadow")  # the databases split at ':' unless `split` says
+GETENT_FAILURES = {
+    1: "Missing arguments, or database unknown.",
+    2: "One or more supplied key could not be found in the database.",
+    3: "Enumeration not supported on this database.",
+}
+
+
+@register
+class Getent(Module):
+    """ansible-core's ``getent``: ``getent DATABASE [KEY] [-s SERVICE]`` on the host, each line split (at ``:``
+    for the colon databases, else at whitespace, or at ``split``) into ``ansible_facts.getent_DATABASE``:
+    {first field: the others}, a list of them for a key met twice; with ``fail_key: false`` a missing key is
+    None."""
+
+    name = "getent"
+    args = {
+        "database": Arg("str", required=True),
+        "key": Arg("str"),
+        "service": Arg("str"),
+        "split": Arg("str"),
+        "fail_key": Arg("bool", default=True),
+    }
+
+    @classmethod
+    def facts_defined(cls, args: Any, is_template: Any) -> frozenset[str] | None:
+        database = args.get("database")
+        return None if is_template(database) else frozenset({f"getent_{database}"})
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        database, key, split = args["database"], args["key"], args["split"]
+        argv = ["getent", database] + ([key] if key is not None else [])
+        argv += ["-s", args["service"]] if args["service"] is not None else []
+        if split is None and database in GETENT_COLON:
+            split = ":"
+        result = ctx.run(Command.of(*argv), timeout=60)
+        tree = f"getent_{database}"
+        if result.rc == 127:
+            why = result.stderr.strip()
+            return ModuleResult(failed=True, msg=f'Failed to find required executable "getent": {why}')
+        if result.rc == 0:
+            found: dict[str, Any] = {}
+            seen: dict[str, int] = {}
+            for line in result.stdout.splitlines():
+                record = line.split(split)
+                first, rest = record[0], record[1:]
+                if first in seen:  # a key met again: a list of its records, as Ansible's
+                    if seen[first] == 1:
+                        found[first] = [found[first]]
+                    found[first].append(rest)
+                    seen[first] += 1
+                else:
+                    found[first], seen[first] = rest, 1
+            return _with_facts(ctx, ModuleResult(), {tree: found})
+        msg = GETENT_FAILURES.get(result.rc, "Unexpected failure!")
+        if result.rc == 2 and not args["fail_key"]:
+            return _with_facts(ctx, ModuleResult(msg=msg), {tree: {key: None}})
+        return ModuleResult(failed=True, msg=msg)
+
+
+def _with_facts(ctx: ModuleContext, result: ModuleResult, facts: dict[str, Any]) -> ModuleResult:
+    """A module's ``ansible_facts``, as Ansible keeps them: in the host's ``ansible_facts`` and as variables."""
+    current = ctx.variables.get("ansible_facts")
+    result.gathered = {**(dict(current) if isinstance(current, dict) else {}), **facts}
+    result.facts = facts
+    result.data["ansible_facts"] = facts
+    return result
+
+
 @register
 class Raw(Module):
     name = "raw"
@@ -223,4 +292,4 @@ class Raw(Module):
         return ModuleResult(changed=True, data=data)
 
 
-__all__ = ["Ping", "Raw", "Slurp", "Stat"]
+__all__ = ["Getent", "Ping", "Raw", "Slurp", "Stat"]
