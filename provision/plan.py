@@ -172,21 +172,7 @@ def check_plan(
     # path): then undefined names are not refused up front
     open_names = False
     for play in plays:
-        for task in play.tasks + play.handlers:
-            if task.register:
-                produced.add(task.register)
-            if task.module == "set_fact":
-                produced |= {k for k in task.args if not templating.is_template(k)}
-                open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
-            module = lookup(task.module)
-            if module is not None:  # the facts its result defines become vars (hostname's ansible_hostname, ...)
-                defined = module.facts_defined(task.args, templating.is_template)
-                open_names = open_names or defined is None
-                produced |= defined or set()
-            if task.module == "include_vars":
-                names = include_vars_names(task, playbook_dir)
-                open_names = open_names or names is None
-                produced |= names or set()
+        open_names = _names_produced(play.tasks + play.handlers, playbook_dir, produced) or open_names
     gathered = False  # facts gathered by this play or an earlier one: Ansible's fact names are defined
     changes_inventory = False  # after an add_host/group_by, a play may name a group that does not exist yet
     public_names = _public_role_names(plays)  # what include_role with public: true may expose
@@ -292,6 +278,38 @@ def _public_role_names(plays: list[Play]) -> set[str]:
                 continue
             out |= set(role_defaults) | set(role_vars)
     return out
+
+
+def _names_produced(tasks: list[Task], playbook_dir: str, produced: set[str], seen: set[int] | None = None) -> bool:
+    """Add to ``produced`` the names ``tasks`` define (register, set_fact, include_vars, the facts a module's
+    result defines), also in what their includes read before the run (``Task.preview``); True when some are
+    named only at run time (a templated set_fact name or include_vars path, an include of a templated file)."""
+    seen = set() if seen is None else seen
+    open_names = False
+    for task in tasks:
+        if id(task) in seen:  # a role that includes itself under a condition
+            continue
+        seen.add(id(task))
+        if task.register:
+            produced.add(task.register)
+        if task.module == "set_fact":
+            produced |= {k for k in task.args if not templating.is_template(k)}
+            open_names = open_names or any(templating.is_template(k) for k in task.args)  # named at run time
+        module = lookup(task.module)
+        if module is not None:  # the facts its result defines become vars (hostname's ansible_hostname, ...)
+            defined = module.facts_defined(task.args, templating.is_template)
+            open_names = open_names or defined is None
+            produced |= defined or set()
+        if task.module == "include_vars":
+            names = include_vars_names(task, playbook_dir)
+            open_names = open_names or names is None
+            produced |= names or set()
+        if task.module in ("include_tasks", "include_role"):
+            if task.preview is None:  # a file or role named by a template: what it defines is known at run time
+                open_names = True
+            else:
+                open_names = _names_produced(task.preview, playbook_dir, produced, seen) or open_names
+    return open_names
 
 
 def include_vars_names(task: Task, playbook_dir: str) -> set[str] | None:

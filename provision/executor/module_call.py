@@ -10,7 +10,7 @@ from typing import Any
 from .. import templating
 from ..commands import MASKER
 from ..errors import CommandTimeout, HostError, TemplateError, UnreachableError
-from ..modules import ModuleContext, ModuleResult
+from ..modules import ModuleContext, ModuleResult, may_omit
 from ..modules.async_mod import run_async
 from ..playbook import Task
 from ..results import Status, TaskResult
@@ -74,6 +74,8 @@ class ModuleCaller(TaskVariables):
         expressions = {k: v for k, v in task.args.items() if k in cls.expression_args}
         rendered = templating.render({k: v for k, v in task.args.items() if k not in expressions}, variables, where)
         rendered = templating.drop_omitted(rendered)
+        if any(may_omit(v, templating.is_template) for v in task.args.values()):  # checked now that it rendered
+            cls.check_combination({**rendered, **expressions}, lambda _: False)
         for name, spec in cls.args.items():  # secret args are registered before coerce can quote them in an error
             if spec.secret and rendered.get(name):
                 MASKER.add(rendered[name])

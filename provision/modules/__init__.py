@@ -8,6 +8,8 @@ May import: :mod:`provision.transport`, :mod:`provision.commands`, :mod:`provisi
 :mod:`provision.catalog` lists every module file.
 """
 
-from .base import REGISTRY, Arg, ArgError, Module, ModuleContext, ModuleResult, lookup, register
+from .base import REGISTRY, Arg, ArgError, Module, ModuleContext, ModuleResult, lookup, may_omit, register
 
-__all__ = ["REGISTRY", "Arg", "ArgError", "Module", "ModuleContext", "ModuleResult", "lookup", "register"]
+__all__ = [
+    "REGISTRY", "Arg", "ArgError", "Module", "ModuleContext", "ModuleResult", "lookup", "may_omit", "register",
+]  # fmt: skip

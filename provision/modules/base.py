@@ -322,7 +322,15 @@ class Module:
                     value = to_bool(value, name)
                 if value not in spec.choices:
                     raise ArgError(f"{cls.name}: {name}={value!r} is not one of {list(spec.choices)}")
-        cls.check_combination(resolved, is_template)
+        try:
+            cls.check_combination(resolved, is_template)
+        except ArgError:
+            # `executable: "{{ x | ternary(omit, y) }}"` beside `virtualenv: ...`: an argument a template may omit
+            # is checked when it renders (``ModuleCall.prepare``); refused now only if wrong without them too
+            present = {k: v for k, v in resolved.items() if not may_omit(v, is_template)}
+            if len(present) == len(resolved):
+                raise
+            cls.check_combination(present, is_template)
         return resolved
 
     @classmethod
@@ -345,6 +353,11 @@ class Module:
     # ---------------------------------------------------------------- execution
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         raise NotImplementedError
+
+
+def may_omit(value: Any, is_template: Callable[[Any], bool]) -> bool:
+    """Whether an argument's value is a template that may render to ``omit`` (the argument is then not given)."""
+    return isinstance(value, str) and "omit" in value and bool(is_template(value))
 
 
 def _has_template(value: Any, is_template: Callable[[Any], bool]) -> bool:

@@ -114,6 +114,9 @@ class Task:
     any_errors_fatal: bool = False  # a host failing this task ends the play for all (as the play's keyword)
     async_val: int = 0  # `async`: run as a detached job with this time limit (s); 0: not async
     poll: int = 15  # `poll`: seconds between status reads of an async job; 0: fire and forget
+    # an include_tasks/include_role of a literal file or role: its tasks as read before the run (the planner
+    # counts the names they register or set); None for one named by a template (read only when it runs)
+    preview: list[Task] | None = None
 
     @property
     def where(self) -> str:

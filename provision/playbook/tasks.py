@@ -72,7 +72,7 @@ def _check_include(task: Task, node: Any, path: str) -> None:
     if not isinstance(data, list):
         raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
     with _deferring(task):
-        parse_tasks(data, str(target), set())
+        task.preview = parse_tasks(data, str(target), set())
 
 
 @contextlib.contextmanager
@@ -127,7 +127,8 @@ def _check_include_role(task: Task, node: Any, path: str) -> None:
     token = _ROLES_CHECKING.set(checking | {key})
     try:
         with _deferring(task):
-            load_role(task, args, _PLAYBOOK.get(), set())
+            tasks, handlers, _ = load_role(task, args, _PLAYBOOK.get(), set())
+        task.preview = tasks + handlers
     finally:
         _ROLES_CHECKING.reset(token)
 

@@ -8,6 +8,7 @@ import pytest
 
 from provision.errors import PlaybookError
 from provision.playbook import load_playbook
+from tests.support.cli import run_cli
 
 
 def test_import_tasks_expands_in_place_with_tags_when_and_vars(tmp_path: Path) -> None:
@@ -315,6 +316,59 @@ def test_what_a_dynamic_include_reads_may_hold_tasks_provision_cannot_run_as_war
 def test_include_vars_mistakes_are_refused_before_the_run(tmp_path: Path, task: str, message: str) -> None:
     with pytest.raises(PlaybookError, match=message):
         _play(tmp_path, f"- hosts: all\n  tasks:\n    - {task}\n")
+
+
+def test_the_planner_knows_the_names_a_dynamic_include_registers(tmp_path: Path) -> None:
+    """A role's `install-ubuntu.yml` registers `install_driver`, which its main.yml tests later (NVIDIA's
+    driver role): the planner reads what a literal include_tasks/include_role holds; a templated one may define
+    anything, so names are not refused up front then."""
+    from provision.errors import TemplateError
+    from provision.inventory import Inventory
+    from provision.plan import check_plan
+
+    (tmp_path / "inv.yml").write_text("all:\n  hosts:\n    h1: {}\n")
+    inventory = Inventory.load([str(tmp_path / "inv.yml")])
+    (tmp_path / "install.yml").write_text("- command: 'true'\n  register: install_driver\n- include_tasks: more.yml\n")
+    (tmp_path / "more.yml").write_text("- set_fact: {deeper: 1}\n")
+    _role(tmp_path, "drv", "- shell: 'true'\n  register: from_role\n")
+    uses = "    - debug: {msg: '{{ install_driver.rc }} {{ deeper }} {{ from_role.rc }}'}\n"
+    known = _play(
+        tmp_path,
+        "- hosts: all\n  tasks:\n    - include_tasks: install.yml\n      when: false\n"
+        "    - include_role: {name: drv}\n" + uses,
+    )
+    check_plan([known], inventory, {}, None, None, str(tmp_path))
+    typo = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_tasks: install.yml\n"
+                           "    - debug: {msg: '{{ install_drivr }}'}\n")  # fmt: skip
+    with pytest.raises(TemplateError, match="undefined variable 'install_drivr'"):
+        check_plan([typo], inventory, {}, None, None, str(tmp_path))
+    templated = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_tasks: '{{ which }}.yml'\n"
+                                "    - debug: {msg: '{{ anything }}'}\n")  # fmt: skip
+    check_plan([templated], inventory, {"which": "install"}, None, None, str(tmp_path))
+
+
+def test_a_mutual_exclusion_an_omit_may_undo_is_checked_when_it_renders(tmp_path: Path) -> None:
+    """geerlingguy's pip role: `virtualenv: "{{ item.virtualenv | default(omit) }}"` beside `executable:
+    "{{ ... | ternary(omit, pip_executable) }}"`: only one is given once rendered. Checked then, not before."""
+    from provision.catalog import lookup
+
+    pip = lookup("pip")
+    assert pip is not None
+    omits = {"name": "x", "virtualenv": "{{ v | default(omit) }}", "executable": "{{ v | ternary(omit, 'pip3') }}"}
+    pip.validate_static(omits, lambda v: "{{" in str(v))
+    with pytest.raises(ValueError, match="executable and virtualenv are mutually exclusive"):
+        pip.validate_static({"name": "x", "virtualenv": "/v", "executable": "pip3"}, lambda v: False)
+    with pytest.raises(ValueError, match="mutually exclusive"):  # a template that cannot omit: refused now
+        pip.validate_static({"name": "x", "virtualenv": "{{ v }}", "executable": "pip3"}, lambda v: "{{" in str(v))
+    (tmp_path / "inv.yml").write_text("all:\n  vars:\n    ansible_connection: local\n  hosts:\n    h1: {}\n")
+    (tmp_path / "pb.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - pip: {name: x, virtualenv: '{{ v | default(omit) }}', executable: '{{ e | default(omit) }}'}\n"
+        "      vars: {v: /tmp/venv, e: pip3}\n"
+    )
+    result = run_cli(["run", str(tmp_path / "pb.yml"), "-i", str(tmp_path / "inv.yml")])
+    assert result.code == 2, result.out + result.err
+    assert "pip: executable and virtualenv are mutually exclusive" in result.out, result.out
 
 
 def test_the_planner_knows_the_names_include_vars_reads(tmp_path: Path) -> None:
