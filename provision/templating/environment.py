@@ -73,6 +73,9 @@ class _EmbeddedConstants(jinja2.visitor.NodeTransformer):
         return self.generic_visit(node)
 
 
+_WHERE_ATTRS = frozenset({"file", "line", "key_lines"})  # yamlfile.LineDict's attributes
+
+
 class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
     """The sandbox, where ``d.keys()``/``values()``/``items()`` give lists, as in Ansible (``d.values() + [x]``),
     and a template written as a constant inside a lookup's terms (``lookup('file', '{{ playbook_dir }}/x')``)
@@ -86,6 +89,14 @@ class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
         if source.startswith(_CONDITION_SOURCE):
             _EmbeddedConstants().visit(ast)
         return ast
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """``x.line``: a mapping loaded from YAML (``yamlfile.LineDict``) carries where it came from as the
+        attributes ``file``, ``line`` and ``key_lines``, which templates never see: ``x.line`` is its key ``line``,
+        or undefined, as for a plain dict (``item.line`` in a lineinfile loop was the YAML line number)."""
+        if attribute in _WHERE_ATTRS and isinstance(obj, dict):
+            return obj[attribute] if attribute in obj else self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         result = super().call(__context, __obj, *args, **kwargs)

@@ -95,3 +95,18 @@ def test_an_undefined_value_inside_a_built_list_or_dict_fails_the_expression() -
         evaluate("[d.x]", {"d": {}})
     with pytest.raises(TemplateError, match="has no attribute 'x'"):
         render("{{ {'k': [1, d.x.y]} }}", {"d": {}})
+
+
+def test_a_mapping_read_from_yaml_shows_its_own_keys_not_where_it_came_from(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Playbook and inventory mappings remember their file and line (``LineDict``): ``item.line`` in a lineinfile
+    loop rendered the YAML line number, ``item.file`` the file's path. Templates see only the keys."""
+    from provision.yamlfile import read as load_yaml
+
+    path = tmp_path / "vars.yml"
+    path.write_text("lines:\n  - {line: 'b=2', file: /etc/x}\n  - {regexp: '^a'}\n")
+    lines = load_yaml(path)["lines"]
+    assert render("{{ item.line }} {{ item.file }}", {"item": lines[0]}) == "b=2 /etc/x"
+    assert render("{{ item.line is defined }} {{ item.file | default('none') }}", {"item": lines[1]}) == "False none"
+    assert render("{{ item.key_lines is defined }}", {"item": lines[1]}) is False  # one expression: its value
+    assert condition("item.line == 'b=2'", {"item": lines[0]})
+    assert render("{{ lines | map(attribute='line') | list }}", {"lines": lines[:1]}) == ["b=2"]
