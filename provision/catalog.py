@@ -11,7 +11,9 @@ no other (a play of ``file``/``copy`` never imports the GPU domain); :func:`load
 
 from __future__ import annotations
 
+import functools
 import importlib
+from pathlib import Path
 
 from .errors import did_you_mean
 from .modules.base import REGISTRY, Module
@@ -125,6 +127,21 @@ def nearest(name: str) -> str:
     """``" (did you mean 'debug'?)"`` for a module name provision does not offer (``ansible.builtin.debgu``
     gets ``ansible.builtin.debug``)."""
     return did_you_mean(name, [*MODULES, *(BUILTIN_PREFIX + m for m in MODULES)])
+
+
+@functools.cache
+def _ansible_names() -> frozenset[str]:
+    text = (Path(__file__).parent / "data" / "ansible_modules.txt").read_text()
+    return frozenset(line for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def known_to_ansible(name: str) -> bool:
+    """Whether ansible-core resolves ``name`` to a module (``data/ansible_modules.txt``: its builtin modules and
+    the short names it routes to collections, ``scripts/ansible_module_names.py``), or it names one in a
+    collection (a dotted name): a task of it that may never run is a warning, not a refusal."""
+    for prefix in ("ansible.builtin.", "ansible.legacy."):
+        name = name.removeprefix(prefix)
+    return name in _ansible_names() or "." in name
 
 
 def load_all() -> None:

@@ -87,9 +87,13 @@ class PlaybookError(InputError):
 
 class UnsupportedTask(PlaybookError):
     """A task naming a module provision does not have, or arguments its module refuses. Refused before the run,
-    except in what an ``include_tasks``/``include_role`` reads at run time: there it is a warning before the run
-    and fails only the hosts that include it, as ansible-core reads such a file only when a host gets there
-    (a role's ``setup-FreeBSD.yml`` on Debian hosts)."""
+    unless the task may never run: in what an ``include_tasks``/``include_role`` reads, or under a ``when`` (and
+    then only a module ansible-core knows, ``ansible_has``): it is then a warning before the run and a task that
+    fails a host that runs it (a role's ``setup-FreeBSD.yml`` on Debian hosts)."""
+
+    def __init__(self, msg: str, *, file: str | None = None, line: int | None = None, ansible_has: bool = True):
+        super().__init__(msg, file=file, line=line)
+        self.ansible_has = ansible_has
 
 
 class TemplateError(InputError):

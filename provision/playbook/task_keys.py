@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import templating
-from ..catalog import MODULES, lookup, nearest
+from ..catalog import MODULES, known_to_ansible, lookup, nearest
 from ..errors import TemplateError, UnsupportedTask, did_you_mean
 from ..modules import ArgError
 from ..templating import lookups
@@ -62,7 +62,7 @@ def build_task(node: Any, path: str, *, inherited_tags: set[str] | None = None) 
     module = str(candidates[0])
     cls = lookup(module)
     if cls is None:
-        raise _unsupported(f"unknown module {module!r}{nearest(module)}", node, path)
+        raise _unsupported(f"unknown module {module!r}{nearest(module)}", node, path, known_to_ansible(module))
     try:
         args = cls.normalize(node[module])
         if "args" in node:
@@ -222,5 +222,6 @@ def _check_templates(task: Task, node: Any, path: str) -> None:
         raise _err(exc.msg, node, path) from None
 
 
-def _unsupported(msg: str, node: Any, path: str) -> UnsupportedTask:
-    return UnsupportedTask(msg, file=getattr(node, "file", "") or path, line=getattr(node, "line", None) or None)
+def _unsupported(msg: str, node: Any, path: str, ansible_has: bool = True) -> UnsupportedTask:
+    file, line = getattr(node, "file", "") or path, getattr(node, "line", None) or None
+    return UnsupportedTask(msg, file=file, line=line, ansible_has=ansible_has)

@@ -20,7 +20,7 @@ from ..errors import PlaybookError, UnsupportedTask
 from ..modules.args import parse_kv
 from .blocks import block_keywords, prepend_when
 from .fields import _MODULE_DEFAULTS, _bool, _err, _mapping, _tags
-from .objects import BlockRef, LineDict, Task, load_yaml
+from .objects import ACTION_KEYS, TASK_KEYS, BlockRef, LineDict, Task, load_yaml
 from .roles import (
     _PLAYBOOK,
     _ROLE_EXPOSED,
@@ -40,10 +40,12 @@ from .taskfiles import apply_block, imported_file, include_path, short_import
 
 IMPORT_KEYS = {"import_tasks", "name", "tags", "when", "vars"}
 
-# While what a dynamic include reads is checked before the run: the UnsupportedTask problems put off (a module
-# provision lacks in a role's file for another system); None elsewhere, where they are refused at once.
-_DEFERRED: contextvars.ContextVar[list[UnsupportedTask] | None] = contextvars.ContextVar("deferred", default=None)
-# The warnings of the play being read: each problem put off, with the include that reads it (Play.warnings).
+# True while what a dynamic include reads is parsed (before the run, and when it runs): ansible-core reads it only
+# when a host gets there, so a task provision cannot run in it is a warning and a failing task (_parse_or_defer)
+_DYNAMIC: contextvars.ContextVar[bool] = contextvars.ContextVar("dynamic", default=False)
+# True while the tasks parsed sit under a `when` (a block's, an import's, a role entry's): they may never run
+_CONDITIONAL: contextvars.ContextVar[bool] = contextvars.ContextVar("conditional", default=False)
+# The warnings of the play being read: each task provision cannot run that was put off (Play.warnings).
 WARNINGS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("warnings", default=None)
 
 
@@ -61,7 +63,7 @@ def parse_task(node: Any, path: str, *, handler: bool = False, inherited_tags: s
 def _check_include(task: Task, node: Any, path: str) -> None:
     """An ``include_tasks`` whose file is not a template is read now: a missing file or a bad task in it is
     refused before the run, like everything else, but a task provision cannot run there (:class:`UnsupportedTask`)
-    is a warning (:func:`_deferring`); a templated one is read when it runs."""
+    is put off (:func:`_parse_or_defer`); a templated one is read when it runs."""
     file = task.args.get("file")
     if not isinstance(file, str) or templating.is_template(file):
         return
@@ -71,45 +73,63 @@ def _check_include(task: Task, node: Any, path: str) -> None:
     data = load_yaml(target)
     if not isinstance(data, list):
         raise PlaybookError("a task file must be a list of tasks", file=str(target), line=getattr(data, "line", 1))
-    with _deferring(task):
+    with _setting(_DYNAMIC):
         task.preview = parse_tasks(data, str(target), set())
 
 
 @contextlib.contextmanager
-def _deferring(task: Task) -> Iterator[None]:
-    """Around the check of what the dynamic include ``task`` reads: each :class:`UnsupportedTask` in it becomes a
-    warning of the play (:data:`WARNINGS`), since ansible-core reads that file only when a host gets there and
-    the hosts of this run may never do (a role's ``setup-FreeBSD.yml`` under ``when: ansible_os_family ==
-    'FreeBSD'``); a host that does fails that include with the same words. Where no play collects warnings
-    (an ad hoc task) the first one is raised."""
-    deferred: list[UnsupportedTask] = []
-    token = _DEFERRED.set(deferred)
+def _setting(var: contextvars.ContextVar[bool], on: bool = True) -> Iterator[None]:
+    """``var`` set to True around the block (left as it is when not ``on``)."""
+    token = var.set(True) if on else None
     try:
         yield
     finally:
-        _DEFERRED.reset(token)
-    warnings = WARNINGS.get()
-    if deferred and warnings is None:
-        raise deferred[0]
-    for exc in deferred:
-        text = (
-            f"{exc} (read when {task.module} at {task.file}:{task.line} runs: only the hosts that include it fail,"
-            " as in ansible-core)"
-        )
-        if warnings is not None and text not in warnings:
-            warnings.append(text)
+        if token is not None:
+            var.reset(token)
 
 
 def _parse_or_defer(node: Any, path: str, **kw: Any) -> list[Task]:
-    """:func:`parse_task`'s task as a list; none for an :class:`UnsupportedTask` put off (:func:`_deferring`)."""
+    """:func:`parse_task`'s task, as a list. A task provision cannot run (:class:`UnsupportedTask`: a module it
+    lacks, arguments its module refuses) that may never run is put off: one in what a dynamic include reads, or
+    one under a ``when`` or looping (:func:`_may_not_run`) that names a module ansible-core knows (a role's
+    RedHat branch on Debian hosts, whose ``rpm_key`` ansible-core parses). It becomes a warning of the play
+    (:data:`WARNINGS`) and a ``fail`` task with its ``when`` and its message: a host that runs it fails there,
+    as under ansible-core. Any other is refused before the run."""
     try:
         return [parse_task(node, path, **kw)]
     except UnsupportedTask as exc:
-        deferred = _DEFERRED.get()
-        if deferred is None:
+        if not (_DYNAMIC.get() or (_may_not_run(node) and exc.ansible_has)):
             raise
-        deferred.append(exc)
-        return []
+        try:
+            placeholder = parse_task(_failing(node, str(exc)), path, **kw)
+        except PlaybookError:
+            raise exc from None
+        warnings = WARNINGS.get()
+        text = f"{exc} (put off: it fails only a host that runs this task)"
+        if warnings is not None and text not in warnings:
+            warnings.append(text)
+        return [placeholder]
+
+
+def _may_not_run(node: Any) -> bool:
+    """Whether a task may never run: under a ``when`` (its own, its block's, its import's, its role entry's), or
+    looping (over a list that may be empty: nodejs's ``npm`` over ``nodejs_npm_global_packages: []``)."""
+    if _CONDITIONAL.get():
+        return True
+    return isinstance(node, dict) and any(
+        k in ("when", "loop") or (isinstance(k, str) and k.startswith("with_")) for k in node
+    )
+
+
+def _failing(node: Any, msg: str) -> LineDict:
+    """``node`` (a task) with its module replaced by ``fail: {msg: MSG}`` (MSG kept from rendering); named after
+    the module when it had no name."""
+    module = next((str(k) for k in node if k not in TASK_KEYS), "task")
+    out = LineDict({k: v for k, v in node.items() if k in TASK_KEYS and k not in (*ACTION_KEYS, "args")})
+    out.file, out.line = getattr(node, "file", ""), getattr(node, "line", 0)
+    out.setdefault("name", module)
+    out["fail"] = {"msg": "{% raw %}" + msg + "{% endraw %}"}
+    return out
 
 
 def _check_include_role(task: Task, node: Any, path: str) -> None:
@@ -126,7 +146,7 @@ def _check_include_role(task: Task, node: Any, path: str) -> None:
         return
     token = _ROLES_CHECKING.set(checking | {key})
     try:
-        with _deferring(task):
+        with _setting(_DYNAMIC):
             tasks, handlers, _ = load_role(task, args, _PLAYBOOK.get(), set())
         task.preview = tasks + handlers
     finally:
@@ -150,6 +170,7 @@ def load_role(
         extra.append(Path(task.file).resolve().parent.parent.parent)
 
     def read() -> tuple[list[Task], list[Task], tuple[dict[str, Any], dict[str, Any]]]:
+        _DYNAMIC.set(True)  # what an include_role reads: a task provision cannot run in it fails when it runs
         _ROLE_HANDLERS.set([])
         _ROLES_SEEN.set(roles_run if roles_run is not None else set())
         _ROLE_EXPOSED.set([])
@@ -175,6 +196,7 @@ def load_included(task: Task, file: Path, tags: set[str]) -> list[Task]:
     data = data if isinstance(data, list) else []
 
     def read() -> list[Task]:
+        _DYNAMIC.set(True)  # a task provision cannot run in the file fails when it runs
         _MODULE_DEFAULTS.set(task.module_defaults)
         return parse_tasks(apply_block(data, task.args.get("apply"), task.file, task.line), str(file), tags)
 
@@ -240,8 +262,9 @@ def read_role(
         data = load_yaml(tasks_file) or []
         if not isinstance(data, list):
             raise PlaybookError("a task file must be a list of tasks", file=str(tasks_file), line=1)
-        tasks = parse_tasks(apply_block(data, apply, getattr(where, "file", path), getattr(where, "line", 0)),
-                            str(tasks_file), own_tags)  # fmt: skip
+        with _setting(_CONDITIONAL, spec.get("when") is not None or bool(apply and apply.get("when") is not None)):
+            tasks = parse_tasks(apply_block(data, apply, getattr(where, "file", path), getattr(where, "line", 0)),
+                                str(tasks_file), own_tags)  # fmt: skip
     handlers_file = role_file(directory, "handlers", str(spec.get("handlers_from") or "main"))
     if handlers_file is not None:
         data = load_yaml(handlers_file) or []
@@ -290,7 +313,8 @@ def _parse_block(node: Any, path: str, tags: set[str], seen: tuple[str, ...]) ->
         ref = BlockRef(block.id, section, has_rescue, has_always)
         token = _MODULE_DEFAULTS.set(block.module_defaults)
         try:
-            parsed = parse_tasks(nodes, path, block.tags, seen)
+            with _setting(_CONDITIONAL, node.get("when") is not None):
+                parsed = parse_tasks(nodes, path, block.tags, seen)
         finally:
             _MODULE_DEFAULTS.reset(token)
         for task in parsed:
@@ -333,7 +357,8 @@ def parse_tasks(nodes: list[Any], path: str, tags: set[str], _seen: tuple[str, .
         target, real, data = imported_file(node, path, _seen)
         around = {k: v for k, v in node.items() if k in APPLY_KEYS and k not in IMPORT_KEYS}  # as a block
         data = apply_block(data, around, getattr(node, "file", path), getattr(node, "line", 0))
-        imported = parse_tasks(data, str(target), tags | _tags(node.get("tags"), node, path), (*_seen, real))
+        with _setting(_CONDITIONAL, node.get("when") is not None):
+            imported = parse_tasks(data, str(target), tags | _tags(node.get("tags"), node, path), (*_seen, real))
         extra_vars = _mapping(node.get("vars"), "vars", node, path)
         for task in imported:
             prepend_when(task, node.get("when"))
@@ -358,7 +383,9 @@ def parse_handlers(nodes: list[Any], path: str, _seen: tuple[str, ...] = ()) -> 
         target, real, data = imported_file(node, path, _seen)
         extra_vars = _mapping(node.get("vars"), "vars", node, path)
         extra_tags = _tags(node.get("tags"), node, path)
-        for handler in parse_handlers(data, str(target), (*_seen, real)):
+        with _setting(_CONDITIONAL, node.get("when") is not None):
+            handlers = parse_handlers(data, str(target), (*_seen, real))
+        for handler in handlers:
             prepend_when(handler, node.get("when"))
             handler.vars = {**extra_vars, **handler.vars}
             handler.tags = set(handler.tags) | extra_tags

@@ -293,15 +293,44 @@ def test_what_a_dynamic_include_reads_may_hold_tasks_provision_cannot_run_as_war
     assert [t.module for t in play.tasks] == ["include_tasks", "include_role"]
     assert len(play.warnings) == 3, play.warnings
     first, second, third = play.warnings
-    assert first.startswith(f"{tmp_path}/setup-FreeBSD.yml:1: unknown module 'pkgng'")
-    assert f"(read when include_tasks at {tmp_path}/pb.yml:3 runs: only the hosts that include it fail" in first
+    assert first == (
+        f"{tmp_path}/setup-FreeBSD.yml:1: unknown module 'pkgng' (did you mean 'ping'?) (put off: it fails only a"
+        " host that runs this task)"
+    )
     assert second.startswith(f"{tmp_path}/setup-FreeBSD.yml:4: copy: give exactly one of content or src")
     assert third.startswith(f"{tmp_path}/roles/bsd/tasks/main.yml:1: unknown module 'portinstall'")
-    assert "include_role at" in third
-    with pytest.raises(PlaybookError, match=r"setup-FreeBSD\.yml:1: unknown module 'pkgng'"):
-        _play(tmp_path, "- hosts: all\n  tasks:\n    - import_tasks: setup-FreeBSD.yml\n      when: false\n")
+    # what the include reads: each such task a `fail` task with its message, where it was
+    preview = play.tasks[0].preview
+    assert preview is not None and [t.module for t in preview] == ["fail", "debug", "fail"]
+    assert (preview[0].name, preview[0].line) == ("pkgng", 1)
+    assert (
+        preview[0].args["msg"]
+        == "{% raw %}" + first.removesuffix(" (put off: it fails only a host that runs this task)") + "{% endraw %}"
+    )
+
+
+def test_a_task_provision_cannot_run_under_a_when_is_put_off_when_ansible_knows_its_module(tmp_path: Path) -> None:
+    """A static import (nodejs's `import_tasks: setup-RedHat.yml` under `when: os_family == 'RedHat'`) of a
+    module provision lacks and ansible-core has (`rpm_key`): a warning and a failing task; a name ansible-core
+    does not know either (a typo) is refused, as ansible-core refuses it; so is one that always runs."""
+    (tmp_path / "setup-RedHat.yml").write_text("- rpm_key: {key: k}\n- debug: {msg: ok}\n")
+    (tmp_path / "typo.yml").write_text("- rpmkey: {key: k}\n")
+    play = _play(
+        tmp_path,
+        "- hosts: all\n  tasks:\n    - import_tasks: setup-RedHat.yml\n      when: os == 'RedHat'\n"
+        "    - block:\n        - community.general.timezone: {name: UTC}\n      when: false\n"
+        "    - systemd_service: {name: docker}\n      when: false\n",
+    )
+    assert [t.module for t in play.tasks] == ["fail", "debug", "fail", "fail"]
+    wanted = ["unknown module 'rpm_key'", "unknown module 'community.general.timezone'", "systemd_service: one of"]
+    assert [w.split(": ", 1)[1][: len(x)] for w, x in zip(play.warnings, wanted, strict=True)] == wanted
+    assert play.tasks[0].when == ["os == 'RedHat'"] and play.tasks[2].when == [False]
+    with pytest.raises(PlaybookError, match=r"typo\.yml:1: unknown module 'rpmkey'"):
+        _play(tmp_path, "- hosts: all\n  tasks:\n    - import_tasks: typo.yml\n      when: false\n")
+    with pytest.raises(PlaybookError, match=r"setup-RedHat\.yml:1: unknown module 'rpm_key'"):
+        _play(tmp_path, "- hosts: all\n  tasks:\n    - import_tasks: setup-RedHat.yml\n")
     with pytest.raises(PlaybookError, match=r"pb\.yml:3: unknown module 'pkgng'"):
-        _play(tmp_path, "- hosts: all\n  tasks:\n    - pkgng: {name: x}\n      when: false\n")
+        _play(tmp_path, "- hosts: all\n  tasks:\n    - pkgng: {name: x}\n")
 
 
 @pytest.mark.parametrize(
