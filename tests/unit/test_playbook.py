@@ -419,3 +419,18 @@ def test_the_planner_knows_the_names_include_vars_reads(tmp_path: Path) -> None:
     named = _play(tmp_path, "- hosts: all\n  tasks:\n    - include_vars: {dir: vars, name: bag}\n"
                             "    - debug: {msg: '{{ bag }}'}\n")  # fmt: skip
     check_plan([named], inventory, {}, None, None, str(tmp_path))
+
+
+def test_the_names_ansible_core_knows_are_this_ansible_core_s() -> None:
+    """provision/data/ansible_modules.txt is what scripts/ansible_module_names.py makes of the ansible-core the
+    compat tests use (run it after an upgrade)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "scripts/ansible_module_names.py", "--check"], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    from provision.catalog import known_to_ansible
+
+    assert known_to_ansible("rpm_key") and known_to_ansible("ansible.builtin.yum") and known_to_ansible("timezone")
+    assert known_to_ansible("community.general.npm") and not known_to_ansible("rpmkey")
