@@ -113,6 +113,8 @@ def _which_playbook(name: str, *, json_mode: bool) -> str:
 
 
 def _listing(planned: api.PlannedRun, *, list_hosts: bool, list_tasks: bool) -> int:
+    for warning in dict.fromkeys(w for play in planned.plays for w in play.warnings):  # as a run prints them
+        click.echo(f"[WARNING]: {warning}")
     for play in planned.plays:
         click.echo(f"\nplay: {play.name} ({play.where})")
         if list_hosts:

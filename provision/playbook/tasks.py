@@ -98,7 +98,8 @@ def _parse_or_defer(node: Any, path: str, **kw: Any) -> list[Task]:
     try:
         return [parse_task(node, path, **kw)]
     except UnsupportedTask as exc:
-        if not (_DYNAMIC.get() or (_may_not_run(node) and exc.ansible_has)):
+        may_not_run = kw.get("handler") or _may_not_run(node)  # a handler runs only when notified
+        if not (_DYNAMIC.get() or (may_not_run and exc.ansible_has)):
             raise
         try:
             placeholder = parse_task(_failing(node, str(exc)), path, **kw)
@@ -121,11 +122,16 @@ def _may_not_run(node: Any) -> bool:
     )
 
 
+# what a put-off task does not keep: its module's arguments, and what could turn its failure into a success
+_NOT_KEPT = frozenset({*ACTION_KEYS, "args", "failed_when", "changed_when", "until", "retries", "delay"})
+
+
 def _failing(node: Any, msg: str) -> LineDict:
-    """``node`` (a task) with its module replaced by ``fail: {msg: MSG}`` (MSG kept from rendering); named after
-    the module when it had no name."""
+    """``node`` (a task) with its module replaced by ``fail: {msg: MSG}`` (MSG kept from rendering; the task's
+    ``failed_when``, ``until`` and the like dropped: it fails wherever it runs); named after the module when it had
+    no name."""
     module = next((str(k) for k in node if k not in TASK_KEYS), "task")
-    out = LineDict({k: v for k, v in node.items() if k in TASK_KEYS and k not in (*ACTION_KEYS, "args")})
+    out = LineDict({k: v for k, v in node.items() if k in TASK_KEYS and k not in _NOT_KEPT})
     out.file, out.line = getattr(node, "file", ""), getattr(node, "line", 0)
     out.setdefault("name", module)
     out["fail"] = {"msg": "{% raw %}" + msg + "{% endraw %}"}

@@ -325,6 +325,15 @@ def test_a_task_provision_cannot_run_under_a_when_is_put_off_when_ansible_knows_
     wanted = ["unknown module 'rpm_key'", "unknown module 'community.general.timezone'", "systemd_service: one of"]
     assert [w.split(": ", 1)[1][: len(x)] for w, x in zip(play.warnings, wanted, strict=True)] == wanted
     assert play.tasks[0].when == ["os == 'RedHat'"] and play.tasks[2].when == [False]
+    kept = _play(
+        tmp_path,
+        "- hosts: all\n  tasks:\n    - rpm_key: {key: k}\n      when: x\n      failed_when: false\n"
+        "      register: r\n      retries: 3\n      until: r is success\n  handlers:\n    - name: h\n"
+        "      rpm_key: {key: k}\n",
+    )
+    task, handler = kept.tasks[0], kept.handlers[0]  # it fails wherever it runs: nothing turns that to success
+    assert (task.module, task.failed_when, task.until, task.retries, task.register) == ("fail", None, None, None, "r")
+    assert (handler.module, handler.name) == ("fail", "h")  # a handler runs only when notified
     with pytest.raises(PlaybookError, match=r"typo\.yml:1: unknown module 'rpmkey'"):
         _play(tmp_path, "- hosts: all\n  tasks:\n    - import_tasks: typo.yml\n      when: false\n")
     with pytest.raises(PlaybookError, match=r"setup-RedHat\.yml:1: unknown module 'rpm_key'"):
