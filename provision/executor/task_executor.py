@@ -131,21 +131,21 @@ class TaskRunner(ModuleCaller):
     def _ignores_errors(self, task: Task, host: str) -> bool:
         """``ignore_errors``; a template (``"{{ ansible_check_mode }}"``, common in roles) is rendered for the host
         (one that cannot be rendered ignores nothing: the task's failure stands)."""
-        if not isinstance(task.ignore_errors, str):
-            return bool(task.ignore_errors)
-        try:
-            return templating.truthy(templating.render(task.ignore_errors, self.host_vars(host, task), task.where))
-        except TemplateError:
-            return False
+        return self._flag(task.ignore_errors, task, host, unrenderable=False)
 
     def _no_log_hides(self, task: Task, host: str) -> bool:
         """``no_log``; a template is rendered for the host (one that cannot be rendered hides the output)."""
-        if not isinstance(task.no_log, str):
-            return bool(task.no_log)
+        return self._flag(task.no_log, task, host, unrenderable=True)
+
+    def _flag(self, value: bool | str, task: Task, host: str, *, unrenderable: bool) -> bool:
+        """A boolean keyword of ``task`` for ``host``: a template rendered with the host's vars (``unrenderable``
+        where it cannot be)."""
+        if not isinstance(value, str):
+            return bool(value)
         try:
-            return templating.truthy(templating.render(task.no_log, self.host_vars(host, task), task.where))
+            return templating.truthy(templating.render(value, self.host_vars(host, task), task.where))
         except TemplateError:
-            return True
+            return unrenderable
 
     def _run_when_and_loop(self, task: Task, host: str) -> TaskResult:
         variables = self.host_vars(host, task)
