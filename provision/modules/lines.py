@@ -6,8 +6,8 @@ change, the messages), and :func:`provision.modules.files.converge_file` writes 
 mode/owner/group (and does check mode and ``--diff``), with ``backup`` and ``validate`` as ansible-core's
 (``files.write_guard``: the old file kept beside it first, the validate command run on the new file before it
 replaces the old one). A link is edited where it points and kept (the target replaced atomically, the backup
-named after the link), as ansible-core does, when each link on the way belongs to root or to the user writing;
-a link another user owns fails the task (ansible-core would edit what it names).
+named after the link), as ansible-core does, when the link and each link it leads through belong to root or to
+the user writing; a link another user owns fails the task (ansible-core would edit what it names).
 """
 
 from __future__ import annotations
