@@ -253,6 +253,12 @@ class ModuleContext:
         WAIT_EVERY seconds a progress line ``waiting for <what> (20s of 900s)`` (:mod:`.progress`)."""
         return Waiting(self.progress, what, timeout=timeout)
 
+    def facts_with(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The host's ``ansible_facts`` with ``facts`` added: what a module that returns facts (``setup``,
+        ``getent``) makes the host's facts (``ModuleResult.gathered``)."""
+        current = self.variables.get("ansible_facts")
+        return {**(dict(current) if isinstance(current, dict) else {}), **facts}
+
     def python(self) -> str:
         """The host's Python for helper scripts: ``ansible_python_interpreter``, else ``python3``."""
         return str(self.variables.get("ansible_python_interpreter") or "python3")

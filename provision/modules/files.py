@@ -20,6 +20,7 @@ from .. import remote, vault
 from ..commands import Command
 from ..errors import ModuleError, TemplateError
 from ..templating import FILE_OPTIONS
+from .arg_types import to_bool
 from .base import Arg, ArgError, Module, ModuleContext, ModuleResult, register
 from .controller_files import find_controller_file
 from .modes import PreserveMode, SymbolicMode, new_file_mode, resolve_mode
@@ -99,7 +100,7 @@ def check_guard_args(module: str, args: Any, is_template: Any) -> None:
         except ArgError as exc:
             raise ArgError(f"{module}: {exc}") from None
     follow = args.get("follow")
-    if follow is not None and not is_template(follow) and follow not in (False, "no", "false", "False", "0", 0):
+    if follow is not None and not is_template(follow) and to_bool(follow, "follow"):
         raise ArgError(f"{module}: follow: true is not supported by provision (a link at dest is replaced, never "
                        "written through; point dest at the link's target)")  # fmt: skip
 

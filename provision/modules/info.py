@@ -260,8 +260,7 @@ class Getent(Module):
 
 def _with_facts(ctx: ModuleContext, result: ModuleResult, facts: dict[str, Any]) -> ModuleResult:
     """A module's ``ansible_facts``, as Ansible keeps them: in the host's ``ansible_facts`` and as variables."""
-    current = ctx.variables.get("ansible_facts")
-    result.gathered = {**(dict(current) if isinstance(current, dict) else {}), **facts}
+    result.gathered = ctx.facts_with(facts)
     result.facts = facts
     result.data["ansible_facts"] = facts
     return result

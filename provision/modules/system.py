@@ -75,10 +75,8 @@ class Setup(Module):
         patterns = [str(p) for p in args["filter"] if str(p)]
         if patterns:
             facts = {k: v for k, v in facts.items() if any(fnmatch.fnmatchcase(f"ansible_{k}", p) for p in patterns)}
-        current = ctx.variables.get("ansible_facts")
-        merged = {**(dict(current) if isinstance(current, dict) else {}), **facts}
         shown = {f"ansible_{k}": v for k, v in facts.items()}
-        return ModuleResult(data={"ansible_facts": shown}, gathered=merged)
+        return ModuleResult(data={"ansible_facts": shown}, gathered=ctx.facts_with(facts))
 
 
 @register
