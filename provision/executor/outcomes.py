@@ -55,7 +55,8 @@ class Recorder:
 
     def _change_inventory(self, outcome: TaskOutcome) -> None:
         """add_host/group_by: their results applied to the inventory (later tasks and plays see it); a result
-        is changed when the inventory changed, as in Ansible."""
+        is changed when the inventory changed, as in Ansible, unless the task's ``changed_when`` said otherwise
+        (Ansible resolves it after the inventory change)."""
         changed = False
         with self.inventory_lock:
             for res in outcome.inventory_changes:
@@ -67,11 +68,11 @@ class Recorder:
                     done = self._inventory.add_dynamic_group(
                         outcome.result.host, res.data["add_group"], res.data["parent_groups"]
                     )
-                if done and res.status is Status.OK:
+                if done and res.status is Status.OK and not outcome.changed_decided:
                     res.status = Status.CHANGED
                 changed = changed or done
         result = outcome.result
-        if changed and result.status is Status.OK:
+        if changed and result.status is Status.OK and not outcome.changed_decided:
             result.status = Status.CHANGED
 
     def record_result(self, result: TaskResult, *, rescued: bool = False) -> None:

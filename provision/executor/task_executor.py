@@ -49,6 +49,7 @@ class TaskOutcome:
     gathered: dict[str, Any] | None = None
     included_vars: dict[str, Any] = field(default_factory=dict)  # what include_vars read
     inventory_changes: list[TaskResult] = field(default_factory=list)  # add_host/group_by results (items)
+    changed_decided: bool = False  # the task's changed_when decided ``changed``: an inventory change does not
     facts_to: str | None = None  # delegate_facts: the host the facts go to (else the task's host)
 
 
@@ -109,6 +110,7 @@ class TaskRunner(ModuleCaller):
         outcome = TaskOutcome(result, facts=dict(pending))
         if task.module in ("add_host", "group_by") and not result.failed:
             outcome.inventory_changes = [r for r in result.item_results or [result] if r.status is not Status.SKIPPED]
+            outcome.changed_decided = task.changed_when is not None
         if task.module == "include_vars":
             for res in result.item_results or [result]:
                 if res.status is not Status.FAILED and isinstance(res.data.get("ansible_facts"), dict):
