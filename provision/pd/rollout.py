@@ -29,9 +29,8 @@ from typing import Any
 
 from ..errors import InputError
 from . import pairs
-from .addr import url_host
 from .flags import PlanError
-from .spec import SERVER_ROLES, Deployment, Proc, build
+from .spec import SERVER_ROLES, Deployment, Proc, build, local_base, router_worker
 
 EXIT_OK, EXIT_FAILED = 0, 2
 
@@ -144,12 +143,6 @@ class BatchFailed(Exception):
     def __init__(self, host: str, reason: str) -> None:
         super().__init__(f"{host}: {reason}")
         self.host, self.reason = host, reason
-
-
-def local_base(proc: Proc, port: int | None = None) -> str:
-    """The process's URL as seen from its own host (a wildcard bind → loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(proc.bind, proc.bind)
-    return f"http://{url_host(host)}:{port or proc.port}"
 
 
 # ---------------------------------------------------------------------------------------------- the plan
@@ -289,10 +282,6 @@ def _restart(key: str) -> dict[str, Any]:
 
 def _step(action: str, request: dict[str, Any], timeout: float, name: str | None = None) -> dict[str, Any]:
     return {"name": name or action, "pd_rollout_step": {"action": action, "request": request, "timeout": timeout}}
-
-
-def _worker(proc: Proc) -> dict[str, Any]:
-    return {"url": proc.url, "worker_type": proc.role, "bootstrap_port": proc.bootstrap_port}
 
 
 class Rollout:
@@ -493,7 +482,7 @@ class Rollout:
         """Back into every router; a router that will not take them fails the batch (they serve no traffic)."""
         t = time.monotonic()
         try:
-            self.routers("router_add", {"workers": [_worker(p) for p in procs]})
+            self.routers("router_add", {"workers": [router_worker(p) for p in procs]})
         except BatchFailed as exc:
             report.ok = False
             report.failed_host = report.failed_host or exc.host

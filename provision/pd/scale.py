@@ -28,8 +28,8 @@ from typing import Any
 
 from ..errors import InputError
 from .flags import PlanError
-from .rollout import BatchFailed, BatchReport, Outcome, Rollout, RolloutOptions, RunTasks, _step, _worker, members
-from .spec import Deployment, Proc, build
+from .rollout import BatchFailed, BatchReport, Outcome, Rollout, RolloutOptions, RunTasks, _step, members
+from .spec import Deployment, Proc, build, router_worker
 from .validate import validate_pd
 
 EXCLUDED_VAR = "pd_scale_removed"  # hosts the plan leaves out (the routers' scripts after a removal)
@@ -143,7 +143,7 @@ def _add(engine: Rollout, start: StartServers, procs: list[Proc], result: ScaleR
     report = BatchReport(0, False, [p.host for p in procs])
     engine.verify(procs, report)  # pinned to it and a serving server of the other role, from the router's host
     t = time.monotonic()
-    engine.routers("router_add", {"workers": [_worker(p) for p in procs]})
+    engine.routers("router_add", {"workers": [router_worker(p) for p in procs]})
     registered = round(time.monotonic() - t, 3)
     for p in procs:
         result.added.append({"host": p.host, "name": p.name, "ranks": [m.host for m in members(engine.d, p)[1:]],

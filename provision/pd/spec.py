@@ -351,6 +351,19 @@ def router_proc(host: str, v: Mapping[str, Any], home: str | None, prefill: list
                 prometheus_port=prometheus, venv=venv)  # fmt: skip
 
 
+def router_worker(proc: Proc) -> dict[str, Any]:
+    """The router's worker API entry of a server (``POST /workers``): its URL, role and, for a prefill, the
+    bootstrap port it really listens on, as the router's own ``--prefill URL PORT`` flag gives it."""
+    return {"url": proc.url, "worker_type": proc.role,
+            "bootstrap_port": _bootstrap(proc) if proc.role == "prefill" else None}  # fmt: skip
+
+
+def local_base(proc: Proc, port: int | None = None) -> str:
+    """The process's URL as seen from its own host (a wildcard bind → loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(proc.bind, proc.bind)
+    return f"http://{url_host(host)}:{port or proc.port}"
+
+
 def _bootstrap(proc: Proc) -> int:
     """The bootstrap port the prefill really listens on (an extra arg may override the var)."""
     value = effective(proc.args, "--disaggregation-bootstrap-port")

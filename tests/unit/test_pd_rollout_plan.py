@@ -288,3 +288,18 @@ def test_a_multi_host_server_that_fails_is_rolled_back_whole() -> None:
     assert stops == ["p0", "p0b", "p0", "p0b"]  # the rollback stops every rank again, then starts the old files
     ops = [t["pd_rollout_step"]["request"]["op"] for t in run.tasks if t["name"] == "files"]
     assert ops == ["backup", "backup", "restore", "restore", "discard", "discard"]
+
+
+def test_a_prefill_is_readmitted_on_the_bootstrap_port_it_listens_on() -> None:
+    """``sglang_extra_args`` may move a prefill's bootstrap port; the router's own ``--prefill URL PORT`` flag
+    follows it, and so must the worker entry the rollout re-admits it with (a wrong one pairs the decodes with a
+    port nobody listens on)."""
+    layout = hosts(2, 2)
+    layout["p1"]["sglang_extra_args"] = ["--disaggregation-bootstrap-port", "9100"]
+    run = Hosts(changed={"p1"})
+    result = rollout(layout, run)
+    assert result.ok, result.reason
+    added = [t["pd_rollout_step"]["request"]["workers"] for t in run.tasks if t["name"] == "router_add"]
+    assert added == [[{"url": "http://10.0.0.2:30000", "worker_type": "prefill", "bootstrap_port": 9100}]]
+    router = build(layout).routers[0]
+    assert "--prefill http://10.0.0.2:30000 9100 " in " ".join(router.args)
