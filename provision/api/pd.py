@@ -31,7 +31,7 @@ from ..pd.rollout import Progress as RolloutProgress
 from ..pd.rollout import RolloutOptions, RolloutResult, RunTasks, rollout
 from ..pd.rollout import Step as RolloutStep
 from ..pd.scale import ScaleResult, removed_hosts, scale
-from ..pd.status import all_up, table
+from ..pd.status import all_up, mark_unrouted, table
 from ..plan import check_plan
 from ..playbook import Play, load_playbook, parse_task
 from ..results import Status, TaskResult
@@ -168,14 +168,16 @@ class PdStatus:
         return EXIT_OK if self.up else EXIT_FAILED
 
 
-def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per process the inventory describes (filled in from the hosts; unreachable ones stay so)."""
+def _expected_rows(inventory: Inventory, extra: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One row per process the inventory describes (filled in from the hosts; unreachable ones stay so), and
+    the servers every router must list (name → URL)."""
     try:
         deployment = build(inventory_pd_vars(inventory, extra))
     except PlanError as exc:
         raise InputError(str(exc)) from None
-    return [{"host": p.host, "role": p.role, "name": p.name, "port": p.port, "running": False}
+    rows = [{"host": p.host, "role": p.role, "name": p.name, "port": p.port, "running": False}
             for p in deployment.procs]  # fmt: skip
+    return rows, {p.name: p.url for p in (*deployment.prefill, *deployment.decode)}
 
 
 def pd_status(
@@ -187,7 +189,7 @@ def pd_status(
     host) or ``metrics_error``."""
     fleet = _fleet(hosts, opts.get("extra_vars"))
     extra = run_options(fleet, opts).extra_vars
-    rows = _expected_rows(fleet.inventory, extra)
+    rows, workers = _expected_rows(fleet.inventory, extra)
     if not rows:
         raise InputError("no PD process in the inventory: put hosts in the groups prefill, decode and router")
     limit = opts.get("limit", fleet.limit)
@@ -203,6 +205,7 @@ def pd_status(
             res = broken[row["host"]]
             row = {**row, "unreachable": res.status is Status.UNREACHABLE, "error": res.msg}
         out.append({**row, **found.get((row["host"], row["role"]), {})})
+    mark_unrouted(out, workers)
     if metrics:
         answers = _query(_quiet_play("pd_metrics", PD_HOSTS), fleet, opts)
         read = {(res.host, res.data.get("role")): res for res in answers if res.status is not Status.SKIPPED}

@@ -29,15 +29,21 @@ from ..templating import Vars
 from . import HostPlan, PlanError, build, hosts_from_task_vars, pairs, validate_pd
 from .addr import url_host
 from .process import format_tail, helper, supervisor_request
-from .spec import START_GATE, Proc, health_url, resolve_supervisor
+from .spec import START_GATE, Deployment, Proc, health_url, local_base, resolve_supervisor, router_worker
+
+
+def deployment(ctx: ModuleContext) -> Deployment | None:
+    """The whole deployment, from every PD host's vars (None when this host is in no PD group)."""
+    hosts = hosts_from_task_vars(ctx.variables)
+    if ctx.host not in hosts:
+        return None
+    return build(hosts, {ctx.host: ctx.expand("~")})
 
 
 def host_plan(ctx: ModuleContext) -> HostPlan | None:
     """This host's part of the deployment (None when it is in no PD group)."""
-    hosts = hosts_from_task_vars(ctx.variables)
-    if ctx.host not in hosts:
-        return None
-    return build(hosts, {ctx.host: ctx.expand("~")}).hosts.get(ctx.host)
+    whole = deployment(ctx)
+    return whole.hosts.get(ctx.host) if whole is not None else None
 
 
 def _select(plan: HostPlan, role: str) -> list[Proc]:
@@ -179,6 +185,48 @@ class PdWait(Module):
 
 
 @register
+class PdRouterWorkers(Module):
+    """Router hosts: every prefill and decode of the deployment listed by the host's router. A server that is
+    running but missing from it (a rollout or scale cut off between taking it out and putting it back, a
+    worker deleted through the API by hand) is added back through the worker API (``POST /workers``, as the
+    rollout re-admits) and waited for until the router lists it healthy: ``changed``, ``added``. One round
+    trip when nothing is missing; never run in check mode (skipped)."""
+
+    name = "pd_router_workers"
+    args = {"timeout": Arg("float", default=300.0)}
+
+    def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
+        found = _procs_or_result(ctx, "router")
+        if isinstance(found, ModuleResult):
+            return found
+        _, routers = found
+        whole = deployment(ctx)
+        assert whole is not None  # the host has a plan
+        if ctx.check:
+            return ModuleResult(skipped=True, msg="check mode: the routers' workers not read")
+        workers = [router_worker(p) for p in (*whole.prefill, *whole.decode)]
+        added: list[str] = []
+        for router in routers:
+            request = {"router": local_base(router), "workers": workers, "timeout": args["timeout"], "wait": "added"}
+            try:
+                with ctx.waiting(f"{router.name} to list every server", args["timeout"]):
+                    answer = ctx.call_helper(
+                        "pd_rollout.py", "router_add", stdin=json.dumps(request).encode(),
+                        timeout=args["timeout"] + 60, what="pd_rollout", check_rc=False,
+                    )  # fmt: skip
+            except HelperError as exc:
+                return exc.as_result()
+            if not answer.get("ok"):
+                return ModuleResult(failed=True, msg=f"{router.name}: {answer.get('msg', 'no answer')}", data=answer)
+            added += answer.get("added") or []
+        if added:
+            msg = f"re-admitted to the router: {', '.join(added)} (running, but not routed to)"
+        else:
+            msg = f"the router lists all {len(workers)} servers"
+        return ModuleResult(changed=bool(added), msg=msg, data={"added": added})
+
+
+@register
 class PdVerify(Module):
     name = "pd_verify"
     args = {
@@ -302,8 +350,27 @@ class PdStatus(Module):
             changed = bool(info.get("running")) and info.get("started_sha256") != info.get("script_sha256")
             rows.append({**info, "host": plan.host, "role": proc.role, "port": proc.port, "url": proc.url,
                          "script_changed": changed})  # fmt: skip
+            if proc.role == "router" and info.get("running"):
+                rows[-1].update(self.router_workers(ctx, proc, args["health_timeout"]))
         up = sum(1 for r in rows if r.get("running"))
         return ModuleResult(msg=f"{up} of {len(rows)} running", data={"procs": rows})
+
+    @staticmethod
+    def router_workers(ctx: ModuleContext, router: Proc, timeout: float) -> dict[str, Any]:
+        """``workers``: what the router lists (``url``, ``healthy``), read from its worker API on its host; or
+        ``workers_error``. A host's answer is data: an entry without a text URL makes the list unread."""
+        request = json.dumps({"router": local_base(router)}).encode()
+        try:
+            answer = ctx.call_helper("pd_rollout.py", "router_list", stdin=request, timeout=timeout + 30,
+                                     what="pd_rollout", check_rc=False)  # fmt: skip
+        except HelperError as exc:
+            return {"workers_error": exc.msg}
+        listed = answer.get("workers") if answer.get("ok") else None
+        if not isinstance(listed, list):
+            return {"workers_error": str(answer.get("msg") or "no list of workers")}
+        if not all(isinstance(w, dict) and isinstance(w.get("url"), str) for w in listed):
+            return {"workers_error": "malformed answer from the host (a worker without a URL)"}
+        return {"workers": [{"url": w["url"], "healthy": w.get("is_healthy") is True} for w in listed]}
 
 
 # the type each value of a process_ctl status answer must have (a host's answer is data: a value of another

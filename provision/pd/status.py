@@ -45,7 +45,7 @@ def health_text(row: Mapping[str, Any]) -> str:
         return "-"
     status = row.get("health")
     if status == 200:
-        return "ok"
+        return "ok, not routed" if row.get("unrouted") else "ok"
     return "no answer" if status is None else f"HTTP {status}"
 
 
@@ -81,5 +81,24 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def mark_unrouted(rows: Sequence[dict[str, Any]], workers: Mapping[str, str]) -> None:
+    """Each running server of ``workers`` (name → URL: the prefills and decodes the routers must list) gets
+    ``unrouted``, the routers whose worker list (their row's ``workers``, read from their API) lacks its URL: a
+    server that answers ``/health`` but gets no request (a rollout or scale cut off between taking it out of the
+    routers and putting it back). Routers whose list could not be read mark nothing."""
+    listed = {
+        str(r.get("name")): {str(w.get("url", "")).rstrip("/") for w in r["workers"]}
+        for r in rows
+        if r.get("role") == "router" and isinstance(r.get("workers"), list)
+    }
+    for row in rows:
+        url = workers.get(str(row.get("name")))
+        if url is not None and row.get("running"):
+            missing = [name for name, urls in listed.items() if url.rstrip("/") not in urls]
+            if missing:
+                row["unrouted"] = missing
+
+
 def all_up(rows: Sequence[Mapping[str, Any]]) -> bool:
-    return bool(rows) and all(r.get("running") and r.get("health") == 200 for r in rows)
+    """Every process running and healthy, and every server listed by every router that said."""
+    return bool(rows) and all(r.get("running") and r.get("health") == 200 and not r.get("unrouted") for r in rows)

@@ -14,8 +14,9 @@ background, so each action polls ``GET /workers`` until it is done):
 * ``router_list`` ``{"router"}`` → ``workers``.
 * ``router_remove`` ``{"router", "urls", "timeout"}`` → removes each URL, waits until none is listed;
   ``removed`` (the URLs that were there), ``seconds``.
-* ``router_add`` ``{"router", "workers": [{"url", "worker_type", "bootstrap_port"?}], "timeout"}`` → adds
-  those not listed, waits until each is listed and healthy; ``added``, ``seconds``.
+* ``router_add`` ``{"router", "workers": [{"url", "worker_type", "bootstrap_port"?}], "timeout", "wait"?}`` →
+  adds those not listed, waits until each is listed and healthy (``wait: "added"``: each it added; ``pd up``
+  reads its own servers' health itself); ``added``, ``seconds``.
 * ``router_metrics`` ``{"metrics_url"}`` → ``requests``: the router's count of ``/generate``-type requests
   served (its Prometheus counters), ``counters`` the raw values summed.
 
@@ -120,9 +121,9 @@ def router_add(req):
         if status not in (200, 201, 202):
             return {"ok": False, "msg": "POST /workers %s: %s" % (body["url"], reply_text(status, err))}
         added.append(body["url"])
-    want = {norm(w["url"]) for w in req["workers"]}
+    want = set(added) if req.get("wait") == "added" else {norm(w["url"]) for w in req["workers"]}
     while True:
-        healthy = {norm(w.get("url", "")) for w in list_workers(router) if w.get("is_healthy")}
+        healthy = {norm(w.get("url", "")) for w in list_workers(router) if w.get("is_healthy")} if want else set()
         if want <= healthy:
             return {"ok": True, "added": added, "seconds": round(time.monotonic() - started, 3)}
         if time.monotonic() > deadline:

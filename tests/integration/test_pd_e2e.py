@@ -27,7 +27,7 @@ import yaml
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from tests.support.cli import Client, CliResult, lab_ssh_config, named, run_cli_in
+from tests.support.cli import Client, CliResult, lab_ssh_config, run_cli_in, task
 from tests.support.stack import (  # the session's SGLang venv (fixture sglang_stack in conftest.py)
     VENV,
     SglangStack,
@@ -84,14 +84,6 @@ class Deployment:
 
     def log(self, i: int, name: str) -> str:
         return str(self.lab.run_as(i, ["cat", f".provision/pd/logs/{name}.log"]).stdout)
-
-
-def task(report: dict[str, Any], name: str, host: str) -> dict[str, Any]:
-    for play in report["plays"]:
-        for entry in play["tasks"]:
-            if named(entry["task"]["name"], name) and host in entry["hosts"]:
-                return dict(entry["hosts"][host])
-    raise AssertionError(f"no result of {name!r} on {host}")
 
 
 def user_processes(lab: Any, i: int) -> list[str]:

@@ -7,7 +7,9 @@ up → a rollout of a changed server flag and a changed ``pd_env`` (zero failed 
 restarted once with the new command line and env, every batch verified, the router untouched) → a rollout
 whose new launch command cannot start (the canary rolls back, the others keep their pids, zero client
 failures, exit 2) → a rollout with nothing to change touches nothing → ``pd scale --remove`` and ``--add``
-of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's venv link switched to a
+of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's decode taken out of the
+router as a cut-off rollout leaves it: ``pd status`` says "not routed" (exit 2), ``pd up`` puts it back and the
+next ``pd up`` changes nothing (pids unchanged) → lab2's venv link switched to a
 new env and its decode killed under the client (zero failures): the supervisor brings it back on its old env,
 ``pd up`` leaves it there, ``pd rollout`` moves it (reason ``stack``, zero client failures) → a router-only
 change restarts only the router → lab1's prefill and lab3's decode killed at once: their supervisors restart
@@ -33,8 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cli import Client, CliResult, lab_ssh_config, run_cli_in
-from tests.support.pd import serving_again
+from tests.support.cli import Client, CliResult, lab_ssh_config, run_cli_in, task
+from tests.support.pd import helper, serving_again
 from tests.support.stack import VENV, SglangStack, install_sglang_stack
 from tests.support.waiting import until
 
@@ -299,6 +301,47 @@ def test_scale_a_decode_out_and_in_under_a_client(deployment: Deployment) -> Non
     rows = json.loads(deployment.provision("pd", "status", "--json").out)["procs"]
     router = next(r for r in rows if r["name"] == "lab0-router")
     assert router["script_changed"] is False  # it adopted its new script: the next pd up leaves it running
+
+
+def test_pd_up_puts_back_a_server_a_cut_off_rollout_left_out_of_the_router(deployment: Deployment) -> None:
+    """A rollout or scale cut off between taking a server out of the router and putting it back (Ctrl-C, a
+    controller that died) leaves the server running but routed to by nobody. ``pd up`` lists every server in
+    the router again: lab2's decode, taken out with the rollout's own step (the router's worker API), is put
+    back (that task changed, nothing restarted, the router lists it healthy), and the ``pd up`` after it
+    changes nothing on any host. Meanwhile ``pd status`` shows it healthy but "not routed", and exits 2."""
+    before = deployment.pids()
+    lab2 = f"http://{deployment.lab.hosts[2].address}:30000"
+
+    def listed() -> dict[str, bool]:
+        answer = helper("router_list", {"router": router_url(deployment)})
+        return {w["url"].rstrip("/"): bool(w.get("is_healthy")) for w in answer["workers"]}
+
+    assert listed().get(lab2) is True
+    out = helper("router_remove", {"router": router_url(deployment), "urls": [lab2], "timeout": 60})
+    assert out["ok"] and out["removed"] == [lab2], out
+    assert lab2 not in listed()
+    status = deployment.provision("pd", "status", "--json")  # healthy, but served by nobody: not up (exit 2)
+    rows = {r["name"]: r for r in json.loads(status.out)["procs"]}
+    assert status.code == 2 and rows["lab2-decode"]["unrouted"] == ["lab0-router"], status.out
+    assert [n for n, r in rows.items() if r.get("unrouted")] == ["lab2-decode"]
+    table = deployment.provision("pd", "status").out
+    assert "ok, not routed" in next(line for line in table.splitlines() if line.startswith("lab2 ")), table
+    for again in (False, True):
+        result = deployment.provision("pd", "up", "--json")
+        assert result.code == 0, result.out[-3000:] + result.err[-3000:]
+        report = json.loads(result.out)
+        step = task(report, "Router lists every server (puts back one a cut-off rollout or scale left out)", "lab0")
+        print(f"\npd up {'again' if again else 'after the cut-off'}: {step['msg']}")
+        if again:
+            assert not step["changed"] and step["added"] == [], step
+            assert {h: s["changed"] for h, s in report["stats"].items()} == dict.fromkeys(SERVERS, 0)
+        else:
+            assert step["changed"] and step["added"] == [lab2], step
+            assert "re-admitted to the router" in step["msg"] and lab2 in step["msg"]
+        assert listed().get(lab2) is True
+    rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
+    assert not any(r.get("unrouted") for r in rows.values()) and len(rows["lab0-router"]["workers"]) == 4
+    assert deployment.pids() == before
 
 
 def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(deployment: Deployment) -> None:

@@ -43,6 +43,15 @@ def named(shown: str, name: str) -> bool:
     return shown == name or shown.endswith(f" : {name}")
 
 
+def task(report: dict[str, Any], name: str, host: str) -> dict[str, Any]:
+    """The result on ``host`` of the task ``name`` (:func:`named`) in a ``--json`` run report."""
+    for play in report["plays"]:
+        for entry in play["tasks"]:
+            if named(entry["task"]["name"], name) and host in entry["hosts"]:
+                return dict(entry["hosts"][host])
+    raise AssertionError(f"no result of {name!r} on {host}")
+
+
 @contextlib.contextmanager
 def lab_ssh_config(lab: Any) -> Iterator[None]:
     """``PROVISION_SSH_CONFIG`` set to the lab's ssh config for the block (the in-process CLI reads it), then

@@ -9,7 +9,7 @@ import pytest
 
 from provision.cli import cli
 from provision.cli.pd import pd
-from provision.pd.status import all_up, table, uptime_text
+from provision.pd.status import all_up, mark_unrouted, table, uptime_text
 from tests.support.cli import run_cli
 from tests.support.pd import inventory
 
@@ -62,6 +62,30 @@ def test_table() -> None:
         "lab0  router   up             44   3s      HTTP 503  8000   -           -",
     ]
     assert not all_up(rows) and all_up(rows[:1]) and not all_up([])
+
+
+def test_a_healthy_server_that_a_router_does_not_list_is_not_up() -> None:
+    """A server that answers /health but that a router does not list (a rollout cut off between taking it out and
+    putting it back) gets no request: HEALTH says so and the deployment is not up (``pd status`` exits 2). A
+    router whose list could not be read, and a process that is not a router's worker, mark nothing."""
+    rows = [
+        {"host": "lab0", "role": "prefill", "name": "lab0-prefill", "running": True, "health": 200, "port": 30000},
+        {"host": "lab1", "role": "decode", "name": "lab1-decode", "running": True, "health": 200, "port": 30000},
+        {"host": "lab0", "role": "router", "name": "lab0-router", "running": True, "health": 200, "port": 8000,
+         "workers": [{"url": "http://10.0.0.1:30000/", "healthy": True}]},
+        {"host": "lab2", "role": "router", "name": "lab2-router", "running": True, "health": 200, "port": 8000,
+         "workers_error": "GET http://127.0.0.1:8000/workers: no answer"},
+    ]  # fmt: skip
+    workers = {"lab0-prefill": "http://10.0.0.1:30000", "lab1-decode": "http://10.0.0.2:30000"}
+    mark_unrouted(rows, workers)
+    assert rows[1]["unrouted"] == ["lab0-router"] and all("unrouted" not in r for r in (rows[0], rows[2], rows[3]))
+    assert table(rows).splitlines()[2].split()[:6] == ["lab1", "decode", "up", "-", "-", "ok,"]
+    assert "ok, not routed" in table(rows).splitlines()[2]
+    assert not all_up(rows) and all_up([rows[0], rows[2]])
+    rows[1].pop("unrouted")
+    rows[2]["workers"].append({"url": "http://10.0.0.2:30000", "healthy": False})
+    mark_unrouted(rows, workers)
+    assert "unrouted" not in rows[1] and all_up(rows[:3])
 
 
 def test_status_table_shows_supervision() -> None:
