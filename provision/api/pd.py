@@ -144,7 +144,9 @@ def _query(play: Play, fleet: Fleet, opts: Options) -> list[TaskResult]:
 @dataclass
 class PdStatus:
     """One row per process the inventory describes: ``host``, ``role``, ``name``, ``port``, ``running``,
-    ``pid``, ``uptime``, ``health`` (HTTP status); ``unreachable``/``error`` when its host could not say."""
+    ``pid``, ``uptime``, ``health`` (HTTP status); ``unreachable``/``error`` when its host could not say; a
+    running router's ``workers`` (``url``, ``healthy``: what it lists) or ``workers_error``; a server's
+    ``unrouted``: the routers that do not list it (then not :attr:`up`)."""
 
     rows: list[dict[str, Any]]
     errors: dict[str, str] = field(default_factory=dict)  # host → why it could not say
