@@ -67,8 +67,15 @@ PER_PORT = 240  # addresses 127.0.X.10..249 on one port
 MAX_HOSTS = 2 * PER_PORT
 
 
+# where a kernel binds no loopback address but its own (gVisor's: scripts/fleet_device.sh), every host on this
+# one address, each on a port of its own: 20000 + 256 * (X - 100) + i (at most 256 hosts a lab)
+ONE_ADDRESS = os.environ.get("PROVISION_LAB_ONE_ADDRESS", "")
+
+
 def _endpoint(subnet: int, i: int) -> tuple[str, int]:
     """Host i's address and port."""
+    if ONE_ADDRESS:
+        return ONE_ADDRESS, 20000 + 256 * (subnet - 100) + i
     return f"127.0.{subnet}.{10 + i % PER_PORT}", PORT + i // PER_PORT
 
 
@@ -266,6 +273,8 @@ class Lab:
     def __init__(self, n: int, base_dir: Path, prefix: str = "plab") -> None:
         if not 1 <= n <= MAX_HOSTS:
             raise ValueError(f"a lab has 1..{MAX_HOSTS} hosts")
+        if ONE_ADDRESS and n > 256:
+            raise ValueError("a lab on one address (PROVISION_LAB_ONE_ADDRESS) has 1..256 hosts")
         if len(prefix) + len(str(n - 1)) + 5 > 32 or not prefix[:1].isalpha():
             raise ValueError(f"bad user name prefix {prefix!r}")
         self.n = n
