@@ -9,7 +9,7 @@
 #                                              # `python3 benchmarks/fleet.py ARGS...`; output also in $OUT/log
 # The first `run` on a fresh machine also prints what it found (OS, cores, python3, a lab host reached by ssh).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 step=$1 dir=$2
 shift 2
 case $step in
@@ -23,8 +23,9 @@ case $step in
          --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
          --platform manylinux2014_x86_64)
     # the versions this machine's venv runs, so that both labs compare the same tools
-    pins=$(python3 -m pip freeze 2>/dev/null | grep -i -E '^(fabric|paramiko|cryptography|pyinfra|ansible-core|invoke|gevent|jinja2|pyyaml|click)==')
-    "${pip[@]}" $pins || exit 1
+    mapfile -t pins < <(python3 -m pip freeze 2>/dev/null |
+      grep -i -E '^(fabric|paramiko|cryptography|pyinfra|ansible-core|invoke|gevent|jinja2|pyyaml|click)==')
+    "${pip[@]}" "${pins[@]}" || exit 1
     python3 -m pip wheel -q --no-deps -w "$dir/whl" . || exit 1
     du -sh "$dir"
     ;;
