@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cli import CliResult, named, run_cli
+from tests.support.cli import CliResult, run_cli, task
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE_ROOT = Path("/var/cache/provision-test")
@@ -66,12 +66,7 @@ def provision(playbook: str, inventory: Path, *args: str, cwd: Path) -> tuple[Cl
     return result, report
 
 
-def task_result(report: dict[str, Any], task: str, host: str) -> dict[str, Any]:
-    for play in report["plays"]:
-        for entry in play["tasks"]:
-            if named(entry["task"]["name"], task) and host in entry["hosts"]:
-                return dict(entry["hosts"][host])
-    raise AssertionError(f"no result of {task!r} for {host}")
+task_result = task  # (the install tests' name for it)
 
 
 def versions(lab: Any, i: int, *names: str, venv: str = ".provision/venv") -> list[str]:
