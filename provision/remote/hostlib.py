@@ -22,9 +22,10 @@ What is here, once:
   with ``O_EXCL|O_NOFOLLOW``: never an existing file, never a planted link), created with its final mode from
   the first byte (the umask does not narrow it: ``fchmod``), filled, ``fsync``-ed, renamed over the target
   (whatever was there, a link included, is replaced, never written through), the directory ``fsync``-ed.
-  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way. A ``check``
-  (:func:`validator`: ansible-core's ``validate``) sees the new file before the rename and can refuse it;
-  :func:`backup_local` keeps the old file beside it first (ansible-core's ``backup``).
+  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way.
+  :func:`set_aside` keeps what is at a name (a hard link beside it) for :func:`put_back` to rename over it
+  again. A ``check`` (:func:`validator`: ansible-core's ``validate``) sees the new file before the rename and can
+  refuse it; :func:`backup_local` keeps the old file beside it first (ansible-core's ``backup``).
 * :func:`digest` (a file's hash, streamed), :func:`umask` (the process's umask, read without changing it),
   :func:`http_json` (one bounded HTTP request with a JSON body and answer), :func:`sse_json` (a POST read as a
   stream of server-sent JSON events, ``data: {...}`` up to ``data: [DONE]``, bounded in bytes and time).
@@ -303,6 +304,23 @@ def swap_link(link, target):
         except OSError:
             pass
         raise
+
+
+def set_aside(path):
+    """What is at ``path`` (a file or a link, never followed) kept under a random name beside it, by a hard link:
+    ``path`` itself stays as it is (no moment without it) until it is replaced. The kept name, or None when
+    nothing is at ``path``. :func:`put_back` renames it over ``path`` again."""
+    if not os.path.lexists(path):
+        return None
+    kept = temp_beside(path)
+    os.link(path, kept, follow_symlinks=False)
+    return kept
+
+
+def put_back(kept, path):
+    """``path`` replaced in one step by what :func:`set_aside` kept (renamed over it: whatever is at ``path`` now
+    is replaced, never written through)."""
+    os.rename(kept, path)
 
 
 def digest(path, algorithm="sha256"):

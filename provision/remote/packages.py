@@ -94,7 +94,8 @@ class PolicyRcD:
     """Ansible's ``policy_rc_d``: ``/usr/sbin/policy-rc.d`` is, while apt-get runs, a script that exits with the
     code given (101: no service is started); what was there (a file, a link) is put back after, else the script
     removed. The script goes through ``hostlib.atomic_write`` (a new file renamed over the name: never written
-    through a link); the old one is kept by a hard link beside it, renamed back after: no moment without one.
+    through a link); the old one is kept by ``hostlib.set_aside`` (a hard link beside it) and renamed back
+    (``hostlib.put_back``): there is no moment without one.
     Check mode writes nothing (apt-get --simulate runs no maintainer script)."""
 
     def __init__(self, req):
@@ -104,12 +105,10 @@ class PolicyRcD:
     def __enter__(self):
         if self.code is None:
             return self
-        if os.path.lexists(POLICY_RC_D):
-            self.backup = hostlib.temp_beside(POLICY_RC_D)
-            try:
-                os.link(POLICY_RC_D, self.backup, follow_symlinks=False)
-            except OSError:
-                raise Failed("Fail to move %s to %s" % (POLICY_RC_D, self.backup)) from None
+        try:
+            self.backup = hostlib.set_aside(POLICY_RC_D)
+        except OSError as exc:
+            raise Failed("Fail to move %s aside: %s" % (POLICY_RC_D, exc)) from None
         try:
             hostlib.atomic_write(POLICY_RC_D, ("#!/bin/sh\nexit %d\n" % int(self.code)).encode(), mode=0o755)
         except OSError:
@@ -123,7 +122,7 @@ class PolicyRcD:
             return False
         try:
             if self.backup:
-                os.rename(self.backup, POLICY_RC_D)
+                hostlib.put_back(self.backup, POLICY_RC_D)
             else:
                 os.unlink(POLICY_RC_D)
         except OSError:
