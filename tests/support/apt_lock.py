@@ -1,7 +1,9 @@
 """A lock held on apt's and dpkg's lock files for a while, as dpkg and apt hold them (an ``fcntl`` write lock on
 the whole file: what apt's ``GetLock`` tests, and whose holder it names): ``python apt_lock.py SECONDS PATH...``
 returns once the locks are taken and prints the pid of the process that holds them; that process lets them go
-after SECONDS (it is detached: a playbook's ``command`` task returns while it holds them)."""
+after SECONDS (it is detached: a playbook's ``command`` task returns while it holds them), or as soon as the file
+given with ``--until FILE`` exists (it removes it): a step that must find the lock held, however late it starts,
+is followed by one that creates FILE."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 import time
 
 
-def hold(seconds: float, paths: list[str]) -> int:
+def hold(seconds: float, paths: list[str], until: str | None = None) -> int:
     """Fork a detached holder; return its pid once it holds every lock (an OSError when it could not)."""
     read, write = os.pipe()
     pid = os.fork()
@@ -30,7 +32,12 @@ def hold(seconds: float, paths: list[str]) -> int:
             os.write(write, str(exc).encode())
             os._exit(1)
         os.close(write)
-        time.sleep(seconds)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if until is not None and os.path.exists(until):
+                os.unlink(until)
+                break
+            time.sleep(0.05)
         os._exit(0)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
@@ -42,4 +49,7 @@ def hold(seconds: float, paths: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    print(hold(float(sys.argv[1]), sys.argv[2:]))
+    if sys.argv[2] == "--until":
+        print(hold(float(sys.argv[1]), sys.argv[4:], until=sys.argv[3]))
+    else:
+        print(hold(float(sys.argv[1]), sys.argv[2:]))
