@@ -13,6 +13,19 @@ import sys
 import time
 
 
+def _take(fd: int, wait: float = 10.0) -> None:
+    """The lock on ``fd``, waiting up to ``wait`` s for a holder before (one just told to let go)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def hold(seconds: float, paths: list[str], until: str | None = None) -> int:
     """Fork a detached holder; return its pid once it holds every lock (an OSError when it could not)."""
     read, write = os.pipe()
@@ -26,7 +39,7 @@ def hold(seconds: float, paths: list[str], until: str | None = None) -> int:
         try:
             fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o640) for path in paths]
             for fd in fds:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _take(fd)
             os.write(write, b"locked")
         except OSError as exc:
             os.write(write, str(exc).encode())
