@@ -56,7 +56,7 @@ PROBE_GROUP = "sglang-probes"
 # thread pool in the module fixture of the worker that runs its tests: one xdist group per chunk. Chunk 0 holds
 # the sudo cases (they change the machine: packages, accounts, units); the unit tests that install packages
 # into this machine's dpkg/rpm database join it (apt and dnf hold one lock per machine).
-PACKAGE_DB_FILES = frozenset({"test_mod_packages.py", "test_mod_dnf.py"})
+PACKAGE_DB_FILES = frozenset({"test_mod_packages.py", "test_mod_apt_args.py", "test_mod_dnf.py"})
 MACHINE_GROUP = "sglang-and-units"
 COMPAT_GROUP = "compat-0"  # the compat chunk of the sudo cases (tests/compat/harness.py chunk_of)
 

@@ -3,9 +3,16 @@ values, and check mode. The host does it in one round trip (``remote/packages.py
 needs root (``become``).
 
 ``apt`` (Debian/Ubuntu): ``cache_updated``, ``cache_update_time``, ``stdout``/``stderr`` when apt-get ran; check
-mode is ``apt-get --simulate``. ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one
-line (naming ``dnf`` where the host has it). Refused by name: ``deb``, ``upgrade`` (other than no),
-``build-dep``/``fixed`` states, wildcards in names.
+mode is ``apt-get --simulate``. Every apt-get waits for apt's and dpkg's locks up to ``lock_timeout`` seconds
+(60, Ansible's default: a freshly booted host's unattended-upgrades is waited for), ``apt-get update`` and the
+download lock included, which apt itself does not wait for. ``deb``: a .deb on the host or a URL fetched there,
+installed with its dependencies (``apt-get install ./file.deb``), left alone when its name and version are
+installed; ``autoclean``, ``clean``, ``fail_on_autoremove``, ``allow_unauthenticated``,
+``allow_change_held_packages``, ``policy_rc_d`` and ``update_cache_retries``/``update_cache_retry_max_delay`` as
+Ansible's. ``package`` is ``apt`` on hosts that have it; on dnf/yum hosts it fails in one line (naming ``dnf``
+where the host has it). Refused by name: ``upgrade`` other than no (it upgrades every package of a host: no test
+here could run it without upgrading the test machine itself, so it stays refused), ``build-dep``/``fixed``
+states, wildcards in names.
 
 ``dnf`` (dnf 4's command line and ``rpm``): ``results`` (``Installed: NEVRA``, ``Removed: NEVRA``), ``msg``,
 ``rc``, ``failures``, as Ansible's ``dnf``; ``installroot``, ``releasever``, ``conf_file``, repos and plugins
@@ -30,10 +37,14 @@ DNF_PASSED = (
     "installroot", "releasever", "conf_file", "disable_gpg_check", "enablerepo", "disablerepo", "enable_plugin",
     "disable_plugin", "update_cache", "autoremove", "allow_downgrade", "install_weak_deps",
 )  # fmt: skip
-APT_UNSUPPORTED = (
-    "deb", "autoclean", "fail_on_autoremove", "allow_unauthenticated", "allow_change_held_packages", "policy_rc_d",
-    "lock_timeout", "clean", "update_cache_retries", "update_cache_retry_max_delay",
+APT_PASSED = (
+    "deb", "update_cache", "update_cache_retries", "update_cache_retry_max_delay", "cache_valid_time", "purge",
+    "autoremove", "autoclean", "clean", "fail_on_autoremove", "install_recommends", "force", "only_upgrade",
+    "allow_downgrade", "allow_unauthenticated", "allow_change_held_packages", "default_release", "dpkg_options",
+    "policy_rc_d", "lock_timeout",
 )  # fmt: skip
+REQUIRED_ONE = ("name", "deb", "update_cache", "autoremove", "autoclean", "clean")  # Ansible's required_one_of
+APT_COUNTS = ("lock_timeout", "update_cache_retries", "update_cache_retry_max_delay")  # never below 0
 
 
 def _state(value: str) -> str:
@@ -81,19 +92,34 @@ class Apt(Module):
         "default_release": Arg(aliases=("default-release",)),
         "dpkg_options": Arg(default="force-confdef,force-confold"),
         "upgrade": Arg(default="no"),
-        **{name: Arg("raw") for name in APT_UNSUPPORTED},
+        "deb": Arg(),
+        "autoclean": Arg("bool", default=False),
+        "clean": Arg("bool", default=False),
+        "fail_on_autoremove": Arg("bool", default=False),
+        "allow_unauthenticated": Arg("bool", default=False, aliases=("allow-unauthenticated",)),
+        "allow_change_held_packages": Arg("bool", default=False),
+        "policy_rc_d": Arg("int"),
+        "lock_timeout": Arg("int", default=60),
+        "update_cache_retries": Arg("int", default=5),
+        "update_cache_retry_max_delay": Arg("int", default=12),
     }
 
     @classmethod
     def check_combination(cls, args: Any, is_template: Any) -> None:
-        for name in APT_UNSUPPORTED:
-            if name in args:
-                raise ArgError(f"apt: {name!r} is not supported by provision")
         upgrade = args.get("upgrade", "no")
         if not is_template(upgrade) and str(upgrade).lower() not in ("no", "false"):
             raise ArgError("apt: upgrade is not supported by provision (only upgrade: no)")
-        if "name" not in args and not args.get("update_cache") and not args.get("update-cache"):
-            raise ArgError("apt: one of the following is required: name, update_cache")
+        if "deb" in args and "name" in args:  # (aliases are resolved by now)
+            raise ArgError("apt: parameters are mutually exclusive: deb|package")
+        state = args.get("state", "present")
+        if "deb" in args and not is_template(state) and _state(str(state)) != "present":
+            raise ArgError("apt: deb only supports state=present")
+        for name in APT_COUNTS:
+            value = args.get(name)
+            if value is not None and not is_template(value) and str(value).lstrip("-").isdigit() and int(value) < 0:
+                raise ArgError(f"apt: {name} must be 0 or more")
+        if not any(key in args for key in REQUIRED_ONE):
+            raise ArgError(f"apt: one of the following is required: {', '.join(REQUIRED_ONE)}")
 
     @staticmethod
     def request(args: dict[str, Any]) -> dict[str, Any]:
@@ -102,9 +128,8 @@ class Apt(Module):
             "manager": "apt",
             "names": _names(args["name"]),
             "state": _state(args["state"]),
-            **{k: args[k] for k in ("update_cache", "cache_valid_time", "purge", "autoremove", "install_recommends",
-                                    "force", "only_upgrade", "allow_downgrade", "default_release", "dpkg_options")},
-        }  # fmt: skip
+            **{k: args[k] for k in APT_PASSED},
+        }
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
         return _apply(ctx, self.request(args))

@@ -32,34 +32,10 @@ def _set_mode(path, mode, check):
     return True
 
 
-def mask_url(url):
-    """The URL as it may be shown: its user and password replaced by ``****`` (as Ansible's mask_url)."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.username and not parts.password:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    userinfo = "****:****" if parts.password else "****"
-    return urllib.parse.urlunsplit(parts._replace(netloc="%s@%s" % (userinfo, host)))
-
-
-def _opener(url, context):
-    """An opener that answers a 401 with the URL's own user and password (as Ansible's url_get does), and
-    the URL without them."""
-    parts = urllib.parse.urlsplit(url)
-    handlers = [urllib.request.HTTPSHandler(context=context)] if context is not None else []  # type: list[urllib.request.BaseHandler]
-    if parts.username is not None:
-        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-        manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
-        user = urllib.parse.unquote(parts.username)
-        manager.add_password(None, url, user, urllib.parse.unquote(parts.password or ""))
-        handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
-    return urllib.request.build_opener(*handlers), url
-
-
 def main(req):
     answer = _main(req)
     if "url" in answer:
-        answer["url"] = mask_url(answer["url"])
+        answer["url"] = hostlib.mask_url(answer["url"])
     return answer
 
 
@@ -95,7 +71,7 @@ def _main(req):
         if mismatch:
             force = True
     context = None if req.get("validate_certs", True) else ssl._create_unverified_context()
-    opener, bare_url = _opener(url, context)
+    opener, bare_url = hostlib.url_opener(url, context)
     request = urllib.request.Request(bare_url, headers=headers, method="HEAD" if check else "GET")
     if last_mod is not None and not force:
         request.add_header("If-Modified-Since", email.utils.formatdate(last_mod, usegmt=True))

@@ -22,12 +22,16 @@ What is here, once:
   with ``O_EXCL|O_NOFOLLOW``: never an existing file, never a planted link), created with its final mode from
   the first byte (the umask does not narrow it: ``fchmod``), filled, ``fsync``-ed, renamed over the target
   (whatever was there, a link included, is replaced, never written through), the directory ``fsync``-ed.
-  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way. A ``check``
-  (:func:`validator`: ansible-core's ``validate``) sees the new file before the rename and can refuse it;
-  :func:`backup_local` keeps the old file beside it first (ansible-core's ``backup``).
+  :func:`copy_over` copies a file through it. :func:`swap_link` replaces a symlink the same way.
+  :func:`set_aside` keeps what is at a name (a hard link beside it) for :func:`put_back` to rename over it
+  again. A ``check`` (:func:`validator`: ansible-core's ``validate``) sees the new file before the rename and can
+  refuse it; :func:`backup_local` keeps the old file beside it first (ansible-core's ``backup``).
 * :func:`digest` (a file's hash, streamed), :func:`umask` (the process's umask, read without changing it),
   :func:`http_json` (one bounded HTTP request with a JSON body and answer), :func:`sse_json` (a POST read as a
-  stream of server-sent JSON events, ``data: {...}`` up to ``data: [DONE]``, bounded in bytes and time). THE
+  stream of server-sent JSON events, ``data: {...}`` up to ``data: [DONE]``, bounded in bytes and time).
+* THE way a host script opens a URL: :func:`url_opener` (the URL's own user and password answer a 401, as
+  Ansible's ``url_get``), :func:`mask_url` (the URL as it may be shown); :func:`download` streams one URL into
+  a file through :func:`atomic_write`, every read and the whole bounded (``get_url`` and ``apt``'s ``deb``). THE
   pump (a child's pipes read together, bounded) is builtins-only, beside the spawn core: ``programs/pump.py``
   (``from pump import pump``).
 """
@@ -302,6 +306,23 @@ def swap_link(link, target):
         raise
 
 
+def set_aside(path):
+    """What is at ``path`` (a file or a link, never followed) kept under a random name beside it, by a hard link:
+    ``path`` itself stays as it is (no moment without it) until it is replaced. The kept name, or None when
+    nothing is at ``path``. :func:`put_back` renames it over ``path`` again."""
+    if not os.path.lexists(path):
+        return None
+    kept = temp_beside(path)
+    os.link(path, kept, follow_symlinks=False)
+    return kept
+
+
+def put_back(kept, path):
+    """``path`` replaced in one step by what :func:`set_aside` kept (renamed over it: whatever is at ``path`` now
+    is replaced, never written through)."""
+    os.rename(kept, path)
+
+
 def digest(path, algorithm="sha256"):
     """The hex digest of the file ``path`` (read in chunks: any size)."""
     with open(path, "rb") as fh:
@@ -324,6 +345,69 @@ def _hasher(algorithm, size):
     import hashlib
 
     return hashlib.new(algorithm)
+
+
+def mask_url(url):
+    """The URL as it may be shown: its user and password replaced by ``****`` (as Ansible's mask_url)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if not parts.username and not parts.password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = "****:****" if parts.password else "****"
+    return urllib.parse.urlunsplit(parts._replace(netloc="%s@%s" % (userinfo, host)))
+
+
+def url_opener(url, context=None):
+    """``(opener, bare_url)``: an opener that answers a 401 with the URL's own user and password (as Ansible's
+    url_get does; ``context``: an ``ssl.SSLContext`` for https), and the URL without them."""
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    handlers = [urllib.request.HTTPSHandler(context=context)] if context is not None else []  # type: list
+    if parts.username is not None:
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        manager = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+        user = urllib.parse.unquote(parts.username)
+        manager.add_password(None, url, user, urllib.parse.unquote(parts.password or ""))
+        handlers.append(urllib.request.HTTPBasicAuthHandler(manager))
+    return urllib.request.build_opener(*handlers), url
+
+
+def download(url, path, timeout=10.0, total=1800.0, mode=0o600):
+    """The body of a GET of ``url`` written to ``path`` through :func:`atomic_write` (``mode``). Bounded: each
+    connect and read by ``timeout`` seconds, the whole by ``total``. :class:`Failed` with Ansible's
+    ``fetch_file`` message (``Failure downloading URL, why``; the URL's password masked) when it cannot."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + total
+    opener, bare = url_opener(url)
+
+    def fail(why):
+        return Failed("Failure downloading %s, %s" % (mask_url(url), why))
+
+    try:
+        response = opener.open(urllib.request.Request(bare), timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        raise fail("HTTP Error %s: %s" % (exc.code, exc.reason)) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise fail("Request failed: %s" % getattr(exc, "reason", exc)) from None
+
+    def fill(fh):
+        with response:
+            for block in iter(lambda: response.read(1 << 16), b""):
+                if time.monotonic() > deadline:
+                    raise fail("not downloaded within %g s" % total)
+                fh.write(block)
+
+    try:
+        atomic_write(path, mode=mode, fill=fill)
+    except (OSError, ValueError) as exc:  # a read that timed out, a connection reset
+        raise fail(str(exc)) from None
 
 
 def http_json(method, url, body=None, timeout=10.0, limit=16 << 20):

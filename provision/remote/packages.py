@@ -3,12 +3,17 @@
 stdin, ``python3 - apply``: the host library's envelope, ``hostlib.serve``; ``manager``: ``apt``, the default,
 or ``dnf``).
 
-apt request keys: ``names`` (``pkg`` or ``pkg=version``), ``state`` (present, latest, absent), ``update_cache``,
-``cache_valid_time``, ``purge``, ``autoremove``, ``install_recommends`` (null: apt's default), ``force``,
-``only_upgrade``, ``allow_downgrade``, ``default_release``, ``dpkg_options``, ``check``. Prints one JSON answer with
-Ansible's keys: ``changed``, ``cache_updated``/``cache_update_time`` (present/latest and cache updates),
-``stdout``/``stderr`` when apt-get ran, ``failed``/``msg``/``rc`` when it could not. Every command is an argv with a
-bounded wait; apt-get runs with ``DEBIAN_FRONTEND=noninteractive``.
+apt request keys: ``names`` (``pkg`` or ``pkg=version``), ``state`` (present, latest, absent), ``deb`` (a .deb
+path, comma-separated paths, or a URL fetched on the host), ``update_cache``, ``update_cache_retries``,
+``update_cache_retry_max_delay``, ``cache_valid_time``, ``purge``, ``autoremove``, ``autoclean``, ``clean``,
+``fail_on_autoremove``, ``install_recommends`` (null: apt's default), ``force``, ``only_upgrade``,
+``allow_downgrade``, ``allow_unauthenticated``, ``allow_change_held_packages``, ``default_release``,
+``dpkg_options``, ``policy_rc_d``, ``lock_timeout``, ``check``. The steps run in the order of Ansible's
+``main()``: clean, the cache update, a deb, autoclean/autoremove of a task without packages, then the packages.
+Prints one JSON answer with Ansible's keys: ``changed``, ``cache_updated``/``cache_update_time`` (present/latest
+and cache updates), ``stdout``/``stderr`` when apt-get ran, ``failed``/``msg``/``rc`` when it could not. Every
+command is an argv with a bounded wait; apt-get runs with ``DEBIAN_FRONTEND=noninteractive`` and waits for apt's
+and dpkg's locks up to ``lock_timeout`` seconds from the task's start (:func:`apt_run`).
 
 dnf request keys: ``names`` (package specs), ``state`` (present, latest, absent), ``installroot``,
 ``releasever``, ``conf_file``, ``disable_gpg_check``, ``enablerepo``/``disablerepo``, ``update_cache``,
@@ -19,16 +24,25 @@ and after (never from dnf's text); check mode reads dnf's transaction table (``-
 """
 
 import configparser
+import math
 import os
+import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import hostlib
 from hostlib import Failed
 
 TIMEOUT = 1800
+LOCK_TIMEOUT = 60  # Ansible's default lock_timeout: how long apt waits for apt's and dpkg's locks
+LOCK_POLL = 1.0  # s between tries of an apt-get that failed on a lock apt does not wait for itself
+LOCKED = ("Could not get lock", "Unable to lock directory", "Unable to acquire the dpkg frontend lock")
+FETCH_FAILED = ("Failed to fetch", "Some index files failed to download")  # apt-get update may still exit 0
+POLICY_RC_D = "/usr/sbin/policy-rc.d"
+CLEANED = {"autoremove": "The following packages will be REMOVED", "autoclean": "Del "}  # Ansible's reading
 STAMP = "/var/lib/apt/periodic/update-success-stamp"
 LISTS = "/var/lib/apt/lists"
 DNF_CONF = "/etc/dnf/dnf.conf"
@@ -54,6 +68,70 @@ def run(argv, check=True):
     return proc.returncode, out, err
 
 
+def apt_run(req, argv):
+    """apt-get/apt-mark ``argv`` run until it gets apt's and dpkg's locks or the task's deadline (``lock_timeout``
+    from its start, as Ansible's) passes: apt waits for the dpkg frontend lock itself (``DPkg::Lock::Timeout``,
+    the seconds left), not for the lists or archives lock (``apt-get update``, a download that
+    unattended-upgrades holds), so a run that failed on a lock is tried again every LOCK_POLL s. The argv as run,
+    rc, stdout, stderr."""
+    deadline = req["_deadline"]
+    while True:
+        left = max(0, math.ceil(deadline - time.monotonic()))
+        full = [argv[0], "-o", "DPkg::Lock::Timeout=%d" % left] + list(argv[1:])
+        rc, out, err = run(full, check=False)
+        wait = deadline - time.monotonic()
+        if rc == 0 or not any(text in err for text in LOCKED) or wait <= 0:
+            return full, rc, out, err
+        time.sleep(min(LOCK_POLL, wait))
+
+
+def apt_errors(err):
+    """apt's error and warning lines as one line, as python-apt words a failed update."""
+    return ", ".join(line.replace(": ", ":", 1) for line in err.splitlines() if line[:2] in ("E:", "W:"))
+
+
+class PolicyRcD:
+    """Ansible's ``policy_rc_d``: ``/usr/sbin/policy-rc.d`` is, while apt-get runs, a script that exits with the
+    code given (101: no service is started); what was there (a file, a link) is put back after, else the script
+    removed. The script goes through ``hostlib.atomic_write`` (a new file renamed over the name: never written
+    through a link); the old one is kept by ``hostlib.set_aside`` (a hard link beside it) and renamed back
+    (``hostlib.put_back``): there is no moment without one.
+    Check mode writes nothing (apt-get --simulate runs no maintainer script)."""
+
+    def __init__(self, req):
+        self.code = None if req.get("check") else req.get("policy_rc_d")
+        self.backup = None
+
+    def __enter__(self):
+        if self.code is None:
+            return self
+        try:
+            self.backup = hostlib.set_aside(POLICY_RC_D)
+        except OSError as exc:
+            raise Failed("Fail to move %s aside: %s" % (POLICY_RC_D, exc)) from None
+        try:
+            hostlib.atomic_write(POLICY_RC_D, ("#!/bin/sh\nexit %d\n" % int(self.code)).encode(), mode=0o755)
+        except OSError:
+            if self.backup:
+                os.unlink(self.backup)
+            raise Failed("Failed to create or chmod %s" % POLICY_RC_D) from None
+        return self
+
+    def __exit__(self, *exc):
+        if self.code is None:
+            return False
+        try:
+            if self.backup:
+                hostlib.put_back(self.backup, POLICY_RC_D)
+            else:
+                os.unlink(POLICY_RC_D)
+        except OSError:
+            if self.backup:
+                raise Failed("Fail to move back %s to %s" % (self.backup, POLICY_RC_D)) from None
+            raise Failed("Fail to remove %s (after package manipulation)" % POLICY_RC_D) from None
+        return False
+
+
 def cache_time():
     for path in (STAMP, LISTS):
         if os.path.exists(path):
@@ -73,8 +151,11 @@ def installed_versions(names):
 
 
 def candidate(name, release):
+    """The version apt would install, None when there is none; Ansible's failure for a name apt does not know."""
     argv = ["apt-cache", "policy", name] if not release else ["apt-cache", "-t", release, "policy", name]
     _, out, _ = run(argv, check=False)
+    if not out.strip():
+        raise Failed("No package matching '%s' is available" % name)
     for line in out.splitlines():
         line = line.strip()
         if line.startswith("Candidate:"):
@@ -83,15 +164,37 @@ def candidate(name, release):
     return None
 
 
-def apt_get(req, verb, specs):
+def apt_argv(req, *verb):
+    """``apt-get -y`` with the request's dpkg options (and ``--force-yes``)."""
     argv = ["apt-get", "-y"]
     for option in (req.get("dpkg_options") or "force-confdef,force-confold").split(","):
         if option.strip():
             argv += ["-o", "Dpkg::Options::=--%s" % option.strip()]
     if req.get("force"):
         argv.append("--force-yes")
+    return argv + list(verb)
+
+
+def install_options(req, downgrade):
+    """What an install takes after its packages, as Ansible's: recommends, unauthenticated, downgrades, holds."""
+    argv = []
+    if req.get("install_recommends") is False:
+        argv += ["-o", "APT::Install-Recommends=no"]
+    elif req.get("install_recommends") is True:
+        argv += ["-o", "APT::Install-Recommends=yes"]
+    for key, flag in (("allow_unauthenticated", "--allow-unauthenticated"), ("", "--allow-downgrades"),
+                      ("allow_change_held_packages", "--allow-change-held-packages")):  # fmt: skip
+        if req.get(key) if key else downgrade:
+            argv.append(flag)
+    return argv
+
+
+def apt_get(req, verb, specs):
+    argv = apt_argv(req)
     if req.get("autoremove"):
         argv.append("--auto-remove")
+    if verb == "install" and req.get("fail_on_autoremove"):
+        argv.append("--no-remove")
     if verb == "install" and req.get("only_upgrade"):
         argv.append("--only-upgrade")
     if verb == "remove" and req.get("purge"):
@@ -102,14 +205,36 @@ def apt_get(req, verb, specs):
     if verb == "install":
         if req.get("default_release"):
             argv += ["-t", req["default_release"]]
-        if req.get("install_recommends") is False:
-            argv += ["-o", "APT::Install-Recommends=no"]
-        elif req.get("install_recommends") is True:
-            argv += ["-o", "APT::Install-Recommends=yes"]
-        if req.get("allow_downgrade"):
-            argv.append("--allow-downgrades")
-    _, out, err = run(argv)
+        argv += install_options(req, req.get("allow_downgrade"))
+    elif req.get("allow_change_held_packages"):
+        argv.append("--allow-change-held-packages")
+    with PolicyRcD(req):
+        argv, rc, out, err = apt_run(req, argv)
+    if rc != 0:
+        raise Failed("'%s' failed: %s" % (" ".join(argv), err), stdout=out, stderr=err, rc=rc)
     return {"changed": True, "stdout": out, "stderr": err, "diff": {}}
+
+
+def cleanup(req, operation):
+    """``apt-get autoclean`` or ``autoremove`` (a task without packages), changed as Ansible reads their output."""
+    argv = apt_argv(req) + (["--purge"] if req.get("purge") else []) + [operation]
+    with PolicyRcD(req):
+        argv, rc, out, err = apt_run(req, argv + (["--simulate"] if req.get("check") else []))
+    if rc != 0:
+        raise Failed("'apt-get %s' failed: %s" % (operation, err), stdout=out, stderr=err, rc=rc)
+    return {"changed": CLEANED[operation] in out, "stdout": out, "stderr": err, "diff": {}}
+
+
+def clean(req):
+    """``apt-get clean``: (stdout, stderr). Check mode runs nothing (Ansible's runs it): clean prints nothing."""
+    if req.get("check"):
+        return "", ""
+    _, rc, out, err = apt_run(req, ["apt-get", "clean"])
+    if rc != 0:
+        raise Failed("apt-get clean failed", stdout=out, rc=rc)
+    if err:
+        raise Failed("apt-get clean failed: %s" % err, stdout=out, rc=rc)
+    return out, err
 
 
 def update_cache(req):
@@ -120,9 +245,143 @@ def update_cache(req):
         return False, before
     if req.get("check"):
         return True, before
-    run(["apt-get", "update", "-q"])
+    apt_update(req)
     after = cache_time()
     return after != before, after
+
+
+def apt_update(req):
+    """``apt-get update``, tried ``update_cache_retries`` times while an index cannot be fetched, with Ansible's
+    backoff (1, 2, 4 ... s, at most ``update_cache_retry_max_delay``, plus one random fraction of a second)."""
+    retries = int(req.get("update_cache_retries", 5))
+    max_delay = int(req.get("update_cache_retry_max_delay", 12))
+    jitter = random.SystemRandom().randrange(1000) / 1000.0
+    why = ""
+    for attempt in range(retries):
+        argv, rc, out, err = apt_run(req, ["apt-get", "update", "-q"])
+        if rc != 0 and any(text in err for text in LOCKED):
+            raise Failed("Failed to lock apt for exclusive operation: %s" % apt_errors(err))
+        if not any(text in err for text in FETCH_FAILED):
+            if rc != 0:
+                raise Failed("'%s' failed: %s" % (" ".join(argv), err), stdout=out, stderr=err, rc=rc)
+            return
+        why = apt_errors(err)
+        delay = 2**attempt + jitter
+        time.sleep(delay if delay <= max_delay else max_delay + jitter)
+    raise Failed("Failed to update apt cache after %d retries: %s" % (retries, why or "unknown reason"))
+
+
+def deb_fields(path):
+    """The control fields of a .deb that Ansible's ``deb`` reads (``dpkg-deb -f``)."""
+    argv = ["dpkg-deb", "-f", path, "Package", "Version", "Architecture", "Pre-Depends", "Depends", "Recommends"]
+    rc, out, err = run(argv, check=False)
+    if rc != 0:
+        raise Failed("Unable to install package: %s" % (err.strip() or "dpkg-deb exited with %d" % rc))
+    fields, key = {}, None
+    for line in out.splitlines():
+        if line[:1] in (" ", "\t") and key:
+            fields[key] += " " + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return fields
+
+
+def dep_names(fields, recommends):
+    """The package names a .deb depends on (each alternative), and recommends when ``recommends``."""
+    names = []
+    for field in ("Pre-Depends", "Depends") + (("Recommends",) if recommends else ()):
+        for group in fields.get(field, "").split(","):
+            for alternative in group.split("|"):
+                name = alternative.strip().split(" ")[0].split("(")[0].split(":")[0]
+                if name:
+                    names.append(name)
+    return names
+
+
+def version_is(a, op, b):
+    return run(["dpkg", "--compare-versions", a, op, b], check=False)[0] == 0
+
+
+def deb_paths(req, workdir):
+    """The .deb files of ``deb``: a URL (``://``) downloaded into ``workdir``, else paths (comma-separated, as
+    Ansible's). apt-get takes a file for a package only by its ``.deb`` name: another name is linked as one."""
+    deb = req["deb"]
+    if "://" in deb:
+        path = os.path.join(workdir, "package.deb")
+        hostlib.download(deb, path, timeout=10.0, total=TIMEOUT)  # Ansible's fetch_file: 10 s a read
+        return [path]
+    paths = []
+    for i, item in enumerate(p.strip() for p in deb.split(",")):
+        path = os.path.abspath(os.path.expanduser(item))
+        if not path.endswith(".deb"):
+            link = os.path.join(workdir, "%d.deb" % i)
+            os.symlink(path, link)
+            path = link
+        paths.append(path)
+    return paths
+
+
+def deb_check(req, argv):
+    """The .deb install simulated first, as Ansible's module checks a .deb (python-apt's ``DebPackage.check``):
+    a failure, or one that would remove an installed package (unless ``force``), fails with the reason alone."""
+    _, rc, out, err = apt_run(req, argv)
+    if rc != 0:
+        raise Failed(apt_errors(err) or err.strip() or "%s failed" % " ".join(argv))
+    removed = [line.split()[1] for line in out.splitlines() if line.startswith("Remv ")]
+    if removed and not req.get("force"):
+        raise Failed("Conflicts with the installed package '%s'" % "', '".join(removed))
+    return out, err
+
+
+def install_deb(req):
+    workdir = tempfile.mkdtemp(prefix="provision-deb-")
+    try:
+        return install_debs(req, deb_paths(req, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def install_debs(req, paths):
+    """Ansible's ``install_deb``: a .deb whose name and version are installed is left out; one older than the
+    installed package fails unless ``allow_downgrade`` (or ``force``); the rest are installed with their
+    dependencies in one ``apt-get install ./file.deb`` that removes nothing (Ansible refuses a .deb that
+    conflicts with an installed package) unless ``force``. The dependencies it installed are marked installed
+    manually, as Ansible's."""
+    foreign = run(["dpkg", "--print-foreign-architectures"], check=False)[1].strip()
+    pending, deps = [], []
+    for path in paths:
+        fields = deb_fields(path)
+        name, version, arch = fields.get("Package", ""), fields.get("Version", ""), fields.get("Architecture")
+        key = "%s:%s" % (name, arch) if foreign and arch not in (None, "all") else name
+        have = installed_versions([key]).get(name)
+        if have is not None:
+            if version_is(version, "eq", have):
+                continue
+            if version_is(version, "lt", have) and not (req.get("allow_downgrade") or req.get("force")):
+                raise Failed("A later version is already installed")
+        pending.append(path)
+        deps += dep_names(fields, req.get("install_recommends") is True)
+    if not pending:
+        return {"changed": False, "stdout": "", "stderr": "", "diff": ""}
+    if req.get("install_recommends") is not True:  # Ansible installs a .deb's recommends only when asked
+        req = dict(req, install_recommends=False)
+    tail = ["install"] + pending + install_options(req, req.get("allow_downgrade") or req.get("force"))
+    out, err = deb_check(req, apt_argv(req, "--simulate", *tail))
+    if req.get("check"):
+        return {"changed": True, "stdout": out, "stderr": err, "diff": {}}
+    before = installed_versions(deps) if deps else {}
+    with PolicyRcD(req):
+        argv, rc, out, err = apt_run(req, apt_argv(req) + ([] if req.get("force") else ["--no-remove"]) + tail)
+    if rc != 0:
+        raise Failed("%s failed" % " ".join(argv), stdout=out, stderr=err)
+    if deps and not req.get("check"):
+        new = sorted(set(installed_versions(deps)) - set(before))
+        if new:
+            argv, rc, out2, err2 = apt_run(req, ["apt-mark", "manual"] + new)
+            if rc != 0:
+                raise Failed("'%s' failed: %s" % (" ".join(argv), err2), stdout=out2, stderr=err2, rc=rc)
+    return {"changed": True, "stdout": out, "stderr": err, "diff": {}}
 
 
 def apt_apply(req):
@@ -131,15 +390,26 @@ def apt_apply(req):
             "this host has no apt-get/dpkg-query: provision's apt and package manage Debian/Ubuntu hosts"
             + ("; this host has dnf: use the dnf module (or package)" if shutil.which("dnf") else "")
         )
+    req["_deadline"] = time.monotonic() + int(req.get("lock_timeout", LOCK_TIMEOUT))
+    names = req.get("names") or []
+    if req.get("clean"):  # first, as Ansible's; alone it is the task
+        out, err = clean(req)
+        if not names and not req.get("deb"):
+            return {"changed": True, "msg": out, "stdout": out, "stderr": err, "diff": {}}
     updated, stamp = False, cache_time()
     if req.get("update_cache"):
         updated, stamp = update_cache(req)
-        if not req.get("names"):
+        if not names and not req.get("deb"):
             return {"changed": updated, "cache_updated": updated, "cache_update_time": stamp}
-    names = req.get("names") or []
+    if req.get("deb"):
+        return install_deb(req)
     for spec in names:
         if spec.count("=") > 1:
             raise Failed("invalid package spec: %s" % spec)
+    if not names:  # Ansible's order: autoclean answers before autoremove
+        for operation in ("autoclean", "autoremove"):
+            if req.get(operation):
+                return cleanup(req, operation)
     split = [(s.split("=", 1)[0], s.split("=", 1)[1] if "=" in s else None) for s in names]
     have = installed_versions([n for n, _ in split]) if split else {}
     state = req.get("state") or "present"
@@ -148,6 +418,13 @@ def apt_apply(req):
         if not gone:
             return {"changed": False}
         return apt_get(req, "remove", gone)
+    result = install(req, split, have, state, {"cache_updated": updated, "cache_update_time": stamp})
+    result.update(cache_updated=updated, cache_update_time=stamp)
+    return result
+
+
+def install(req, split, have, state, cache):
+    """Ansible's ``install()``: its failures (no candidate, apt-get's) carry the ``cache`` keys as its result."""
     wanted = []
     for name, version in split:
         current = have.get(name)
@@ -159,15 +436,19 @@ def apt_apply(req):
             if req.get("only_upgrade"):
                 continue
             if candidate(name, req.get("default_release")) is None:
-                raise Failed("no available installation candidate for %s" % name)
+                raise Failed("no available installation candidate for %s" % name, **cache)
             wanted.append(name)
         elif state == "latest":
             newest = candidate(name, req.get("default_release"))
             if newest is not None and newest != current:
                 wanted.append(name)
-    result = apt_get(req, "install", wanted) if wanted else {"changed": False}
-    result.update(cache_updated=updated, cache_update_time=stamp)
-    return result
+    if not wanted:
+        return {"changed": False}
+    try:
+        return apt_get(req, "install", wanted)
+    except Failed as exc:
+        exc.data.update(cache)
+        raise
 
 
 def dnf_argv(req, *tail):

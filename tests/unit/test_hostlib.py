@@ -153,6 +153,19 @@ def test_a_name_of_the_longest_length_is_written_through_a_shortened_temp_name(t
     assert all(len(os.path.basename(hostlib.temp_beside(str(tmp_path / n))).encode()) <= 255 for n in (longest, "x"))
 
 
+def test_set_aside_and_put_back_keep_a_link_a_link_and_leave_nothing_beside(tmp_path: Path) -> None:
+    (tmp_path / "real").write_text("x")
+    (tmp_path / "p").symlink_to(tmp_path / "real")
+    kept = hostlib.set_aside(str(tmp_path / "p"))
+    assert kept is not None and os.path.islink(tmp_path / "p")  # still there while it is kept
+    hostlib.atomic_write(str(tmp_path / "p"), b"new", 0o755)  # replaced, not written through
+    assert (tmp_path / "real").read_text() == "x"
+    hostlib.put_back(kept, str(tmp_path / "p"))
+    assert os.readlink(tmp_path / "p") == str(tmp_path / "real")
+    assert sorted(os.listdir(tmp_path)) == ["p", "real"]
+    assert hostlib.set_aside(str(tmp_path / "none")) is None
+
+
 def test_digest_and_umask(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"abc")
     assert hostlib.digest(str(tmp_path / "f")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
