@@ -104,6 +104,7 @@ MODULES: dict[str, str] = {
     "pd_validate": "provision.pd.modules",
     "pd_verify": "provision.pd.modules",
     "pd_wait": "provision.pd.modules",
+    "pd_router_workers": "provision.pd.modules",
     "pd_start_gate": "provision.pd.modules",
     "pd_rollout_step": "provision.pd.rollout_modules",
 }
