@@ -50,12 +50,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.web import served_folder
 
 CASES_DIR = Path(__file__).parent / "cases"
 REPO = Path(__file__).resolve().parents[2]
@@ -438,21 +438,8 @@ def _http_server(case: Case) -> Iterator[str | None]:
     if not case.serve:
         yield None
         return
-    handler = partial(_QuietHandler, directory=str(case.path / case.serve))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, name=f"compat-http-{case.name}", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    with served_folder(case.path / case.serve) as url:
+        yield url
 
 
 # ------------------------------------------------------------------------------------ parsing results

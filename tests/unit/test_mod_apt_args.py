@@ -14,15 +14,12 @@ package, the repository's source and lists, the holders and ``/usr/sbin/policy-r
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import http.server
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +31,7 @@ from provision.modules.args import ArgError
 from provision.modules.packages import Apt
 from tests.support import apt_lock
 from tests.support.ansible_ref import ansible_results, comparable, provision_result
+from tests.support.web import served_folder
 
 PKG, CONFLICT, RCD, SL = "provision-test-deb", "provision-test-conflict", "provision-test-rcd", "sl"
 POLICY = Path("/usr/sbin/policy-rc.d")
@@ -76,24 +74,6 @@ def _purge() -> None:
 def _status(*names: str) -> list[str]:
     """A probe: each package's status and version (``un`` and none when it is not there)."""
     return ["dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev}${Version}\\n", *names]
-
-
-@contextlib.contextmanager
-def _served(folder: Path) -> Iterator[str]:
-    """``folder`` over HTTP on a free port of 127.0.0.1: its URL."""
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _index_entry(deb: Path) -> str:
@@ -199,7 +179,7 @@ def test_deb_held_unauthenticated_conflicts_and_policy_rc_d_the_same_as_ansible(
     rcd = _deb(debs, RCD, "1.0", postinst=sees)
     _purge()
     try:
-        with _served(debs) as url, _repository([v3]), _policy_rc_d_kept() as saved:
+        with served_folder(debs) as url, _repository([v3]), _policy_rc_d_kept() as saved:
             latest = {"name": PKG, "state": "latest"}
             # what the postinst saw, whether a policy-rc.d is there, how many names like it (none, no temp left: 0)
             seen_and_left = f"tail -n1 {record}; test -e {POLICY} || echo gone; ls -a /usr/sbin | grep -c policy-rc"

@@ -13,10 +13,7 @@ import io
 import json
 import os
 import tarfile
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from provision.modules.base import ArgError, ModuleContext, ModuleResult
 from provision.modules.transfer import fetch_dest
 from provision.transport import LocalConnection
 from tests.support.ansible_ref import ansible_results
+from tests.support.web import QuietFiles, served_folder
 
 
 def _run(module: str, raw: Any, *, check: bool = False, controller_dir: str = ".", host: str = "h") -> ModuleResult:
@@ -210,25 +208,14 @@ def test_get_url_checksum_is_checked_before_the_run(checksum: str) -> None:
 
 
 # ------------------------------------------------------------------------------------ get_url vs ansible-core
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def web(tmp_path: Path) -> Iterator[str]:
     """A loopback http.server serving tmp_path/www (hello.txt)."""
     root = tmp_path / "www"
     root.mkdir()
     (root / "hello.txt").write_text("hello from the web\n")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with served_folder(root) as url:
+        yield url
 
 
 HELLO_SHA256 = "6800e5a138da1ed186442cecbb944d165db00a45ce6eec03dcf39779d73c7a3f"
@@ -329,7 +316,7 @@ def test_unarchive_tempfile_script_the_same_as_ansible(tmp_path: Path) -> None:
         assert mine == ref_tree, sub
 
 
-class _NeedsAuth(_Quiet):
+class _NeedsAuth(QuietFiles):
     def do_GET(self) -> None:
         if self.headers.get("Authorization") != "Basic " + base64.b64encode(b"joe:s3cret").decode():
             self.send_response(401)
@@ -344,10 +331,8 @@ def test_get_url_answers_a_401_with_the_urls_user_and_masks_it(tmp_path: Path) -
     root = tmp_path / "www"
     root.mkdir()
     (root / "f.txt").write_text("private\n")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_NeedsAuth, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
+    with served_folder(root, _NeedsAuth) as base:
+        port = int(base.rsplit(":", 1)[1])
         res = _run("get_url", {"url": f"http://joe:s3cret@127.0.0.1:{port}/f.txt", "dest": str(tmp_path / "f.txt")})
         assert res.changed and not res.failed, res
         assert (tmp_path / "f.txt").read_text() == "private\n"
@@ -355,6 +340,3 @@ def test_get_url_answers_a_401_with_the_urls_user_and_masks_it(tmp_path: Path) -
         assert "s3cret" not in json.dumps(res.data) + res.msg
         wrong = _run("get_url", {"url": f"http://joe:nope@127.0.0.1:{port}/f.txt", "dest": str(tmp_path / "g.txt")})
         assert wrong.failed and wrong.data["status_code"] == 401 and not (tmp_path / "g.txt").exists()
-    finally:
-        server.shutdown()
-        server.server_close()
