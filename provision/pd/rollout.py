@@ -11,7 +11,9 @@ at (c)-(e) is rolled back: the previous files are put back, the servers restarte
 and the rollout stops (exit 2) naming the host and the reason; hosts of later batches are not touched. The
 previous files are removed when the rollout ends well. A multi-host server (``pd_instance``) is one server
 here: a change of any rank restarts it whole (every rank stopped, then every rank started and waited for
-through its leader), and only its leader is removed, drained, verified and re-admitted.
+through its leader), and only its leader is removed, drained, verified and re-admitted. An interrupt (Ctrl-C,
+SIGTERM) in a batch stops the rollout after putting the batch's servers that answer ``/health`` back into the
+routers (:meth:`Rollout.put_back`); the result says so (``interrupted``, exit 130 or 143).
 
 Remote work goes through an injected ``run(hosts, tasks)`` (:data:`RunTasks`): a play of the given task dicts
 on the given hosts, as the CLI (or the Python API) runs it with the executor; this module never imports the
@@ -27,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import InputError
+from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, InputError, Interrupted, SigTerm, Terminated
 from . import pairs
 from .flags import PlanError
 from .spec import SERVER_ROLES, Deployment, Proc, build, local_base, router_worker
@@ -108,15 +110,22 @@ class BatchReport:
     rollback: dict[str, Any] = field(default_factory=dict)
     members: dict[str, list[str]] = field(default_factory=dict)  # a multi-host server's host → its other ranks' hosts
     stop_seconds: float | None = None  # every rank of the batch's multi-host servers stopped (before the start)
+    interrupted: str | None = None  # "interrupted" (Ctrl-C) or "terminated (SIGTERM)": the batch stopped there
+    put_back: list[str] = field(default_factory=list)  # interrupted: the batch's servers back in every router
+    left_out: list[str] = field(default_factory=list)  # interrupted: those not answering /health, left out
 
 
 class Outcome:
-    """What a rollout's or a scale's result shares: ``code`` (0 ok, 2 failed) and ``to_dict`` (for ``--json``)."""
+    """What a rollout's or a scale's result shares: ``code`` (0 ok, 2 failed, 130 interrupted, 143 terminated)
+    and ``to_dict`` (for ``--json``)."""
 
     ok: bool
+    interrupted: str | None
 
     @property
     def code(self) -> int:
+        if self.interrupted:
+            return EXIT_TERMINATED if self.interrupted.startswith("terminated") else EXIT_INTERRUPTED
         return EXIT_OK if self.ok else EXIT_FAILED
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +143,7 @@ class RolloutResult(Outcome):
     failed_host: str | None = None
     reason: str | None = None
     seconds: float = 0.0
+    interrupted: str | None = None  # Ctrl-C or SIGTERM stopped it: what the batch in progress did then
 
 
 Progress = Callable[[RolloutResult, "BatchReport | None"], None]
@@ -143,6 +153,13 @@ class BatchFailed(Exception):
     def __init__(self, host: str, reason: str) -> None:
         super().__init__(f"{host}: {reason}")
         self.host, self.reason = host, reason
+
+
+INTERRUPTS = (KeyboardInterrupt, Interrupted)  # Ctrl-C or SIGTERM: raw, or as the executor re-raises it
+
+
+def interruption(exc: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, (SigTerm, Terminated)) else "interrupted"
 
 
 # ---------------------------------------------------------------------------------------------- the plan
@@ -159,6 +176,7 @@ DETECT_TASKS: list[dict[str, Any]] = [
         "python": "{{ pd.python }}", "pidfile": "{{ pd.pid_dir }}/{{ pd.server.name }}.json"}},
      "when": "pd.server is not none"},
 ]  # fmt: skip
+PUT_BACK_TIMEOUT = 30.0  # an interrupted batch's servers back into one router (a healthy server is listed in ~1 s)
 # the launch files a batch keeps for a rollback, and the venv link (see remote/pd_rollout.py ``files``)
 KEPT = {"paths": ["{{ pd.server.script }}", "{{ pd.env_file }}"], "python": "{{ pd.python }}",
         "pidfile": "{{ pd.pid_dir }}/{{ pd.server.name }}.json"}  # fmt: skip
@@ -453,14 +471,29 @@ class Rollout:
         report.members = {p.host: [r.host for r in members(self.d, p)[1:]] for p in procs if p.instance is not None}
         started = time.monotonic()
         before = self.served()
+        try:
+            self._batch(procs, report)
+        except INTERRUPTS as exc:  # Ctrl-C, SIGTERM: the batch back into the routers first (a second one: now)
+            report.ok, report.interrupted = False, interruption(exc)
+            self.put_back(procs, report)
+            report.seconds = round(time.monotonic() - started, 3)
+            return report
+        try:
+            after = self.served()
+        except INTERRUPTS as exc:  # the batch is done and back in the routers
+            report.interrupted, after = interruption(exc), None
+        report.served = after - before if before is not None and after is not None else None
+        report.seconds = round(time.monotonic() - started, 3)
+        return report
+
+    def _batch(self, procs: list[Proc], report: BatchReport) -> None:
         t = time.monotonic()
         try:
             self.routers("router_remove", {"urls": [p.url for p in procs]})
         except BatchFailed as exc:  # nothing was restarted: put back whatever left the routers, and stop
             report.failed_host, report.reason = exc.host, f"could not take the batch out of the routers: {exc.reason}"
             self.readmit(procs, report)
-            report.seconds = round(time.monotonic() - started, 3)
-            return report
+            return
         report.removed_seconds = round(time.monotonic() - t, 3)
         try:
             self.drain(procs, report)
@@ -473,10 +506,23 @@ class Rollout:
             report.ok = True
         if report.ok or report.rollback.get("ok"):
             self.readmit(procs, report)
-        after = self.served()
-        report.served = after - before if before is not None and after is not None else None
-        report.seconds = round(time.monotonic() - started, 3)
-        return report
+
+    def put_back(self, procs: list[Proc], report: BatchReport) -> None:
+        """After an interrupt: each of the batch's servers that answers ``/health`` (the old one still, or the
+        new one already) back into every router, without waiting for a server that does not (one stopped or
+        starting: the next ``pd up`` starts it and puts it back). Bounded by ``PUT_BACK_TIMEOUT``."""
+        skipped: set[str] = set()
+        request = {"workers": [router_worker(p) for p in procs], "healthy_only": True, "wait": "added"}
+        try:
+            for router in self.d.routers:
+                req = {**request, "router": local_base(router), "timeout": PUT_BACK_TIMEOUT}
+                step = self._ok([router.host], [_step("router_add", req, PUT_BACK_TIMEOUT)])[router.host]
+                skipped.update(step["router_add"].data.get("skipped") or [])
+        except BatchFailed as exc:
+            report.failed_host, report.reason = exc.host, f"putting the batch back into the routers: {exc.reason}"
+            return
+        report.left_out = [p.host for p in procs if p.url.rstrip("/") in skipped]
+        report.put_back = [p.host for p in procs if p.host not in report.left_out]
 
     def readmit(self, procs: list[Proc], report: BatchReport) -> None:
         """Back into every router; a router that will not take them fails the batch (they serve no traffic)."""
@@ -568,6 +614,10 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
         result.batches.append(report)
         if progress is not None:
             progress(result, report)
+        if report.interrupted:
+            result.ok, result.interrupted = False, report.interrupted
+            result.failed_host, result.reason = report.failed_host, report.reason
+            break
         if not report.ok:
             result.ok, result.failed_host, result.reason = False, report.failed_host, report.reason
             break
@@ -579,14 +629,20 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
         result.failed_host = next((p.host for p in deployment.servers if p.name == bad[0]), None)
     if result.ok:  # the routers last, one at a time: only those whose own script changed
         for router in [r for r in deployment.routers if r.name in routers]:
-            done = engine.restart_router(router)
+            try:
+                done = engine.restart_router(router)
+            except INTERRUPTS as exc:
+                result.ok, result.interrupted, result.failed_host = False, interruption(exc), router.host
+                result.reason = f"while the router {router.name} restarted with its new script (see pd status)"
+                break
             result.routers.append(done)
             if not done["ok"]:
                 result.ok, result.failed_host = False, router.host
                 result.reason = f"the router {router.name} did not come back with its new script: {done['reason']}"
                 break
     touched = [host for b in result.batches for host in engine.hosts_of([engine.procs[h] for h in b.hosts])]
-    if touched:  # the previous files are kept until the rollout ends (a rolled-back host runs them again)
+    if touched and not result.interrupted:  # the previous files are kept until the rollout ends (a rolled-back
+        # host runs them again); an interrupted one leaves them for a rollback by hand (the next backup overwrites)
         engine.files(touched, "discard")
     result.seconds = round(time.monotonic() - started, 3)
     return result
@@ -599,8 +655,9 @@ def _secs(value: float | None) -> str:
 
 def render_batch(b: BatchReport) -> str:
     head = f"batch {b.number}{' (canary)' if b.canary else ''}: {', '.join(b.hosts)}"
+    verdict = b.interrupted.upper() if b.interrupted else "ok" if b.ok else "FAILED"
     lines = [
-        f"{head}: {'ok' if b.ok else 'FAILED'} in {_secs(b.seconds)}"
+        f"{head}: {verdict} in {_secs(b.seconds)}"
         + (f", {b.served} requests served by the routers meanwhile" if b.served is not None else "")
     ]
     lines.append(f"  removed from the routers {_secs(b.removed_seconds)}")
@@ -627,6 +684,12 @@ def render_batch(b: BatchReport) -> str:
                      "of the routers)")  # fmt: skip
     if b.readmit_seconds is not None:
         lines.append(f"  re-admitted to the routers {_secs(b.readmit_seconds)}")
+    if b.interrupted and not b.reason:
+        if b.put_back:
+            lines.append(f"  {b.interrupted}: put back into the routers: {', '.join(b.put_back)}")
+        if b.left_out:
+            lines.append(f"  {b.interrupted}: LEFT OUT of the routers (no answer on /health): {', '.join(b.left_out)}; "
+                         "`provision pd up` starts what is down and puts it back")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -658,6 +721,11 @@ def render_end(result: RolloutResult) -> str:
 
 
 def _outcome(result: RolloutResult) -> str:
+    if result.interrupted:
+        where = f" ({result.failed_host}: {result.reason})" if result.reason else ""
+        last = result.batches[-1] if result.batches else None
+        when = f" in batch {last.number}" if last is not None and last.interrupted else ""
+        return f"rollout {result.interrupted}{when}{where}"
     if result.ok:
         n, m = len(result.changes), len(result.batches)
         return f"rollout ok: {n} servers in {m} batches, {_secs(result.seconds)}"

@@ -28,7 +28,18 @@ from typing import Any
 
 from ..errors import InputError
 from .flags import PlanError
-from .rollout import BatchFailed, BatchReport, Outcome, Rollout, RolloutOptions, RunTasks, _step, members
+from .rollout import (
+    INTERRUPTS,
+    BatchFailed,
+    BatchReport,
+    Outcome,
+    Rollout,
+    RolloutOptions,
+    RunTasks,
+    _step,
+    interruption,
+    members,
+)
 from .spec import Deployment, Proc, build, router_worker
 from .validate import validate_pd
 
@@ -45,6 +56,7 @@ class ScaleResult(Outcome):
     failed_host: str | None = None
     reason: str | None = None
     seconds: float = 0.0
+    interrupted: str | None = None  # Ctrl-C or SIGTERM stopped it (a server being removed is put back first)
 
 
 def without(hosts: Mapping[str, Mapping[str, Any]], gone: list[str]) -> dict[str, Mapping[str, Any]]:
@@ -130,6 +142,9 @@ def scale(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, run_after: RunT
         result.routers = routers
     except BatchFailed as exc:
         result.ok, result.failed_host, result.reason = False, exc.host, exc.reason
+    except INTERRUPTS as exc:  # an added server not yet registered: the next pd up registers it
+        result.ok, result.interrupted = False, interruption(exc)
+        result.reason = result.reason or "before the routers' scripts were written (pd up finishes it)"
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
@@ -152,11 +167,17 @@ def _add(engine: Rollout, start: StartServers, procs: list[Proc], result: ScaleR
 
 
 def _remove(engine: Rollout, procs: list[Proc], result: ScaleResult) -> None:
-    t = time.monotonic()
-    engine.routers("router_remove", {"urls": [p.url for p in procs]})
-    deregistered = round(time.monotonic() - t, 3)
     report = BatchReport(0, False, [p.host for p in procs])
-    engine.drain(procs, report)
+    try:
+        t = time.monotonic()
+        engine.routers("router_remove", {"urls": [p.url for p in procs]})
+        deregistered = round(time.monotonic() - t, 3)
+        engine.drain(procs, report)
+    except INTERRUPTS:  # not stopped yet: back into the routers, the removal not done
+        engine.put_back(procs, report)
+        back = f"put back into the routers: {', '.join(report.put_back) or 'none'}"
+        result.reason = report.reason or back + (f"; left out: {', '.join(report.left_out)}" if report.left_out else "")
+        raise
     t = time.monotonic()
     process = {"name": "{{ pd.server.name }}", "state": "stopped", "pidfile_dir": "{{ pd.pid_dir }}",
                "stop_timeout": "{{ pd.restart.stop_timeout }}"}  # fmt: skip
@@ -189,6 +210,9 @@ def render(result: ScaleResult) -> str:
                      f"drained {r.get('drain_seconds') or 0:.1f}s, stopped {r['stop_seconds']:.1f}s")  # fmt: skip
     if result.routers:
         lines.append(f"router scripts updated, not restarted: {', '.join(result.routers)}")
-    lines.append(f"pd scale ok in {result.seconds:.1f}s" if result.ok else
-                 f"pd scale FAILED on {result.failed_host}: {result.reason}")  # fmt: skip
+    if result.interrupted:
+        lines.append(f"pd scale {result.interrupted}: {result.reason}")
+    else:
+        lines.append(f"pd scale ok in {result.seconds:.1f}s" if result.ok else
+                     f"pd scale FAILED on {result.failed_host}: {result.reason}")  # fmt: skip
     return "\n".join(lines)

@@ -16,7 +16,8 @@ background, so each action polls ``GET /workers`` until it is done):
   ``removed`` (the URLs that were there), ``seconds``.
 * ``router_add`` ``{"router", "workers": [{"url", "worker_type", "bootstrap_port"?}], "timeout", "wait"?}`` →
   adds those not listed, waits until each is listed and healthy (``wait: "added"``: each it added; ``pd up``
-  reads its own servers' health itself); ``added``, ``seconds``.
+  reads its own servers' health itself); ``added``, ``seconds``. With ``healthy_only`` (an interrupted rollout
+  putting its batch back) a server whose ``/health`` does not answer 200 within 5 s is not added: ``skipped``.
 * ``router_metrics`` ``{"metrics_url"}`` → ``requests``: the router's count of ``/generate``-type requests
   served (its Prometheus counters), ``counters`` the raw values summed.
 
@@ -110,9 +111,12 @@ def router_add(req):
     router, started = req["router"], time.monotonic()
     deadline = started + float(req.get("timeout", 120))
     listed = {norm(w.get("url", "")) for w in list_workers(router)}
-    added = []
+    added, skipped = [], []
     for worker in req["workers"]:
         if norm(worker["url"]) in listed:
+            continue
+        if req.get("healthy_only") and http("GET", norm(worker["url"]) + "/health", timeout=5)[0] != 200:
+            skipped.append(norm(worker["url"]))
             continue
         body = {"url": norm(worker["url"]), "worker_type": worker["worker_type"]}
         if worker.get("bootstrap_port") is not None:
@@ -125,7 +129,7 @@ def router_add(req):
     while True:
         healthy = {norm(w.get("url", "")) for w in list_workers(router) if w.get("is_healthy")} if want else set()
         if want <= healthy:
-            return {"ok": True, "added": added, "seconds": round(time.monotonic() - started, 3)}
+            return {"ok": True, "added": added, "skipped": skipped, "seconds": round(time.monotonic() - started, 3)}
         if time.monotonic() > deadline:
             missing = sorted(want - healthy)
             return {

@@ -9,7 +9,9 @@ whose new launch command cannot start (the canary rolls back, the others keep th
 failures, exit 2) → a rollout with nothing to change touches nothing → ``pd scale --remove`` and ``--add``
 of lab3's decode under the client (zero failures, the router's pid unchanged) → lab2's decode taken out of the
 router as a cut-off rollout leaves it: ``pd status`` says "not routed" (exit 2), ``pd up`` puts it back and the
-next ``pd up`` changes nothing (pids unchanged) → lab2's venv link switched to a
+next ``pd up`` changes nothing (pids unchanged) → a rollout of lab2's decode interrupted (SIGINT) once it
+is out of the router, under the client: it puts lab2 back itself, exit 130, nothing restarted, zero failures;
+run again, it rolls lab2 → lab2's venv link switched to a
 new env and its decode killed under the client (zero failures): the supervisor brings it back on its old env,
 ``pd up`` leaves it there, ``pd rollout`` moves it (reason ``stack``, zero client failures) → a router-only
 change restarts only the router → lab1's prefill and lab3's decode killed at once: their supervisors restart
@@ -25,7 +27,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,6 +52,7 @@ SERVERS = {"lab0": "prefill", "lab1": "prefill", "lab2": "decode", "lab3": "deco
 BASE_ARGS: list[str] = []  # CPU mode already sleeps on idle: four servers on a small machine do not busy-poll
 NEW_ARGS = [*BASE_ARGS, "--max-running-requests", "48"]
 PAIRS = [f"lab{p}-prefill → lab{d}-decode" for p in (0, 1) for d in (2, 3)]
+REPO = Path(__file__).resolve().parents[2]
 OTHER_MODEL = "~/other-seed-model"  # the tiny model of another seed (same shapes and tokenizer, other weights)
 FAILING_CMD = ["/bin/sh", "-c", "echo 'boom: the new server cannot start' >&2; exit 3", "fake-sglang"]
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")  # SGLang's log lines: [2026-12-07 02:37:13] ...
@@ -169,6 +176,12 @@ def deployment(lab: Any, sglang_stack: SglangStack, tmp_path_factory: pytest.Tem
 
 def router_url(d: Deployment) -> str:
     return f"http://{d.lab.hosts[0].address}:8000"
+
+
+def routed(d: Deployment) -> dict[str, bool]:
+    """The router's workers as its API lists them: URL → healthy."""
+    answer = helper("router_list", {"router": router_url(d)})
+    return {w["url"].rstrip("/"): bool(w.get("is_healthy")) for w in answer["workers"]}
 
 
 def show(report: dict[str, Any], client: Client, seconds: float) -> None:
@@ -313,8 +326,7 @@ def test_pd_up_puts_back_a_server_a_cut_off_rollout_left_out_of_the_router(deplo
     lab2 = f"http://{deployment.lab.hosts[2].address}:30000"
 
     def listed() -> dict[str, bool]:
-        answer = helper("router_list", {"router": router_url(deployment)})
-        return {w["url"].rstrip("/"): bool(w.get("is_healthy")) for w in answer["workers"]}
+        return routed(deployment)
 
     assert listed().get(lab2) is True
     out = helper("router_remove", {"router": router_url(deployment), "urls": [lab2], "timeout": 60})
@@ -342,6 +354,52 @@ def test_pd_up_puts_back_a_server_a_cut_off_rollout_left_out_of_the_router(deplo
     rows = {r["name"]: r for r in json.loads(deployment.provision("pd", "status", "--json").out)["procs"]}
     assert not any(r.get("unrouted") for r in rows.values()) and len(rows["lab0-router"]["workers"]) == 4
     assert deployment.pids() == before
+
+
+def test_an_interrupted_rollout_puts_its_batch_back_into_the_router(deployment: Deployment) -> None:
+    """Ctrl-C (SIGINT) to ``pd rollout`` once its batch (lab2's decode, the only change) is out of the router,
+    under a client: the rollout puts it back itself (it still answers /health) and exits 130, nothing was
+    restarted, no client request failed; the same rollout run again then rolls it (exit 0)."""
+    before = deployment.pids()
+    lab2 = f"http://{deployment.lab.hosts[2].address}:30000"
+    deployment.set_host_var("lab2", "pd_env", {"PROVISION_ROLLOUT_MARK": "v3"})
+    env = {**os.environ, "PYTHONPATH": str(REPO), **deployment.lab.ssh_env()}
+    argv = [sys.executable, "-m", "provision", "pd", "rollout", "--json", "-i", str(deployment.inventory)]
+    with Client(router_url(deployment)) as client:
+        time.sleep(3)
+        proc = subprocess.Popen(argv, cwd=deployment.workdir, env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            until("lab2 out of the router", lambda: lab2 not in routed(deployment) or proc.poll() is not None,
+                  timeout=300, interval=0.1)  # fmt: skip
+            interrupted_at = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        seconds = time.monotonic() - interrupted_at
+        back = routed(deployment).get(lab2)
+        time.sleep(3)
+    print(f"\npd rollout interrupted once lab2 left the router: exit {proc.returncode} {seconds:.1f}s after the "
+          f"SIGINT; lab2 listed healthy again: {back}; client {client.served} served, {len(client.failures)} "
+          f"failed")  # fmt: skip
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    report = json.loads(out)
+    batch = report["batches"][0]
+    print(f"  batch {batch['hosts']}: interrupted={batch['interrupted']} put_back={batch['put_back']} "
+          f"left_out={batch['left_out']} drain={batch['drain']} restart={batch['restart_seconds']}")  # fmt: skip
+    assert report["interrupted"] == "interrupted" and report["code"] == 130
+    assert batch["hosts"] == ["lab2"] and batch["put_back"] == ["lab2"] and batch["left_out"] == []
+    assert back is True
+    deployment.no_request_lost(client)
+    assert deployment.pids() == before  # nothing restarted
+    result, report = deployment.rollout()  # and the same rollout again finishes it
+    assert result.code == 0 and [b["hosts"] for b in report["batches"]] == [["lab2"]], result.out[-3000:]
+    after = deployment.pids()
+    assert after["lab2-decode"] != before["lab2-decode"]
+    assert "PROVISION_ROLLOUT_MARK=v3" in deployment.environ("lab2", after["lab2-decode"])
+    assert deployment.leftovers("lab2") == "" and routed(deployment).get(lab2) is True
 
 
 def test_a_crashed_server_comes_back_on_its_env_and_only_the_rollout_moves_it(deployment: Deployment) -> None:

@@ -58,12 +58,16 @@ def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
 class Hosts:
     """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls.
     ``pairs``: every pair answers the same tokens, but those through a server of ``odd`` (after its restart, i.e.
-    its ``process`` task) and those through a decode of ``down`` fail."""
+    its ``process`` task) and those through a decode of ``down`` fail. ``interrupt``: (host, task) → the
+    exception raised there, as a Ctrl-C or SIGTERM reaches the run; a ``router_add`` with ``healthy_only`` skips
+    the servers on the hosts of ``unhealthy``."""
 
     def __init__(self, changed: set[str], fail: dict[tuple[str, str], str] | None = None,
                  stacked: frozenset[str] = frozenset(), odd: frozenset[str] = frozenset(),
-                 down: frozenset[str] = frozenset()) -> None:  # fmt: skip
+                 down: frozenset[str] = frozenset(), interrupt: dict[tuple[str, str], BaseException] | None = None,
+                 unhealthy: frozenset[str] = frozenset()) -> None:  # fmt: skip
         self.changed, self.fail, self.stacked, self.odd, self.down = changed, fail or {}, stacked, odd, down
+        self.interrupt, self.unhealthy = interrupt or {}, unhealthy
         self.calls: list[tuple[str, str, str]] = []  # (host, task name, action or module)
         self.tasks: list[dict[str, Any]] = []  # the task dicts, as run
         self.plays: list[tuple[list[str], list[str]]] = []  # each call's hosts and task names
@@ -79,10 +83,14 @@ class Hosts:
                 assert module != "pd_rollout_step" or action in ACTIONS, action  # the module would refuse it
                 self.calls.append((host, task["name"], action))
                 self.tasks.append(task)
+                if (host, task["name"]) in self.interrupt:
+                    raise self.interrupt.pop((host, task["name"]))
                 msg = self.fail.pop((host, task["name"]), None)
                 steps.append(self.result(host, task["name"], action, msg))
                 if action == "pairs" and msg is None:
                     steps[-1].data = self.pairs(task["pd_rollout_step"]["request"])
+                if action == "router_add" and msg is None:
+                    steps[-1].data = self.router_add(task["pd_rollout_step"]["request"])
                 if msg is not None:
                     break
         return out
@@ -107,6 +115,12 @@ class Hosts:
         elif action == "router_metrics":
             data = {"requests": 10 * len(self.calls)}
         return Step(host, task, True, data=data, seconds=1.0)
+
+    def router_add(self, request: dict[str, Any]) -> dict[str, Any]:
+        ip = {f"http://10.0.{r}.{i + 1}:30000": f"{'pd'[r]}{i}" for r in (0, 1) for i in range(4)}
+        urls = [w["url"] for w in request["workers"]]
+        skipped = [u for u in urls if request.get("healthy_only") and ip.get(u) in self.unhealthy]
+        return {"added": [u for u in urls if u not in skipped], "skipped": skipped}
 
     def pairs(self, request: dict[str, Any]) -> dict[str, Any]:
         restarted = {h for h, _, a in self.calls if a == "process"}

@@ -117,3 +117,57 @@ def test_a_drain_of_a_server_that_does_not_answer_is_bounded() -> None:
     answer = helper("drain", {"url": "http://127.0.0.1:9", "timeout": 1.5, "interval": 0.2, "settle": 0.5})
     assert answer["ok"] and answer["drained"] is False and answer["last"] is None
     print(f"drain gave up after {time.monotonic() - started:.1f}s")
+
+
+@pytest.fixture
+def worker_api() -> Iterator[tuple[str, list[dict[str, Any]], str]]:
+    """A stand-in for the router's worker API (``GET``/``POST /workers``, as sglang-router 0.3.x answers: a POSTed
+    worker is listed healthy at once) and a server that answers ``/health``: (router URL, the POSTs, server URL)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    posted: list[dict[str, Any]] = []
+
+    class Api(BaseHTTPRequestHandler):
+        def answer(self, code: int, doc: object) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            workers = [{"id": str(i), "url": w["url"], "is_healthy": True} for i, w in enumerate(posted)]
+            self.answer(200, {"workers": workers} if self.path == "/workers" else {})
+
+        def do_POST(self) -> None:
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.answer(202, {})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), Api) for _ in range(2)]
+    for s in servers:
+        Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        yield (*(f"http://127.0.0.1:{s.server_address[1]}" for s in servers[:1]), posted,
+               f"http://127.0.0.1:{servers[1].server_address[1]}")  # fmt: skip
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+
+
+def test_an_interrupted_batch_puts_back_only_the_servers_that_answer(
+    worker_api: tuple[str, list[dict[str, Any]], str],
+) -> None:
+    """``router_add`` with ``healthy_only`` (an interrupted rollout's batch): a server that does not answer
+    ``/health`` (here a closed port) is skipped: not POSTed, not waited for."""
+    router, posted, healthy = worker_api
+    down = "http://127.0.0.1:9"
+    workers = [{"url": down, "worker_type": "decode"}, {"url": healthy, "worker_type": "decode"}]
+    answer = helper("router_add", {"router": router, "workers": workers, "healthy_only": True, "wait": "added",
+                                   "timeout": 30})  # fmt: skip
+    assert answer["ok"] and answer["added"] == [healthy] and answer["skipped"] == [down], answer
+    assert [p["url"] for p in posted] == [healthy]

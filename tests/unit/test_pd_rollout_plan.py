@@ -303,3 +303,45 @@ def test_a_prefill_is_readmitted_on_the_bootstrap_port_it_listens_on() -> None:
     assert added == [[{"url": "http://10.0.0.2:30000", "worker_type": "prefill", "bootstrap_port": 9100}]]
     router = build(layout).routers[0]
     assert "--prefill http://10.0.0.2:30000 9100 " in " ".join(router.args)
+
+
+def test_an_interrupted_batch_is_put_back_into_the_routers() -> None:
+    """Ctrl-C while the canary drains: nothing restarted, the canary back in the router, exit 130; the kept
+    files are left (the rollout did not end well)."""
+    run = Hosts(changed={"p0", "p1", "d0", "d1"}, interrupt={("p0", "drain"): KeyboardInterrupt()})
+    result = rollout(hosts(2, 2), run)
+    assert not result.ok and result.interrupted == "interrupted" and result.code == 130
+    assert len(result.batches) == 1 and result.batches[0].put_back == ["p0"] and not result.batches[0].left_out
+    assert "process" not in run.actions() and "files" not in run.actions()
+    adds = [t["pd_rollout_step"]["request"] for t in run.tasks if t["name"] == "router_add"]
+    assert [(r["healthy_only"], r["wait"], [w["url"] for w in r["workers"]]) for r in adds] == [
+        (True, "added", ["http://10.0.0.1:30000"])]  # fmt: skip
+    text = render(result)
+    assert "batch 1 (canary): p0: INTERRUPTED" in text and "interrupted: put back into the routers: p0" in text
+    assert text.endswith("rollout interrupted in batch 1")
+
+
+def test_a_server_that_does_not_answer_after_a_sigterm_is_left_out_and_named() -> None:
+    """SIGTERM while the new server starts (the executor re-raises it as Terminated): a server that does not
+    answer /health is not put back (the router would route to it); named, exit 143."""
+    from provision.errors import Terminated
+
+    run = Hosts(changed={"p0", "p1", "d0", "d1"}, interrupt={("p0", "health"): Terminated("terminated (SIGTERM)")},
+                unhealthy=frozenset({"p0"}))  # fmt: skip
+    result = rollout(hosts(2, 2), run)
+    assert result.code == 143 and result.batches[0].left_out == ["p0"] and result.batches[0].put_back == []
+    assert "LEFT OUT of the routers (no answer on /health): p0" in render(result)
+    assert json.loads(json.dumps(result.to_dict()))["code"] == 143
+
+
+def test_an_interrupted_removal_puts_the_server_back() -> None:
+    from provision.pd.scale import render as scale_render
+    from provision.pd.scale import scale
+
+    layout = hosts(2, 2)
+    run = Hosts(changed=set(), interrupt={("d1", "drain"): KeyboardInterrupt()})
+    result = scale(layout, run, run, lambda names: (True, ""), [], ["d1"])
+    assert result.interrupted == "interrupted" and result.code == 130 and result.removed == []
+    assert "process" not in run.actions()  # not stopped
+    assert [a for a in run.actions("p0") if a.startswith("router_")] == ["router_remove", "router_add"]
+    assert scale_render(result) == "pd scale interrupted: put back into the routers: d1"
