@@ -318,6 +318,7 @@ def bench(n: int, rtts: list[float], repeat: int, tools: list[str]) -> list[dict
                     for tool in tools:
                         res = runs[tool]()
                         walls[tool].append(res[0])
+                        print(f"{n} hosts, RTT {rtt:g}, {tool}: {res[0]:.2f} s", file=sys.stderr, flush=True)
                         if res[1] > 0:  # (pyinfra has no count: -1; a floor changes nothing: 0)
                             raise SystemExit(f"{tool}: a converged re-run reported {res[1]} changes")
                         if tool == "provision":
