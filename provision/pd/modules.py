@@ -40,12 +40,6 @@ def deployment(ctx: ModuleContext) -> Deployment | None:
     return build(hosts, {ctx.host: ctx.expand("~")})
 
 
-def host_plan(ctx: ModuleContext) -> HostPlan | None:
-    """This host's part of the deployment (None when it is in no PD group)."""
-    whole = deployment(ctx)
-    return whole.hosts.get(ctx.host) if whole is not None else None
-
-
 def _select(plan: HostPlan, role: str) -> list[Proc]:
     if role == "all":
         return plan.procs
@@ -56,23 +50,35 @@ def _select(plan: HostPlan, role: str) -> list[Proc]:
 
 def _procs_or_result(ctx: ModuleContext, role: str) -> tuple[HostPlan, list[Proc]] | ModuleResult:
     """The host's plan and its processes of ``role``; or the result to return (bad plan, nothing to do)."""
-    plan = _plan_or_result(ctx)
-    if isinstance(plan, ModuleResult):
-        return plan
-    procs = _select(plan, role)
+    found = _deployment_or_result(ctx, role)
+    return found if isinstance(found, ModuleResult) else found[1:]
+
+
+def _deployment_or_result(ctx: ModuleContext, role: str) -> tuple[Deployment, HostPlan, list[Proc]] | ModuleResult:
+    """:func:`_procs_or_result` with the whole deployment first (built once)."""
+    found = _whole_or_result(ctx)
+    if isinstance(found, ModuleResult):
+        return found
+    procs = _select(found[1], role)
     if not procs:
         return ModuleResult(skipped=True, msg=f"no {role} process on {ctx.host}")
-    return plan, procs
+    return (*found, procs)
 
 
 def _plan_or_result(ctx: ModuleContext) -> HostPlan | ModuleResult:
+    found = _whole_or_result(ctx)
+    return found if isinstance(found, ModuleResult) else found[1]
+
+
+def _whole_or_result(ctx: ModuleContext) -> tuple[Deployment, HostPlan] | ModuleResult:
     try:
-        plan = host_plan(ctx)
+        whole = deployment(ctx)
     except PlanError as exc:
         return ModuleResult(failed=True, msg=str(exc))
-    if plan is None:
+    plan = whole.hosts.get(ctx.host) if whole is not None else None
+    if whole is None or plan is None:
         return ModuleResult(skipped=True, msg=f"{ctx.host} is in none of the groups prefill, decode, router")
-    return plan
+    return whole, plan
 
 
 def gpu_count(ctx: ModuleContext) -> int:
@@ -196,12 +202,10 @@ class PdRouterWorkers(Module):
     args = {"timeout": Arg("float", default=300.0)}
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        found = _procs_or_result(ctx, "router")
+        found = _deployment_or_result(ctx, "router")
         if isinstance(found, ModuleResult):
             return found
-        _, routers = found
-        whole = deployment(ctx)
-        assert whole is not None  # the host has a plan
+        whole, _, routers = found
         if ctx.check:
             return ModuleResult(skipped=True, msg="check mode: the routers' workers not read")
         workers = [router_worker(p) for p in (*whole.prefill, *whole.decode)]
