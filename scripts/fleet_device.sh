@@ -16,8 +16,13 @@ case $step in
   bundle)
     mkdir -p "$dir/sshd/lib" "$dir/whl"
     cp /usr/sbin/sshd "$dir/sshd/sshd.real"
-    for lib in $(ldd /usr/sbin/sshd | awk '/=>/ {print $3}'); do
-      case $lib in *libc.so* | *libresolv*) ;; *) cp -L "$lib" "$dir/sshd/lib/" ;; esac  # glibc: the device's own
+    # the client side too: the device has none of them (ssh-keygen for the lab's keys, ssh for the lab's check
+    # and Ansible, sftp/scp for Ansible's file transfers; sshd serves sftp itself: internal-sftp)
+    cp /usr/bin/ssh /usr/bin/ssh-keygen /usr/bin/sftp /usr/bin/scp "$dir/sshd/"
+    for bin in /usr/sbin/sshd /usr/bin/ssh /usr/bin/ssh-keygen /usr/bin/sftp /usr/bin/scp; do
+      for lib in $(ldd "$bin" | awk '/=>/ {print $3}'); do
+        case $lib in *libc.so* | *libresolv*) ;; *) cp -L "$lib" "$dir/sshd/lib/" ;; esac  # glibc: the device's own
+      done
     done
     pip=(python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp -d "$dir/whl"
          --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
@@ -35,7 +40,7 @@ case $step in
     exec > >(tee -a "${OUT:-/tmp/out}/log") 2>&1
     if [ ! -e /usr/sbin/sshd.real ]; then
       echo "== setup $(date -u +%T)"; uname -r; grep PRETTY /etc/os-release; nproc; id -un
-      command -v useradd runuser ssh ssh-keygen python3 || exit 1
+      command -v useradd runuser python3 || exit 1
       # what the lab hosts' users run (ANSIBLE_PYTHON_INTERPRETER too)
       [ -x /usr/bin/python3 ] || { ln -s "$(command -v python3)" /usr/bin/python3 && echo "/usr/bin/python3 -> $(command -v python3)"; }
       /usr/bin/python3 -V || exit 1
@@ -43,6 +48,12 @@ case $step in
       mkdir -p /opt/sshdlib && cp "$dir"/sshd/lib/* /opt/sshdlib/
       printf '#!/bin/sh\nLD_LIBRARY_PATH=/opt/sshdlib exec /usr/sbin/sshd.real "$@"\n' >/usr/sbin/sshd
       chmod 755 /usr/sbin/sshd
+      for bin in ssh ssh-keygen sftp scp; do  # the device's own where it has one
+        command -v "$bin" >/dev/null && continue
+        install -m 755 "$dir/sshd/$bin" "/usr/bin/$bin.real"
+        printf '#!/bin/sh\nLD_LIBRARY_PATH=/opt/sshdlib exec /usr/bin/%s.real "$@"\n' "$bin" >"/usr/bin/$bin"
+        chmod 755 "/usr/bin/$bin" && echo "/usr/bin/$bin: this machine's, bundled"
+      done
       id sshd >/dev/null 2>&1 || useradd -r -M -d /run/sshd -s /usr/sbin/nologin sshd
       mkdir -p /run/sshd
       /usr/sbin/sshd -V 2>&1
