@@ -144,7 +144,7 @@ def scale(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, run_after: RunT
         result.ok, result.failed_host, result.reason = False, exc.host, exc.reason
     except INTERRUPTS as exc:  # an added server not yet registered: the next pd up registers it
         result.ok, result.interrupted = False, interruption(exc)
-        result.reason = result.reason or "before the routers' scripts were written (pd up finishes it)"
+        result.reason = result.reason or "before the routers' scripts were rewritten"
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
@@ -211,7 +211,7 @@ def render(result: ScaleResult) -> str:
     if result.routers:
         lines.append(f"router scripts updated, not restarted: {', '.join(result.routers)}")
     if result.interrupted:
-        lines.append(f"pd scale {result.interrupted}: {result.reason}")
+        lines.append(f"pd scale {result.interrupted}: {result.reason}; the same pd scale again finishes it")
     else:
         lines.append(f"pd scale ok in {result.seconds:.1f}s" if result.ok else
                      f"pd scale FAILED on {result.failed_host}: {result.reason}")  # fmt: skip

@@ -344,4 +344,9 @@ def test_an_interrupted_removal_puts_the_server_back() -> None:
     assert result.interrupted == "interrupted" and result.code == 130 and result.removed == []
     assert "process" not in run.actions()  # not stopped
     assert [a for a in run.actions("p0") if a.startswith("router_")] == ["router_remove", "router_add"]
-    assert scale_render(result) == "pd scale interrupted: put back into the routers: d1"
+    assert scale_render(result) == ("pd scale interrupted: put back into the routers: d1; the same pd scale again "
+                                    "finishes it")  # fmt: skip
+    run = Hosts(changed=set(), interrupt={("p0", "router_remove"): KeyboardInterrupt()})  # before any is out
+    result = scale(layout, run, run, lambda names: (True, ""), [], ["d1"])
+    assert result.code == 130 and [a for a in run.actions("p0") if a.startswith("router_")] == [
+        "router_remove", "router_add"]  # fmt: skip
