@@ -142,7 +142,7 @@ def scale(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, run_after: RunT
         result.routers = routers
     except BatchFailed as exc:
         result.ok, result.failed_host, result.reason = False, exc.host, exc.reason
-    except INTERRUPTS as exc:  # an added server not yet registered: the next pd up registers it
+    except INTERRUPTS as exc:  # e.g. a server added and started, not yet registered: the same command finishes it
         result.ok, result.interrupted = False, interruption(exc)
         result.reason = result.reason or "before the routers' scripts were rewritten"
     result.seconds = round(time.monotonic() - started, 3)
