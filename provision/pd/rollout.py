@@ -587,7 +587,8 @@ def rollout(hosts: Mapping[str, Mapping[str, Any]], run: RunTasks, options: Roll
     batch. ``progress(result, None)`` is called once the plan is known, ``progress(result, batch)`` after each
     batch (the CLI prints them as they come). Raises :class:`~provision.errors.InputError` (exit 5) before
     touching anything when the plan is invalid or the topology cannot keep serving; returns the result
-    otherwise (``code`` 0 or 2)."""
+    otherwise (``code`` 0 or 2; 130 or 143 when a Ctrl-C or SIGTERM stopped a batch, after it was put back into
+    the routers: ``interrupted``). An interrupt before the first batch (while reading the hosts) is raised."""
     options = options or RolloutOptions()
     started = time.monotonic()
     try:
