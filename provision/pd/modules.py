@@ -48,14 +48,9 @@ def _select(plan: HostPlan, role: str) -> list[Proc]:
     return [p for p in plan.procs if p.role == role]
 
 
-def _procs_or_result(ctx: ModuleContext, role: str) -> tuple[HostPlan, list[Proc]] | ModuleResult:
-    """The host's plan and its processes of ``role``; or the result to return (bad plan, nothing to do)."""
-    found = _deployment_or_result(ctx, role)
-    return found if isinstance(found, ModuleResult) else found[1:]
-
-
-def _deployment_or_result(ctx: ModuleContext, role: str) -> tuple[Deployment, HostPlan, list[Proc]] | ModuleResult:
-    """:func:`_procs_or_result` with the whole deployment first (built once)."""
+def _procs_or_result(ctx: ModuleContext, role: str) -> tuple[Deployment, HostPlan, list[Proc]] | ModuleResult:
+    """The whole deployment (built once), the host's plan and its processes of ``role``; or the result to return
+    (bad plan, nothing to do)."""
     found = _whole_or_result(ctx)
     if isinstance(found, ModuleResult):
         return found
@@ -155,7 +150,7 @@ class PdWait(Module):
         found = _procs_or_result(ctx, args["role"])
         if isinstance(found, ModuleResult):
             return found
-        plan, procs = found
+        _, plan, procs = found
         if ctx.check:
             return ModuleResult(skipped=True, msg="check mode: not waiting")
         request = {
@@ -202,7 +197,7 @@ class PdRouterWorkers(Module):
     args = {"timeout": Arg("float", default=300.0)}
 
     def run(self, ctx: ModuleContext, args: dict[str, Any]) -> ModuleResult:
-        found = _deployment_or_result(ctx, "router")
+        found = _procs_or_result(ctx, "router")
         if isinstance(found, ModuleResult):
             return found
         whole, _, routers = found
@@ -426,7 +421,7 @@ class PdLogs(Module):
         found = _procs_or_result(ctx, args["role"])
         if isinstance(found, ModuleResult):
             return found
-        plan, procs = found
+        _, plan, procs = found
         items = [{"name": p.name, "piddir": plan.pid_dir, "log": plan.log(p)} for p in procs]
         answer = helper(ctx, "tail", {"procs": items, "lines": args["lines"]})
         if not answer.get("ok"):
