@@ -375,7 +375,7 @@ def install_debs(req, paths):
         argv, rc, out, err = apt_run(req, apt_argv(req) + ([] if req.get("force") else ["--no-remove"]) + tail)
     if rc != 0:
         raise Failed("%s failed" % " ".join(argv), stdout=out, stderr=err)
-    if deps and not req.get("check"):
+    if deps:  # (check mode returned above)
         new = sorted(set(installed_versions(deps)) - set(before))
         if new:
             argv, rc, out2, err2 = apt_run(req, ["apt-mark", "manual"] + new)
