@@ -55,6 +55,10 @@ def hosts(prefill: int = 2, decode: int = 2) -> dict[str, dict[str, Any]]:
     return out
 
 
+# the server URLs of :func:`hosts`' layouts (up to 4 of a role) → their host names
+URL_HOSTS = {f"http://10.0.{r}.{i + 1}:30000": f"{'pd'[r]}{i}" for r in (0, 1) for i in range(4)}
+
+
 class Hosts:
     """A scripted runner: every task succeeds unless ``fail`` names (host, task, attempt); records the calls.
     ``pairs``: every pair answers the same tokens, but those through a server of ``odd`` (after its restart, i.e.
@@ -117,17 +121,15 @@ class Hosts:
         return Step(host, task, True, data=data, seconds=1.0)
 
     def router_add(self, request: dict[str, Any]) -> dict[str, Any]:
-        ip = {f"http://10.0.{r}.{i + 1}:30000": f"{'pd'[r]}{i}" for r in (0, 1) for i in range(4)}
         urls = [w["url"] for w in request["workers"]]
-        skipped = [u for u in urls if request.get("healthy_only") and ip.get(u) in self.unhealthy]
+        skipped = [u for u in urls if request.get("healthy_only") and URL_HOSTS.get(u) in self.unhealthy]
         return {"added": [u for u in urls if u not in skipped], "skipped": skipped}
 
     def pairs(self, request: dict[str, Any]) -> dict[str, Any]:
         restarted = {h for h, _, a in self.calls if a == "process"}
-        ip = {f"http://10.0.{r}.{i + 1}:30000": f"{'pd'[r]}{i}" for r in (0, 1) for i in range(4)}
         out = []
         for pair in request["pairs"]:
-            names = {ip[pair["prefill"]], ip[pair["decode"]]}
+            names = {URL_HOSTS[pair["prefill"]], URL_HOSTS[pair["decode"]]}
             if names & self.down:
                 out.append({"ok": False, "msg": f"decode {pair['decode']}: HTTP 500 boom"})
                 continue

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.pd import helper
+from tests.support.web import QuietFiles, served_folder
 
 
 def extension_module() -> tuple[str, Path]:
@@ -120,15 +121,12 @@ def test_a_drain_of_a_server_that_does_not_answer_is_bounded() -> None:
 
 
 @pytest.fixture
-def worker_api() -> Iterator[tuple[str, list[dict[str, Any]], str]]:
+def worker_api(tmp_path: Path) -> Iterator[tuple[str, list[dict[str, Any]], str]]:
     """A stand-in for the router's worker API (``GET``/``POST /workers``, as sglang-router 0.3.x answers: a POSTed
     worker is listed healthy at once) and a server that answers ``/health``: (router URL, the POSTs, server URL)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from threading import Thread
-
     posted: list[dict[str, Any]] = []
 
-    class Api(BaseHTTPRequestHandler):
+    class Api(QuietFiles):
         def answer(self, code: int, doc: object) -> None:
             body = json.dumps(doc).encode()
             self.send_response(code)
@@ -144,19 +142,8 @@ def worker_api() -> Iterator[tuple[str, list[dict[str, Any]], str]]:
             posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.answer(202, {})
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    servers = [ThreadingHTTPServer(("127.0.0.1", 0), Api) for _ in range(2)]
-    for s in servers:
-        Thread(target=s.serve_forever, daemon=True).start()
-    try:
-        yield (*(f"http://127.0.0.1:{s.server_address[1]}" for s in servers[:1]), posted,
-               f"http://127.0.0.1:{servers[1].server_address[1]}")  # fmt: skip
-    finally:
-        for s in servers:
-            s.shutdown()
-            s.server_close()
+    with served_folder(tmp_path, Api) as router, served_folder(tmp_path, Api) as healthy:
+        yield router, posted, healthy
 
 
 def test_an_interrupted_batch_puts_back_only_the_servers_that_answer(
